@@ -1,0 +1,146 @@
+//go:build cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ackBatch is how many CQ events are acknowledged per ibv_ack_cq_events
+// call: acknowledging takes a mutex inside libibverbs, so it is batched, and
+// CQ.Close acknowledges the rest (ibv_destroy_cq waits for that).
+const ackBatch = 16
+
+// CompChannel is a completion channel (struct ibv_comp_channel): CQs created
+// on it report "new completion" events there once armed with ReqNotify.
+type CompChannel struct {
+	c    *C.struct_ibv_comp_channel
+	poll *PollFD
+	dev  string
+
+	mu     sync.Mutex
+	cqs    map[*C.struct_ibv_cq]*CQ // live CQs on this channel, to turn an event into a *CQ
+	closed bool
+}
+
+// NewCompChannel creates a completion channel and prepares its fd for
+// waiting in the netpoller.
+func (ctx *Context) NewCompChannel() (*CompChannel, error) {
+	ctx.mu.RLock()
+	defer ctx.mu.RUnlock()
+	if ctx.c == nil {
+		return nil, ctx.closedErr("ibv_create_comp_channel")
+	}
+	CountCgoCall()
+	c, err := C.ibv_create_comp_channel(ctx.c)
+	if c == nil {
+		return nil, &Error{Op: "ibv_create_comp_channel", Device: ctx.name, Errno: errnoOr(err, syscall.ENOMEM)}
+	}
+	p, perr := NewPollFD(int(c.fd), "ibv_comp_channel "+ctx.name)
+	if perr != nil {
+		CountCgoCall()
+		C.ibv_destroy_comp_channel(c)
+		return nil, perr
+	}
+	return &CompChannel{c: c, poll: p, dev: ctx.name, cqs: make(map[*C.struct_ibv_cq]*CQ)}, nil
+}
+
+// Wait parks the goroutine until a CQ on this channel reports an event and
+// returns that CQ, which is then no longer armed: call ReqNotify, then Poll
+// until empty, as the verbs documentation prescribes. The event is
+// acknowledged (in batches) here.
+//
+// Wait fails with os.ErrDeadlineExceeded after SetDeadline's deadline, with
+// ctx's error when ctx ends, and with net.ErrClosed when the channel is
+// closed, also from another goroutine during the wait.
+func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
+	for {
+		var (
+			cq    *C.struct_ibv_cq
+			errno C.int
+		)
+		err := ch.poll.Wait(ctx, func() bool {
+			// ch.c stays valid here: it is destroyed only after
+			// PollFD.Close, which waits for running callbacks.
+			CountCgoCall()
+			errno = C.rnet_get_cq_event(ch.c, &cq)
+			return errno != C.EAGAIN
+		})
+		if err != nil {
+			return nil, &Error{Op: "ibv_get_cq_event", Device: ch.dev, Err: err}
+		}
+		if errno != 0 {
+			return nil, &Error{Op: "ibv_get_cq_event", Device: ch.dev, Errno: syscall.Errno(errno)}
+		}
+		ch.mu.Lock()
+		g := ch.cqs[cq]
+		if g == nil || g.dead {
+			// The CQ is being destroyed, and ibv_destroy_cq waits
+			// until this event is acknowledged: do it now.
+			CountCgoCall()
+			C.ibv_ack_cq_events(cq, 1)
+			ch.mu.Unlock()
+			continue
+		}
+		g.unacked++
+		if g.unacked >= ackBatch {
+			CountCgoCall()
+			C.ibv_ack_cq_events(cq, C.uint(g.unacked))
+			g.unacked = 0
+		}
+		ch.mu.Unlock()
+		return g, nil
+	}
+}
+
+// SetDeadline sets the deadline for Wait; the zero time means none. A past
+// deadline wakes a waiting goroutine.
+func (ch *CompChannel) SetDeadline(t time.Time) error {
+	if err := ch.poll.SetDeadline(t); err != nil {
+		return &Error{Op: "SetDeadline", Device: ch.dev, Err: err}
+	}
+	return nil
+}
+
+// Close wakes waiters (they get net.ErrClosed). The C channel itself is
+// destroyed once its last CQ is closed, because libibverbs refuses to destroy
+// a channel that CQs still use. It is idempotent.
+func (ch *CompChannel) Close() error {
+	ch.mu.Lock()
+	if ch.closed {
+		ch.mu.Unlock()
+		return nil
+	}
+	ch.closed = true
+	ch.mu.Unlock()
+	perr := ch.poll.Close()
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if err := ch.destroyIfUnusedLocked(); err != nil {
+		return err
+	}
+	if perr != nil {
+		return &Error{Op: "close", Device: ch.dev, Err: perr}
+	}
+	return nil
+}
+
+func (ch *CompChannel) destroyIfUnusedLocked() error {
+	if !ch.closed || len(ch.cqs) != 0 || ch.c == nil {
+		return nil
+	}
+	CountCgoCall()
+	if r, err := C.ibv_destroy_comp_channel(ch.c); r != 0 {
+		return &Error{Op: "ibv_destroy_comp_channel", Device: ch.dev, Errno: retErrno(r, err)}
+	}
+	ch.c = nil
+	return nil
+}

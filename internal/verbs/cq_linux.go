@@ -1,0 +1,149 @@
+//go:build cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// CQ is a completion queue.
+type CQ struct {
+	mu  sync.RWMutex // read-held by Poll and ReqNotify, write-held by Close
+	c   *C.struct_ibv_cq
+	ch  *CompChannel
+	dev string
+	cqe int
+
+	// Guarded by ch.mu: events read from the channel and not yet
+	// acknowledged, and whether Close has started.
+	unacked uint32
+	dead    bool
+}
+
+// NewCQ creates a CQ with room for at least cqe completions. With a channel,
+// ReqNotify arms it to report there; ch may be nil for a polled-only CQ.
+func (ctx *Context) NewCQ(cqe int, ch *CompChannel) (*CQ, error) {
+	ctx.mu.RLock()
+	defer ctx.mu.RUnlock()
+	if ctx.c == nil {
+		return nil, ctx.closedErr("ibv_create_cq")
+	}
+	var cch *C.struct_ibv_comp_channel
+	if ch != nil {
+		ch.mu.Lock()
+		defer ch.mu.Unlock()
+		if ch.closed {
+			return nil, &Error{Op: "ibv_create_cq", Device: ctx.name, Err: errClosed}
+		}
+		cch = ch.c
+	}
+	CountCgoCall()
+	c, err := C.ibv_create_cq(ctx.c, C.int(cqe), nil, cch, 0)
+	if c == nil {
+		return nil, &Error{Op: "ibv_create_cq", Device: ctx.name, Errno: errnoOr(err, syscall.ENOMEM)}
+	}
+	cq := &CQ{c: c, ch: ch, dev: ctx.name, cqe: int(c.cqe)}
+	if ch != nil {
+		ch.cqs[c] = cq
+	}
+	return cq, nil
+}
+
+// Size is the number of entries the device gave the CQ.
+func (cq *CQ) Size() int { return cq.cqe }
+
+// Ptr returns the struct ibv_cq*, or nil after Close.
+func (cq *CQ) Ptr() unsafe.Pointer {
+	cq.mu.RLock()
+	defer cq.mu.RUnlock()
+	return unsafe.Pointer(cq.c)
+}
+
+// Poll moves up to len(out) completions into out, in one crossing into C,
+// and returns how many it moved. It does not allocate.
+func (cq *CQ) Poll(out []Completion) (int, error) {
+	if len(out) == 0 {
+		return 0, nil
+	}
+	cq.mu.RLock()
+	defer cq.mu.RUnlock()
+	if cq.c == nil {
+		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Err: errClosed}
+	}
+	CountCgoCall()
+	n := C.rnet_poll_cq(cq.c, (*C.struct_rnet_wc)(unsafe.Pointer(&out[0])), C.int(min(len(out), 1<<30)))
+	if n < 0 {
+		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Errno: syscall.Errno(-n)}
+	}
+	return int(n), nil
+}
+
+// ReqNotify arms the CQ: the next completion (or the next solicited one)
+// produces one event on the channel.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	cq.mu.RLock()
+	defer cq.mu.RUnlock()
+	if cq.c == nil {
+		return &Error{Op: "ibv_req_notify_cq", Device: cq.dev, Err: errClosed}
+	}
+	so := C.int(0)
+	if solicitedOnly {
+		so = 1
+	}
+	CountCgoCall()
+	if r := C.rnet_req_notify_cq(cq.c, so); r != 0 {
+		return &Error{Op: "ibv_req_notify_cq", Device: cq.dev, Errno: retErrno(r, nil)}
+	}
+	return nil
+}
+
+// Close destroys the CQ after acknowledging its outstanding events. QPs using
+// it must be destroyed first (else EBUSY, and the CQ stays usable). It is
+// idempotent.
+func (cq *CQ) Close() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.c == nil {
+		return nil
+	}
+	ch := cq.ch
+	if ch != nil {
+		ch.mu.Lock()
+		cq.dead = true
+		if cq.unacked > 0 {
+			CountCgoCall()
+			C.ibv_ack_cq_events(cq.c, C.uint(cq.unacked))
+			cq.unacked = 0
+		}
+		ch.mu.Unlock()
+	}
+	// ibv_destroy_cq blocks until every event read from the channel is
+	// acknowledged; a waiter that has just read one acknowledges it
+	// because dead is set. ch.mu must not be held here.
+	CountCgoCall()
+	r, err := C.ibv_destroy_cq(cq.c)
+	if ch != nil {
+		ch.mu.Lock()
+		defer ch.mu.Unlock()
+	}
+	if r != 0 {
+		cq.dead = false
+		return &Error{Op: "ibv_destroy_cq", Device: cq.dev, Errno: retErrno(r, err)}
+	}
+	if ch != nil {
+		if ch.cqs[cq.c] == cq {
+			delete(ch.cqs, cq.c)
+		}
+		cq.c = nil
+		return ch.destroyIfUnusedLocked()
+	}
+	cq.c = nil
+	return nil
+}

@@ -1,0 +1,118 @@
+//go:build cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"os"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// MR is a registered memory region over its own anonymous mmap. The memory is
+// outside the Go heap, so the GC never moves or frees it while the device
+// may read or write it; it is unmapped by Close, after deregistration.
+type MR struct {
+	mu     sync.RWMutex
+	c      *C.struct_ibv_mr
+	mem    []byte // what the caller asked for
+	mapped []byte // the whole mapping
+	access Access
+	lkey   uint32
+	rkey   uint32
+	dev    string
+}
+
+// RegisterMR maps size bytes (rounded up to whole pages, zeroed) and
+// registers them with the given access. Nothing is granted implicitly: pass
+// exactly the flags the region needs. Remote write requires LocalWrite (a
+// verbs rule), so it is added when RemoteWrite is asked for. Remote read is
+// granted only when asked for explicitly.
+func (pd *PD) RegisterMR(size int, access Access) (*MR, error) {
+	if size <= 0 {
+		return nil, &Error{Op: "ibv_reg_mr", Device: pd.ctx.name, Errno: syscall.EINVAL}
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 {
+		access |= AccessLocalWrite
+	}
+	page := os.Getpagesize()
+	mem, err := unix.Mmap(-1, 0, (size+page-1)/page*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, &Error{Op: "mmap", Device: pd.ctx.name, Errno: errnoOf(err)}
+	}
+	pd.mu.RLock()
+	defer pd.mu.RUnlock()
+	if pd.c == nil {
+		unix.Munmap(mem)
+		return nil, &Error{Op: "ibv_reg_mr", Device: pd.ctx.name, Err: errClosed}
+	}
+	CountCgoCall()
+	c, cerr := C.ibv_reg_mr(pd.c, unsafe.Pointer(&mem[0]), C.size_t(len(mem)), C.int(access))
+	if c == nil {
+		unix.Munmap(mem)
+		return nil, &Error{Op: "ibv_reg_mr", Device: pd.ctx.name, Errno: errnoOr(cerr, syscall.ENOMEM)}
+	}
+	return &MR{c: c, mem: mem[:size:size], mapped: mem, access: access, lkey: uint32(c.lkey), rkey: uint32(c.rkey), dev: pd.ctx.name}, nil
+}
+
+// Bytes is the registered memory; nil after Close. Do not keep it past Close:
+// the memory is unmapped then.
+func (mr *MR) Bytes() []byte {
+	mr.mu.RLock()
+	defer mr.mu.RUnlock()
+	return mr.mem
+}
+
+// Addr is the address of the first byte, for SGEs and for the peer's
+// RemoteAddr.
+func (mr *MR) Addr() uint64 {
+	mr.mu.RLock()
+	defer mr.mu.RUnlock()
+	if mr.mem == nil {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(&mr.mem[0])))
+}
+
+// Len is the registered length asked for.
+func (mr *MR) Len() int {
+	mr.mu.RLock()
+	defer mr.mu.RUnlock()
+	return len(mr.mem)
+}
+
+// LKey is the local key, for SGEs.
+func (mr *MR) LKey() uint32 { return mr.lkey }
+
+// RKey is the remote key, which a peer needs to write here.
+func (mr *MR) RKey() uint32 { return mr.rkey }
+
+// Access is the set of flags the region was registered with.
+func (mr *MR) Access() Access { return mr.access }
+
+// Close deregisters the region and unmaps its memory. It is idempotent.
+func (mr *MR) Close() error {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if mr.c == nil {
+		return nil
+	}
+	CountCgoCall()
+	if r, err := C.ibv_dereg_mr(mr.c); r != 0 {
+		return &Error{Op: "ibv_dereg_mr", Device: mr.dev, Errno: retErrno(r, err)}
+	}
+	mr.c = nil
+	err := unix.Munmap(mr.mapped)
+	mr.mem, mr.mapped = nil, nil
+	if err != nil {
+		return &Error{Op: "munmap", Device: mr.dev, Errno: errnoOf(err)}
+	}
+	return nil
+}

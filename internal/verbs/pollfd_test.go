@@ -1,0 +1,146 @@
+//go:build linux
+
+package verbs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// eventfdPoll makes a PollFD over a fresh eventfd, standing in for a C
+// library's channel fd; the eventfd itself plays the library's fd.
+func eventfdPoll(t testing.TB) (p *PollFD, fd int, try func() bool) {
+	t.Helper()
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = NewPollFD(fd, "eventfd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(); unix.Close(fd) })
+	var b [8]byte
+	try = func() bool {
+		_, err := unix.Read(fd, b[:])
+		return err != unix.EAGAIN
+	}
+	return p, fd, try
+}
+
+func signal(t testing.TB, fd int) {
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], 1)
+	if _, err := unix.Write(fd, b[:]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPollFDWakesOnEvent(t *testing.T) {
+	p, fd, try := eventfdPoll(t)
+	done := make(chan error)
+	go func() { done <- p.Wait(context.Background(), try) }()
+	waitParked(t, 1)
+	signal(t, fd)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPollFDDeadline(t *testing.T) {
+	p, _, try := eventfdPoll(t)
+	p.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	if err := p.Wait(context.Background(), try); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Wait = %v, want os.ErrDeadlineExceeded", err)
+	}
+	// A past deadline set from another goroutine wakes a waiter.
+	p.SetDeadline(time.Time{})
+	done := make(chan error)
+	go func() { done <- p.Wait(context.Background(), try) }()
+	waitParked(t, 1)
+	p.SetDeadline(time.Unix(1, 0))
+	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Wait = %v, want os.ErrDeadlineExceeded", err)
+	}
+}
+
+func TestPollFDContext(t *testing.T) {
+	p, fd, try := eventfdPoll(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Wait(ctx, try) }()
+	waitParked(t, 1)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, want context.Canceled", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := p.Wait(ctx, try); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait = %v, want context.DeadlineExceeded", err)
+	}
+	// The context's deadline must not stick: a plain wait still works.
+	signal(t, fd)
+	if err := p.Wait(context.Background(), try); err != nil {
+		t.Fatalf("Wait after context wait = %v", err)
+	}
+}
+
+func TestPollFDCloseWakesWaiter(t *testing.T) {
+	p, _, try := eventfdPoll(t)
+	done := make(chan error)
+	go func() { done <- p.Wait(context.Background(), try) }()
+	waitParked(t, 1)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Wait = %v, want net.ErrClosed", err)
+	}
+	if err := p.Wait(context.Background(), try); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Wait after Close = %v, want net.ErrClosed", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+}
+
+func TestPollFD1000WaitersFewThreads(t *testing.T) {
+	const n = 1000
+	var wg sync.WaitGroup
+	polls := make([]*PollFD, n)
+	errs := make(chan error, n)
+	for i := range polls {
+		p, _, try := eventfdPoll(t)
+		polls[i] = p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- p.Wait(context.Background(), try)
+		}()
+	}
+	waitParked(t, n)
+	if th := osThreads(t); th >= 20 {
+		t.Errorf("%d goroutines parked use %d OS threads, want < 20", n, th)
+	} else {
+		t.Logf("%d parked goroutines, %d OS threads", n, th)
+	}
+	for _, p := range polls {
+		p.Close()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("waiter got %v, want net.ErrClosed", err)
+		}
+	}
+}

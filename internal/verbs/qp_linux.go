@@ -1,0 +1,122 @@
+//go:build cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// QP is a queue pair. rnet's QPs are created by librdmacm on a connection
+// id (internal/cm), which owns the QP and is the one to destroy it; QP wraps
+// it for posting, querying and moving it to the error state.
+type QP struct {
+	mu      sync.RWMutex // read-held by the posting calls, write-held by Close
+	c       *C.struct_ibv_qp
+	num     uint32
+	caps    QPCaps
+	dev     string
+	destroy func() error
+}
+
+// WrapQP wraps a struct ibv_qp* created elsewhere. caps is what the device
+// granted. destroy, called once by Close, destroys the C QP (for a cm id,
+// rdma_destroy_qp); nil means ibv_destroy_qp.
+func WrapQP(p unsafe.Pointer, caps QPCaps, destroy func() error) *QP {
+	c := (*C.struct_ibv_qp)(p)
+	CountCgoCall()
+	return &QP{
+		c:       c,
+		num:     uint32(C.rnet_qp_num(c)),
+		caps:    caps,
+		dev:     C.GoString(C.rnet_device_name(c.context)),
+		destroy: destroy,
+	}
+}
+
+// Num is the QP number.
+func (qp *QP) Num() uint32 { return qp.num }
+
+// Caps is what the device granted at creation.
+func (qp *QP) Caps() QPCaps { return qp.caps }
+
+// Ptr returns the struct ibv_qp*, or nil after Close.
+func (qp *QP) Ptr() unsafe.Pointer {
+	qp.mu.RLock()
+	defer qp.mu.RUnlock()
+	return unsafe.Pointer(qp.c)
+}
+
+// State queries the QP's current state.
+func (qp *QP) State() (QPState, error) {
+	qp.mu.RLock()
+	defer qp.mu.RUnlock()
+	if qp.c == nil {
+		return QPUnknown, &Error{Op: "ibv_query_qp", Device: qp.dev, Err: errClosed}
+	}
+	var attr C.struct_ibv_qp_attr
+	var init C.struct_ibv_qp_init_attr
+	CountCgoCall()
+	if r, err := C.ibv_query_qp(qp.c, &attr, C.IBV_QP_STATE, &init); r != 0 {
+		return QPUnknown, &Error{Op: "ibv_query_qp", Device: qp.dev, Errno: retErrno(r, err)}
+	}
+	return QPState(attr.qp_state), nil
+}
+
+// SetError moves the QP to the error state, which flushes every outstanding
+// work request with IBV_WC_WR_FLUSH_ERR (rsocket does this on close).
+func (qp *QP) SetError() error {
+	qp.mu.RLock()
+	defer qp.mu.RUnlock()
+	if qp.c == nil {
+		return &Error{Op: "ibv_modify_qp", Device: qp.dev, Err: errClosed}
+	}
+	var attr C.struct_ibv_qp_attr
+	attr.qp_state = C.IBV_QPS_ERR
+	CountCgoCall()
+	if r, err := C.ibv_modify_qp(qp.c, &attr, C.IBV_QP_STATE); r != 0 {
+		return &Error{Op: "ibv_modify_qp", Device: qp.dev, Errno: retErrno(r, err)}
+	}
+	return nil
+}
+
+// Close destroys the QP once; later calls, and posts after it, fail with an
+// error wrapping net.ErrClosed.
+func (qp *QP) Close() error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.c == nil {
+		return nil
+	}
+	if qp.destroy != nil {
+		if err := qp.destroy(); err != nil {
+			return err
+		}
+	} else {
+		CountCgoCall()
+		if r, err := C.ibv_destroy_qp(qp.c); r != 0 {
+			return &Error{Op: "ibv_destroy_qp", Device: qp.dev, Errno: retErrno(r, err)}
+		}
+	}
+	qp.c = nil
+	return nil
+}
+
+// MarkDestroyed forgets the C QP without destroying it, for an owner (a cm
+// id) that has destroyed it by other means.
+func (qp *QP) MarkDestroyed() {
+	qp.mu.Lock()
+	qp.c = nil
+	qp.mu.Unlock()
+}
+
+// errnoFromPost splits rnet_post_*'s return value.
+func errnoFromPost(r C.int) (syscall.Errno, int) {
+	return syscall.Errno(r >> 8), int(r & 0xff)
+}

@@ -1,0 +1,230 @@
+// C helpers for internal/verbs. They exist because the fast-path verbs
+// (ibv_post_send, ibv_post_recv, ibv_poll_cq, ibv_req_notify_cq) are static
+// inline and ibv_query_port is a macro, and so that a whole batch of work
+// requests or completions crosses from Go to C once.
+#ifndef RNET_VERBS_SHIM_H
+#define RNET_VERBS_SHIM_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+
+// Mirrors of the Go types in wr.go (checked at compile time in post_linux.go).
+struct rnet_sge {
+	uint64_t addr;
+	uint32_t length;
+	uint32_t lkey;
+};
+
+struct rnet_send_wr {
+	uint64_t id;
+	uint32_t op;
+	uint32_t imm; // host order
+	uint8_t inline_;
+	uint8_t signaled;
+	struct rnet_sge sge[2];
+	intptr_t num_sge; // Go int
+	uint64_t remote_addr;
+	uint32_t rkey;
+};
+
+struct rnet_recv_wr {
+	uint64_t id;
+	struct rnet_sge sge;
+	intptr_t num_sge;
+};
+
+struct rnet_wc {
+	uint64_t id;
+	uint32_t status;
+	uint32_t opcode;
+	uint32_t imm; // host order
+	uint32_t byte_len;
+	uint32_t vendor_err;
+};
+
+// Offsets and sizes for the compile-time layout check in post_linux.go.
+enum {
+	RNET_SIZEOF_SEND_WR = sizeof(struct rnet_send_wr),
+	RNET_OFF_SEND_OP = offsetof(struct rnet_send_wr, op),
+	RNET_OFF_SEND_IMM = offsetof(struct rnet_send_wr, imm),
+	RNET_OFF_SEND_INLINE = offsetof(struct rnet_send_wr, inline_),
+	RNET_OFF_SEND_SIGNALED = offsetof(struct rnet_send_wr, signaled),
+	RNET_OFF_SEND_SGE = offsetof(struct rnet_send_wr, sge),
+	RNET_OFF_SEND_NUM_SGE = offsetof(struct rnet_send_wr, num_sge),
+	RNET_OFF_SEND_REMOTE_ADDR = offsetof(struct rnet_send_wr, remote_addr),
+	RNET_OFF_SEND_RKEY = offsetof(struct rnet_send_wr, rkey),
+	RNET_SIZEOF_SGE = sizeof(struct rnet_sge),
+	RNET_OFF_SGE_LENGTH = offsetof(struct rnet_sge, length),
+	RNET_OFF_SGE_LKEY = offsetof(struct rnet_sge, lkey),
+	RNET_SIZEOF_RECV_WR = sizeof(struct rnet_recv_wr),
+	RNET_OFF_RECV_SGE = offsetof(struct rnet_recv_wr, sge),
+	RNET_OFF_RECV_NUM_SGE = offsetof(struct rnet_recv_wr, num_sge),
+	RNET_SIZEOF_WC = sizeof(struct rnet_wc),
+	RNET_OFF_WC_STATUS = offsetof(struct rnet_wc, status),
+	RNET_OFF_WC_OPCODE = offsetof(struct rnet_wc, opcode),
+	RNET_OFF_WC_IMM = offsetof(struct rnet_wc, imm),
+	RNET_OFF_WC_BYTE_LEN = offsetof(struct rnet_wc, byte_len),
+	RNET_OFF_WC_VENDOR_ERR = offsetof(struct rnet_wc, vendor_err),
+};
+
+// The most work requests one crossing builds on the C stack.
+#define RNET_MAX_BATCH 32
+
+// rnet_post_send posts n (<= RNET_MAX_BATCH) send WRs as one chain. It returns
+// 0, or (errno << 8 | index of the first WR not posted). A single return value
+// keeps Go from passing (and heap-allocating) an out parameter.
+static inline int rnet_post_send(struct ibv_qp *qp, const struct rnet_send_wr *in, int n)
+{
+	struct ibv_send_wr wr[RNET_MAX_BATCH];
+	struct ibv_sge sge[RNET_MAX_BATCH][2];
+	struct ibv_send_wr *bad_wr = NULL;
+	int i, j, ret;
+
+	if (n <= 0)
+		return 0;
+	if (n > RNET_MAX_BATCH)
+		return EINVAL << 8;
+	for (i = 0; i < n; i++) {
+		const struct rnet_send_wr *w = &in[i];
+		memset(&wr[i], 0, sizeof(wr[i]));
+		if (w->num_sge < 0 || w->num_sge > 2 || w->op > IBV_WR_SEND_WITH_IMM) {
+			return EINVAL << 8 | i;
+		}
+		for (j = 0; j < w->num_sge; j++) {
+			sge[i][j].addr = w->sge[j].addr;
+			sge[i][j].length = w->sge[j].length;
+			sge[i][j].lkey = w->sge[j].lkey;
+		}
+		wr[i].wr_id = w->id;
+		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+		wr[i].sg_list = w->num_sge ? sge[i] : NULL;
+		wr[i].num_sge = (int)w->num_sge;
+		wr[i].opcode = (enum ibv_wr_opcode)w->op;
+		if (w->inline_)
+			wr[i].send_flags |= IBV_SEND_INLINE;
+		if (w->signaled)
+			wr[i].send_flags |= IBV_SEND_SIGNALED;
+		if (w->op == IBV_WR_RDMA_WRITE_WITH_IMM || w->op == IBV_WR_SEND_WITH_IMM)
+			wr[i].imm_data = htonl(w->imm);
+		if (w->op == IBV_WR_RDMA_WRITE || w->op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+			wr[i].wr.rdma.remote_addr = w->remote_addr;
+			wr[i].wr.rdma.rkey = w->rkey;
+		}
+	}
+	ret = ibv_post_send(qp, wr, &bad_wr);
+	if (ret) {
+		// Some providers return -1 or a negative errno.
+		if (ret < 0)
+			ret = ret == -1 ? (errno ? errno : EINVAL) : -ret;
+		return ret << 8 | (bad_wr ? (int)(bad_wr - wr) : 0);
+	}
+	return 0;
+}
+
+// rnet_post_recv is rnet_post_send for receive WRs (0 or 1 SGE each).
+static inline int rnet_post_recv(struct ibv_qp *qp, const struct rnet_recv_wr *in, int n)
+{
+	struct ibv_recv_wr wr[RNET_MAX_BATCH];
+	struct ibv_sge sge[RNET_MAX_BATCH];
+	struct ibv_recv_wr *bad_wr = NULL;
+	int i, ret;
+
+	if (n <= 0)
+		return 0;
+	if (n > RNET_MAX_BATCH)
+		return EINVAL << 8;
+	for (i = 0; i < n; i++) {
+		const struct rnet_recv_wr *w = &in[i];
+		if (w->num_sge < 0 || w->num_sge > 1) {
+			return EINVAL << 8 | i;
+		}
+		sge[i].addr = w->sge.addr;
+		sge[i].length = w->sge.length;
+		sge[i].lkey = w->sge.lkey;
+		wr[i].wr_id = w->id;
+		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+		wr[i].sg_list = w->num_sge ? &sge[i] : NULL;
+		wr[i].num_sge = (int)w->num_sge;
+	}
+	ret = ibv_post_recv(qp, wr, &bad_wr);
+	if (ret) {
+		if (ret < 0)
+			ret = ret == -1 ? (errno ? errno : EINVAL) : -ret;
+		return ret << 8 | (bad_wr ? (int)(bad_wr - wr) : 0);
+	}
+	return 0;
+}
+
+// rnet_poll_cq polls up to n completions into out and returns how many it
+// got, or a negative value if the first poll failed.
+static inline int rnet_poll_cq(struct ibv_cq *cq, struct rnet_wc *out, int n)
+{
+	struct ibv_wc wc[RNET_MAX_BATCH];
+	int total = 0;
+
+	while (total < n) {
+		int want = n - total, got, i;
+		if (want > RNET_MAX_BATCH)
+			want = RNET_MAX_BATCH;
+		got = ibv_poll_cq(cq, want, wc);
+		if (got < 0)
+			return total ? total : got;
+		for (i = 0; i < got; i++) {
+			struct rnet_wc *o = &out[total + i];
+			o->id = wc[i].wr_id;
+			o->status = wc[i].status;
+			o->opcode = wc[i].opcode;
+			o->imm = (wc[i].wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc[i].imm_data) : 0;
+			o->byte_len = wc[i].byte_len;
+			o->vendor_err = wc[i].vendor_err;
+		}
+		total += got;
+		if (got < want)
+			break;
+	}
+	return total;
+}
+
+static inline int rnet_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	return ibv_req_notify_cq(cq, solicited_only);
+}
+
+// rnet_get_cq_event reads one event from a (non-blocking) completion channel.
+// It returns 0, or the errno of the read (EAGAIN when there is none).
+static inline int rnet_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq)
+{
+	void *ctx;
+	errno = 0;
+	if (ibv_get_cq_event(ch, cq, &ctx))
+		return errno ? errno : EIO;
+	return 0;
+}
+
+static inline int rnet_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr)
+{
+	return ibv_query_port(ctx, port, attr);
+}
+
+static inline ssize_t rnet_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *e, size_t n)
+{
+	return ibv_query_gid_table(ctx, e, n, 0);
+}
+
+static inline int rnet_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *e)
+{
+	return ibv_query_gid_ex(ctx, port, index, e, 0);
+}
+
+static inline const char *rnet_device_name(struct ibv_context *ctx)
+{
+	return ctx->device->name;
+}
+
+static inline int rnet_qp_num(struct ibv_qp *qp) { return (int)qp->qp_num; }
+
+#endif

@@ -1,0 +1,78 @@
+//go:build !linux || !cgo
+
+package verbs
+
+import (
+	"context"
+	"time"
+	"unsafe"
+)
+
+// Without Linux and cgo there is no RDMA: every constructor fails with
+// ErrNotSupported, so no value of these types is ever live and their
+// methods only report the same error.
+
+type Context struct{}
+type PD struct{}
+type MR struct{}
+type CompChannel struct{}
+type CQ struct{}
+type QP struct{}
+
+// MaxBatch is how many work requests one crossing into C posts.
+const MaxBatch = 32
+
+func unsupported(op string) error { return &Error{Op: op, Err: ErrNotSupported} }
+
+func Devices() ([]DeviceInfo, error)                 { return nil, unsupported("ibv_get_device_list") }
+func Open(name string) (*Context, error)             { return nil, unsupported("ibv_open_device") }
+func WrapContext(p unsafe.Pointer) (*Context, error) { return nil, unsupported("WrapContext") }
+
+func (ctx *Context) Name() string               { return "" }
+func (ctx *Context) Ptr() unsafe.Pointer        { return nil }
+func (ctx *Context) Close() error               { return nil }
+func (ctx *Context) Query() (DeviceInfo, error) { return DeviceInfo{}, unsupported("ibv_query_device") }
+func (ctx *Context) AllocPD() (*PD, error)      { return nil, unsupported("ibv_alloc_pd") }
+func (ctx *Context) NewCompChannel() (*CompChannel, error) {
+	return nil, unsupported("ibv_create_comp_channel")
+}
+func (ctx *Context) NewCQ(cqe int, ch *CompChannel) (*CQ, error) {
+	return nil, unsupported("ibv_create_cq")
+}
+
+func (pd *PD) Context() *Context                               { return nil }
+func (pd *PD) Ptr() unsafe.Pointer                             { return nil }
+func (pd *PD) Close() error                                    { return nil }
+func (pd *PD) RegisterMR(size int, access Access) (*MR, error) { return nil, unsupported("ibv_reg_mr") }
+
+func (mr *MR) Bytes() []byte  { return nil }
+func (mr *MR) Addr() uint64   { return 0 }
+func (mr *MR) Len() int       { return 0 }
+func (mr *MR) LKey() uint32   { return 0 }
+func (mr *MR) RKey() uint32   { return 0 }
+func (mr *MR) Access() Access { return 0 }
+func (mr *MR) Close() error   { return nil }
+
+func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
+	return nil, unsupported("ibv_get_cq_event")
+}
+func (ch *CompChannel) SetDeadline(t time.Time) error { return unsupported("SetDeadline") }
+func (ch *CompChannel) Close() error                  { return nil }
+
+func (cq *CQ) Size() int                          { return 0 }
+func (cq *CQ) Ptr() unsafe.Pointer                { return nil }
+func (cq *CQ) Poll(out []Completion) (int, error) { return 0, unsupported("ibv_poll_cq") }
+func (cq *CQ) ReqNotify(solicitedOnly bool) error { return unsupported("ibv_req_notify_cq") }
+func (cq *CQ) Close() error                       { return nil }
+
+func WrapQP(p unsafe.Pointer, caps QPCaps, destroy func() error) *QP { return &QP{} }
+
+func (qp *QP) Num() uint32                        { return 0 }
+func (qp *QP) Caps() QPCaps                       { return QPCaps{} }
+func (qp *QP) Ptr() unsafe.Pointer                { return nil }
+func (qp *QP) State() (QPState, error)            { return QPUnknown, unsupported("ibv_query_qp") }
+func (qp *QP) SetError() error                    { return unsupported("ibv_modify_qp") }
+func (qp *QP) Close() error                       { return nil }
+func (qp *QP) MarkDestroyed()                     {}
+func (qp *QP) PostSend(wrs []SendWR) (int, error) { return 0, unsupported("ibv_post_send") }
+func (qp *QP) PostRecv(wrs []RecvWR) (int, error) { return 0, unsupported("ibv_post_recv") }

@@ -1,0 +1,213 @@
+package verbs
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Transport is how a device moves RDMA traffic.
+type Transport int
+
+const (
+	TransportUnknown    Transport = iota
+	TransportInfiniBand           // native InfiniBand link layer
+	TransportRoCE                 // InfiniBand transport over Ethernet (RoCE v1/v2; rxe)
+	TransportIWARP                // iWARP over TCP (siw)
+)
+
+func (t Transport) String() string {
+	switch t {
+	case TransportInfiniBand:
+		return "InfiniBand"
+	case TransportRoCE:
+		return "RoCE"
+	case TransportIWARP:
+		return "iWARP"
+	}
+	return "unknown"
+}
+
+// PortState mirrors enum ibv_port_state.
+type PortState uint32
+
+const (
+	PortNop         PortState = 0
+	PortDown        PortState = 1
+	PortInit        PortState = 2
+	PortArmed       PortState = 3
+	PortActive      PortState = 4
+	PortActiveDefer PortState = 5
+)
+
+func (s PortState) String() string {
+	switch s {
+	case PortNop:
+		return "NOP"
+	case PortDown:
+		return "DOWN"
+	case PortInit:
+		return "INIT"
+	case PortArmed:
+		return "ARMED"
+	case PortActive:
+		return "ACTIVE"
+	case PortActiveDefer:
+		return "ACTIVE_DEFER"
+	}
+	return fmt.Sprintf("PortState(%d)", uint32(s))
+}
+
+// LinkLayer mirrors IBV_LINK_LAYER_*.
+type LinkLayer uint8
+
+const (
+	LinkLayerUnspecified LinkLayer = 0
+	LinkLayerInfiniBand  LinkLayer = 1
+	LinkLayerEthernet    LinkLayer = 2
+)
+
+func (l LinkLayer) String() string {
+	switch l {
+	case LinkLayerInfiniBand:
+		return "InfiniBand"
+	case LinkLayerEthernet:
+		return "Ethernet"
+	}
+	return "unspecified"
+}
+
+// GIDType mirrors enum ibv_gid_type.
+type GIDType uint32
+
+const (
+	GIDTypeIB     GIDType = 0
+	GIDTypeRoCEv1 GIDType = 1
+	GIDTypeRoCEv2 GIDType = 2
+)
+
+func (g GIDType) String() string {
+	switch g {
+	case GIDTypeIB:
+		return "IB"
+	case GIDTypeRoCEv1:
+		return "RoCE v1"
+	case GIDTypeRoCEv2:
+		return "RoCE v2"
+	}
+	return fmt.Sprintf("GIDType(%d)", uint32(g))
+}
+
+// GUID is a node GUID in network byte order.
+type GUID [8]byte
+
+func (g GUID) String() string {
+	return fmt.Sprintf("%02x%02x:%02x%02x:%02x%02x:%02x%02x", g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7])
+}
+
+// GIDEntry is one valid entry of a port's GID table.
+type GIDEntry struct {
+	Index   int
+	Type    GIDType
+	GID     [16]byte
+	Addr    netip.Addr // the IP the GID stands for (RoCE only; ::ffff:a.b.c.d is unmapped to IPv4); invalid for IB GIDs
+	Ifindex int        // the netdev the GID belongs to (RoCE), 0 if none
+}
+
+// PortInfo describes one port of a device. Port numbers start at 1.
+type PortInfo struct {
+	Num         int
+	State       PortState
+	LinkLayer   LinkLayer
+	ActiveMTU   int // bytes (256..4096)
+	MaxMTU      int // bytes
+	MaxMsgSize  uint32
+	GIDTableLen int
+	GIDs        []GIDEntry
+}
+
+// DeviceInfo describes a device as ibv_query_device and friends see it.
+type DeviceInfo struct {
+	Name      string
+	NodeGUID  GUID
+	Transport Transport
+	FWVersion string
+	MaxQP     int
+	MaxQPWR   int
+	MaxSGE    int
+	MaxSGERD  int
+	MaxCQ     int
+	MaxCQE    int
+	MaxMR     int
+	MaxMRSize uint64
+	// MaxInlineData is not part of ibv_device_attr: it is found by creating
+	// throw-away RC QPs (send queue 16, 2 SGEs, as rsocket asks) with growing
+	// max_inline_data until creation fails. 0 means the probe failed. The
+	// value a real connection gets is what cm's CreateQP reports back.
+	MaxInlineData int
+	Ports         []PortInfo
+}
+
+// Access is a set of memory region access flags (IBV_ACCESS_*).
+type Access uint32
+
+const (
+	AccessLocalWrite   Access = 1 << 0
+	AccessRemoteWrite  Access = 1 << 1
+	AccessRemoteRead   Access = 1 << 2
+	AccessRemoteAtomic Access = 1 << 3
+)
+
+func (a Access) String() string {
+	if a == 0 {
+		return "none"
+	}
+	s := ""
+	for _, f := range []struct {
+		bit  Access
+		name string
+	}{{AccessLocalWrite, "LOCAL_WRITE"}, {AccessRemoteWrite, "REMOTE_WRITE"}, {AccessRemoteRead, "REMOTE_READ"}, {AccessRemoteAtomic, "REMOTE_ATOMIC"}} {
+		if a&f.bit != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += f.name
+			a &^= f.bit
+		}
+	}
+	if a != 0 {
+		s += fmt.Sprintf("|%#x", uint32(a))
+	}
+	return s
+}
+
+// QPState mirrors enum ibv_qp_state.
+type QPState uint32
+
+const (
+	QPReset QPState = iota
+	QPInit
+	QPRTR
+	QPRTS
+	QPSQD
+	QPSQE
+	QPErr
+	QPUnknown
+)
+
+func (s QPState) String() string {
+	names := [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"}
+	if int(s) < len(names) {
+		return names[s]
+	}
+	return fmt.Sprintf("QPState(%d)", uint32(s))
+}
+
+// QPCaps are the queue sizes asked for when a QP is created and, after
+// creation, what the device granted.
+type QPCaps struct {
+	MaxSendWR     uint32
+	MaxRecvWR     uint32
+	MaxSendSGE    uint32
+	MaxRecvSGE    uint32
+	MaxInlineData uint32
+}
