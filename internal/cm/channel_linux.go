@@ -1,0 +1,185 @@
+//go:build cgo
+
+package cm
+
+/*
+#cgo LDFLAGS: -lrdmacm -libverbs
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/verbs"
+)
+
+// EventChannel is an rdma_cm event channel.
+type EventChannel struct {
+	c    *C.struct_rdma_event_channel
+	poll *verbs.PollFD
+
+	mu     sync.Mutex
+	ids    int // live IDs on the channel; it is destroyed only when none remain
+	closed bool
+}
+
+// NewEventChannel creates an event channel. Without an RDMA device it fails
+// with an error matching ErrNoDevice.
+func NewEventChannel() (*EventChannel, error) {
+	verbs.CountCgoCall()
+	c, err := C.rdma_create_event_channel()
+	if c == nil {
+		e := &Error{Op: "rdma_create_event_channel", Errno: errnoOr(err, syscall.ENODEV)}
+		switch e.Errno {
+		case syscall.ENODEV, syscall.ENOENT, syscall.ENOSYS, syscall.ENXIO:
+			e.Err = ErrNoDevice
+		}
+		return nil, e
+	}
+	p, perr := verbs.NewPollFD(int(C.rnet_channel_fd(c)), "rdma_cm event channel")
+	if perr != nil {
+		verbs.CountCgoCall()
+		C.rdma_destroy_event_channel(c)
+		return nil, perr
+	}
+	return &EventChannel{c: c, poll: p}, nil
+}
+
+// Next waits, parked in the netpoller, for the next event on the channel and
+// returns it, already acknowledged. Events for IDs that were closed in the
+// meantime are dropped.
+//
+// Next fails with os.ErrDeadlineExceeded after SetDeadline's deadline, with
+// ctx's error when ctx ends, and with net.ErrClosed when the channel is
+// closed, also from another goroutine during the wait.
+func (ch *EventChannel) Next(ctx context.Context) (Event, error) {
+	for {
+		var (
+			ev    C.struct_rnet_cm_event
+			errno C.int
+		)
+		err := ch.poll.Wait(ctx, func() bool {
+			// ch.c is destroyed only after PollFD.Close, which waits
+			// for running callbacks.
+			verbs.CountCgoCall()
+			errno = C.rnet_get_cm_event(ch.c, &ev)
+			return errno != C.EAGAIN
+		})
+		if err != nil {
+			return Event{}, &Error{Op: "rdma_get_cm_event", Err: err}
+		}
+		if errno != 0 {
+			return Event{}, &Error{Op: "rdma_get_cm_event", Errno: syscall.Errno(errno)}
+		}
+		if e, ok := ch.convert(&ev); ok {
+			return e, nil
+		}
+	}
+}
+
+func (ch *EventChannel) convert(ev *C.struct_rnet_cm_event) (Event, bool) {
+	e := Event{Type: EventType(ev._type), Status: int(ev.status)}
+	p := &ev.param
+	e.Param = ConnParam{
+		ResponderResources: uint8(p.responder_resources),
+		InitiatorDepth:     uint8(p.initiator_depth),
+		FlowControl:        uint8(p.flow_control),
+		RetryCount:         uint8(p.retry_count),
+		RNRRetryCount:      uint8(p.rnr_retry_count),
+		SRQ:                uint8(p.srq),
+		QPNum:              uint32(p.qp_num),
+	}
+	if n := int(p.private_data_len); n > 0 {
+		e.Param.PrivateData = C.GoBytes(unsafePointer(&p.private_data[0]), C.int(n))
+	}
+	if e.Type == EventConnectRequest {
+		e.Listener = lookup(uintptr(ev.listen_handle))
+		if e.Listener == nil {
+			// Its listener is gone; nobody will accept this one.
+			verbs.CountCgoCall()
+			C.rdma_reject(ev.id, nil, 0)
+			verbs.CountCgoCall()
+			C.rdma_destroy_id(ev.id)
+			return e, false
+		}
+		id, err := ch.adopt(ev.id)
+		if err != nil {
+			return e, false
+		}
+		e.ID = id
+	} else {
+		e.ID = lookup(uintptr(ev.id_handle))
+		if e.ID == nil {
+			return e, false
+		}
+	}
+	e.Addr = e.ID.addrString()
+	return e, true
+}
+
+// SetDeadline sets the deadline for Next; the zero time means none. A past
+// deadline wakes a waiting goroutine.
+func (ch *EventChannel) SetDeadline(t time.Time) error {
+	if err := ch.poll.SetDeadline(t); err != nil {
+		return &Error{Op: "SetDeadline", Err: err}
+	}
+	return nil
+}
+
+// Close wakes waiters (they get net.ErrClosed). The C channel is destroyed
+// once the last ID on it is closed (librdmacm requires that). It is
+// idempotent.
+func (ch *EventChannel) Close() error {
+	ch.mu.Lock()
+	if ch.closed {
+		ch.mu.Unlock()
+		return nil
+	}
+	ch.closed = true
+	ch.mu.Unlock()
+	perr := ch.poll.Close()
+	ch.mu.Lock()
+	ch.destroyIfUnusedLocked()
+	ch.mu.Unlock()
+	if perr != nil {
+		return &Error{Op: "close", Err: perr}
+	}
+	return nil
+}
+
+// addID counts a new ID on the channel, unless the channel is closed.
+func (ch *EventChannel) addID() bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed {
+		return false
+	}
+	ch.ids++
+	return true
+}
+
+func (ch *EventChannel) removeID() {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.ids--
+	ch.destroyIfUnusedLocked()
+}
+
+func (ch *EventChannel) destroyIfUnusedLocked() {
+	if ch.closed && ch.ids == 0 && ch.c != nil {
+		verbs.CountCgoCall()
+		C.rdma_destroy_event_channel(ch.c)
+		ch.c = nil
+	}
+}
+
+func errnoOr(err error, def syscall.Errno) syscall.Errno {
+	if e, ok := err.(syscall.Errno); ok && e != 0 {
+		return e
+	}
+	return def
+}

@@ -1,0 +1,451 @@
+//go:build cgo
+
+package cm
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/verbs"
+)
+
+// ID is an rdma_cm_id in the RDMA_PS_TCP port space: a listener, or one
+// reliable connection.
+type ID struct {
+	mu     sync.RWMutex // read-held by calls on the id, write-held by Close and Migrate
+	c      *C.struct_rdma_cm_id
+	handle uintptr
+	ch     *EventChannel
+	qp     *verbs.QP
+	vctx   *verbs.Context
+	dst    netip.AddrPort // the address being resolved, for errors before the peer is known
+}
+
+// NewID creates an id whose events arrive on ch.
+func (ch *EventChannel) NewID() (*ID, error) {
+	if !ch.addID() {
+		return nil, &Error{Op: "rdma_create_id", Err: errClosed}
+	}
+	id := &ID{ch: ch}
+	id.handle = register(id)
+	var c *C.struct_rdma_cm_id
+	verbs.CountCgoCall()
+	if r := C.rnet_create_id(ch.c, &c, C.uintptr_t(id.handle)); r != 0 {
+		unregister(id.handle)
+		ch.removeID()
+		return nil, &Error{Op: "rdma_create_id", Errno: syscall.Errno(r)}
+	}
+	id.c = c
+	return id, nil
+}
+
+// adopt wraps the new id of a CONNECT_REQUEST, which librdmacm created on
+// the listener's channel with the listener's context.
+func (ch *EventChannel) adopt(c *C.struct_rdma_cm_id) (*ID, error) {
+	if !ch.addID() {
+		verbs.CountCgoCall()
+		C.rdma_reject(c, nil, 0)
+		verbs.CountCgoCall()
+		C.rdma_destroy_id(c)
+		return nil, errClosed
+	}
+	id := &ID{ch: ch, c: c}
+	id.handle = register(id)
+	verbs.CountCgoCall()
+	C.rnet_set_handle(c, C.uintptr_t(id.handle))
+	return id, nil
+}
+
+func (id *ID) errf(op string, errno syscall.Errno, err error) error {
+	return &Error{Op: op, Addr: id.addrStringLocked(), Errno: errno, Err: err}
+}
+
+// call runs f on the live C id under the read lock.
+func (id *ID) call(op string, f func(c *C.struct_rdma_cm_id) C.int) error {
+	id.mu.RLock()
+	defer id.mu.RUnlock()
+	if id.c == nil {
+		return &Error{Op: op, Err: errClosed}
+	}
+	verbs.CountCgoCall()
+	if r := f(id.c); r != 0 {
+		return id.errf(op, syscall.Errno(r), nil)
+	}
+	return nil
+}
+
+// Bind binds the id to a local address (a port alone, with an unspecified
+// address, binds on all devices).
+func (id *ID) Bind(addr netip.AddrPort) error {
+	err := id.call("rdma_bind_addr", func(c *C.struct_rdma_cm_id) C.int { return C.rnet_bind_addr(c, toC(addr)) })
+	if err != nil {
+		err.(*Error).Addr = addr.String()
+	}
+	return err
+}
+
+// Listen starts listening; CONNECT_REQUEST events follow on the channel.
+func (id *ID) Listen(backlog int) error {
+	return id.call("rdma_listen", func(c *C.struct_rdma_cm_id) C.int {
+		return C.rnet_listen(c, C.int(backlog))
+	})
+}
+
+// ResolveAddr starts resolving dst (from src, if valid) to an RDMA address;
+// ADDR_RESOLVED or ADDR_ERROR follows. The id is then bound to a device.
+func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
+	var s netip.AddrPort
+	if src.IsValid() {
+		s = netip.AddrPortFrom(src, 0)
+	}
+	id.mu.Lock()
+	id.dst = dst
+	id.mu.Unlock()
+	return id.call("rdma_resolve_addr", func(c *C.struct_rdma_cm_id) C.int {
+		return C.rnet_resolve_addr(c, toC(s), toC(dst), C.int(ms(timeout)))
+	})
+}
+
+// ResolveRoute starts resolving the route to the resolved address;
+// ROUTE_RESOLVED or ROUTE_ERROR follows.
+func (id *ID) ResolveRoute(timeout time.Duration) error {
+	return id.call("rdma_resolve_route", func(c *C.struct_rdma_cm_id) C.int {
+		return C.rnet_resolve_route(c, C.int(ms(timeout)))
+	})
+}
+
+func ms(d time.Duration) int {
+	if d <= 0 {
+		return 1
+	}
+	return int(min((d+time.Millisecond-1)/time.Millisecond, 1<<31-1))
+}
+
+// Resolve resolves dst's address and then the route to it, waiting for each
+// step's event. A step that times out is retried as r says. The id must be
+// alone on its channel (the usual case on the active side), since Resolve
+// consumes the channel's events.
+func (id *ID) Resolve(ctx context.Context, src netip.Addr, dst netip.AddrPort, r Retry) error {
+	err := id.resolveStep(ctx, r, "rdma_resolve_addr", EventAddrResolved, func(to time.Duration) error {
+		return id.ResolveAddr(src, dst, to)
+	})
+	if err != nil {
+		return err
+	}
+	return id.resolveStep(ctx, r, "rdma_resolve_route", EventRouteResolved, id.ResolveRoute)
+}
+
+func (id *ID) resolveStep(ctx context.Context, r Retry, op string, want EventType, start func(time.Duration) error) error {
+	to := r.Timeout
+	for try := 1; ; try++ {
+		if err := start(to); err != nil {
+			return err
+		}
+		ev, err := id.await(ctx, want, op)
+		if err == nil {
+			return nil
+		}
+		if try >= r.Tries || ev.Type != want+1 || !errors.Is(err, syscall.ETIMEDOUT) {
+			// (ADDR_ERROR and ROUTE_ERROR follow their success events.)
+			return err
+		}
+		to *= 2
+	}
+}
+
+// Await waits for the next event on the id's channel, which must be for this
+// id, and returns it. An error event (REJECTED, UNREACHABLE, ...) is returned
+// with its Err; any other event than want is returned with an error saying
+// so. Like Resolve, it needs the id to be alone on its channel.
+func (id *ID) Await(ctx context.Context, want EventType) (Event, error) {
+	return id.await(ctx, want, "rdma_get_cm_event")
+}
+
+func (id *ID) await(ctx context.Context, want EventType, op string) (Event, error) {
+	id.mu.RLock()
+	ch := id.ch
+	id.mu.RUnlock()
+	ev, err := ch.Next(ctx)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			id.mu.RLock()
+			e.Op, e.Addr = op, id.addrStringLocked()
+			id.mu.RUnlock()
+		}
+		return ev, err
+	}
+	if ev.ID != id {
+		return ev, &Error{Op: op, Addr: ev.Addr, Err: fmt.Errorf("rdma: event %v is for another id on the channel", ev.Type)}
+	}
+	if ev.Type == want {
+		return ev, nil
+	}
+	if err := ev.Err(); err != nil {
+		return ev, err
+	}
+	return ev, &Error{Op: op, Addr: ev.Addr, Err: fmt.Errorf("rdma: got event %v (status %d), want %v", ev.Type, ev.Status, want)}
+}
+
+func paramToC(p *ConnParam) (*C.struct_rnet_conn_param, error) {
+	var c C.struct_rnet_conn_param
+	if len(p.PrivateData) > len(c.private_data) {
+		return nil, syscall.EINVAL
+	}
+	for i, b := range p.PrivateData {
+		c.private_data[i] = C.uint8_t(b)
+	}
+	c.private_data_len = C.uint8_t(len(p.PrivateData))
+	c.responder_resources = C.uint8_t(p.ResponderResources)
+	c.initiator_depth = C.uint8_t(p.InitiatorDepth)
+	c.flow_control = C.uint8_t(p.FlowControl)
+	c.retry_count = C.uint8_t(p.RetryCount)
+	c.rnr_retry_count = C.uint8_t(p.RNRRetryCount)
+	c.srq = C.uint8_t(p.SRQ)
+	c.qp_num = C.uint32_t(p.QPNum)
+	return &c, nil
+}
+
+// Connect sends the connection request; ESTABLISHED (with the peer's private
+// data), REJECTED, UNREACHABLE or CONNECT_ERROR follows.
+func (id *ID) Connect(p ConnParam) error {
+	cp, err := paramToC(&p)
+	if err != nil {
+		return id.call("rdma_connect", func(*C.struct_rdma_cm_id) C.int { return C.EINVAL })
+	}
+	return id.call("rdma_connect", func(c *C.struct_rdma_cm_id) C.int { return C.rnet_connect(c, cp) })
+}
+
+// Accept accepts the connection request this id came from; ESTABLISHED
+// follows.
+func (id *ID) Accept(p ConnParam) error {
+	cp, err := paramToC(&p)
+	if err != nil {
+		return id.call("rdma_accept", func(*C.struct_rdma_cm_id) C.int { return C.EINVAL })
+	}
+	return id.call("rdma_accept", func(c *C.struct_rdma_cm_id) C.int { return C.rnet_accept(c, cp) })
+}
+
+// Reject refuses the connection request this id came from, sending
+// privateData (may be nil). The id should then be closed.
+func (id *ID) Reject(privateData []byte) error {
+	if len(privateData) > 255 {
+		return id.call("rdma_reject", func(*C.struct_rdma_cm_id) C.int { return C.EINVAL })
+	}
+	var buf [255]C.uint8_t
+	for i, b := range privateData {
+		buf[i] = C.uint8_t(b)
+	}
+	return id.call("rdma_reject", func(c *C.struct_rdma_cm_id) C.int {
+		return C.rnet_reject(c, unsafePointer(&buf[0]), C.uint8_t(len(privateData)))
+	})
+}
+
+// Disconnect disconnects; it moves the QP to the error state, and both
+// sides get DISCONNECTED.
+func (id *ID) Disconnect() error {
+	return id.call("rdma_disconnect", func(c *C.struct_rdma_cm_id) C.int {
+		return C.rnet_disconnect(c)
+	})
+}
+
+// Migrate moves the id onto another event channel; its later events arrive
+// there. An accepted connection is typically moved off the listener's
+// channel onto its own.
+func (id *ID) Migrate(to *EventChannel) error {
+	if !to.addID() {
+		return &Error{Op: "rdma_migrate_id", Err: errClosed}
+	}
+	id.mu.Lock()
+	if id.c == nil {
+		id.mu.Unlock()
+		to.removeID()
+		return &Error{Op: "rdma_migrate_id", Err: errClosed}
+	}
+	verbs.CountCgoCall()
+	if r := C.rnet_migrate_id(id.c, to.c); r != 0 {
+		err := id.errf("rdma_migrate_id", syscall.Errno(r), nil)
+		id.mu.Unlock()
+		to.removeID()
+		return err
+	}
+	from := id.ch
+	id.ch = to
+	id.mu.Unlock()
+	from.removeID()
+	return nil
+}
+
+// Channel is the event channel the id reports on.
+func (id *ID) Channel() *EventChannel {
+	id.mu.RLock()
+	defer id.mu.RUnlock()
+	return id.ch
+}
+
+// Context is the device the id is bound to (after Bind to a device's address,
+// ResolveAddr, or for an id from CONNECT_REQUEST), borrowed from librdmacm.
+// Make the PD, CQs and MRs for the connection on it.
+func (id *ID) Context() (*verbs.Context, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.c == nil {
+		return nil, &Error{Op: "rdma_cm_id verbs", Err: errClosed}
+	}
+	if id.vctx != nil {
+		return id.vctx, nil
+	}
+	verbs.CountCgoCall()
+	p := C.rnet_id_verbs(id.c)
+	if p == nil {
+		return nil, id.errf("rdma_cm_id verbs", syscall.ENODEV, errors.New("rdma: id is not bound to a device yet"))
+	}
+	ctx, err := verbs.WrapContext(unsafePointer(p))
+	if err != nil {
+		return nil, err
+	}
+	id.vctx = ctx
+	return ctx, nil
+}
+
+// CreateQP creates the id's RC QP on pd with the given CQs and sizes
+// (sq_sig_all = 1, as rsocket). The returned QP's Caps are what the device
+// granted, e.g. its max_inline_data. The QP belongs to the id: closing it,
+// or the id, calls rdma_destroy_qp.
+func (id *ID) CreateQP(pd *verbs.PD, send, recv *verbs.CQ, caps verbs.QPCaps) (*verbs.QP, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.c == nil {
+		return nil, &Error{Op: "rdma_create_qp", Err: errClosed}
+	}
+	if id.qp != nil && id.qp.Ptr() != nil {
+		return nil, id.errf("rdma_create_qp", syscall.EEXIST, nil)
+	}
+	ppd, psend, precv := pd.Ptr(), send.Ptr(), recv.Ptr()
+	if ppd == nil || psend == nil || precv == nil {
+		return nil, id.errf("rdma_create_qp", syscall.EINVAL, errClosed)
+	}
+	cc := C.struct_ibv_qp_cap{
+		max_send_wr:     C.uint32_t(caps.MaxSendWR),
+		max_recv_wr:     C.uint32_t(caps.MaxRecvWR),
+		max_send_sge:    C.uint32_t(caps.MaxSendSGE),
+		max_recv_sge:    C.uint32_t(caps.MaxRecvSGE),
+		max_inline_data: C.uint32_t(caps.MaxInlineData),
+	}
+	verbs.CountCgoCall()
+	if r := C.rnet_create_qp(id.c, (*C.struct_ibv_pd)(ppd), (*C.struct_ibv_cq)(psend), (*C.struct_ibv_cq)(precv), &cc); r != 0 {
+		return nil, id.errf("rdma_create_qp", syscall.Errno(r), nil)
+	}
+	granted := verbs.QPCaps{
+		MaxSendWR:     uint32(cc.max_send_wr),
+		MaxRecvWR:     uint32(cc.max_recv_wr),
+		MaxSendSGE:    uint32(cc.max_send_sge),
+		MaxRecvSGE:    uint32(cc.max_recv_sge),
+		MaxInlineData: uint32(cc.max_inline_data),
+	}
+	c := id.c
+	verbs.CountCgoCall()
+	id.qp = verbs.WrapQP(unsafePointer(C.rnet_id_qp(c)), granted, func() error {
+		verbs.CountCgoCall()
+		C.rdma_destroy_qp(c)
+		return nil
+	})
+	return id.qp, nil
+}
+
+// QP is the id's QP, or nil.
+func (id *ID) QP() *verbs.QP {
+	id.mu.RLock()
+	defer id.mu.RUnlock()
+	return id.qp
+}
+
+// LocalAddr is the id's source address (zero before bind/resolve).
+func (id *ID) LocalAddr() netip.AddrPort {
+	id.mu.RLock()
+	defer id.mu.RUnlock()
+	if id.c == nil {
+		return netip.AddrPort{}
+	}
+	verbs.CountCgoCall()
+	return fromC(C.rnet_local_addr(id.c))
+}
+
+// RemoteAddr is the peer's address (zero before resolve or accept).
+func (id *ID) RemoteAddr() netip.AddrPort {
+	id.mu.RLock()
+	defer id.mu.RUnlock()
+	if id.c == nil {
+		return netip.AddrPort{}
+	}
+	verbs.CountCgoCall()
+	return fromC(C.rnet_peer_addr(id.c))
+}
+
+func (id *ID) addrString() string {
+	id.mu.RLock()
+	defer id.mu.RUnlock()
+	return id.addrStringLocked()
+}
+
+// addrStringLocked names the peer, else the address being resolved, else
+// the local address.
+func (id *ID) addrStringLocked() string {
+	if id.c == nil {
+		return ""
+	}
+	verbs.CountCgoCall()
+	if a := fromC(C.rnet_peer_addr(id.c)); a.Addr().IsValid() && !a.Addr().IsUnspecified() {
+		return a.String()
+	}
+	if id.dst.IsValid() {
+		return id.dst.String()
+	}
+	verbs.CountCgoCall()
+	if a := fromC(C.rnet_local_addr(id.c)); a.Addr().IsValid() {
+		return a.String()
+	}
+	return ""
+}
+
+// Close destroys the id's QP (if any) and the id. It is idempotent; calls
+// on a closed id fail with an error wrapping net.ErrClosed. Close PDs, CQs
+// and MRs made on the id's Context before the last id on that device.
+func (id *ID) Close() error {
+	id.mu.Lock()
+	if id.c == nil {
+		id.mu.Unlock()
+		return nil
+	}
+	if id.qp != nil {
+		if err := id.qp.Close(); err != nil {
+			id.mu.Unlock()
+			return err
+		}
+	}
+	verbs.CountCgoCall()
+	if r := C.rnet_destroy_id(id.c); r != 0 {
+		err := id.errf("rdma_destroy_id", syscall.Errno(r), nil)
+		id.mu.Unlock()
+		return err
+	}
+	id.c = nil
+	if id.vctx != nil {
+		id.vctx.Close() // borrowed: only stops its use
+	}
+	unregister(id.handle)
+	ch := id.ch
+	id.mu.Unlock()
+	ch.removeID()
+	return nil
+}
