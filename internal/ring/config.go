@@ -1,0 +1,163 @@
+package ring
+
+// Protocol constants of rsocket (librdmacm/rsocket.c).
+const (
+	// StartTransfer is the size of the first transfer of a burst
+	// (RS_OLAP_START_SIZE). Starting small gets the first bytes to the peer
+	// early; transfers then double so that large bursts amortise work requests.
+	StartTransfer = 2048
+	// MaxTransfer caps one transfer (RS_MAX_TRANSFER).
+	MaxTransfer = 65536
+	// SendLowWater is how much sbuf space must be free before Writable
+	// reports true (RS_SNDLOWAT), so a blocked writer is not woken per byte.
+	SendLowWater = 2048
+	// CtrlSlots is the number of send queue entries reserved for control
+	// messages (RS_QP_CTRL_SIZE); at most this many are in flight.
+	CtrlSlots = 4
+	// CtrlSlotSize is the size of one control slot: room for one encoded
+	// rs_sge, sent from here when the device cannot inline 16 bytes.
+	CtrlSlotSize = RemoteSGESize
+	// MsgWordSize is the size of an iWARP message word (RS_MSG_SIZE).
+	MsgWordSize = 4
+	// RecvHeadroom is how many receives are posted beyond RQSize, the
+	// credits advertised. Credits bound only DATA messages; credit updates
+	// and SHUTDOWN/DISCONNECT consume receives too. Between two polls of a
+	// receiver, a sender that follows the protocol can send at most about
+	// six credit updates (the receiver consumes at most one window of rq_size
+	// messages and one rbuf of bytes, each update covers half of either) and
+	// two close messages, so 16 spare receives keep two rnet engines free of
+	// RNR with room to spare. C peers additionally rely on rnr_retry_count=7.
+	RecvHeadroom = 16
+)
+
+// Defaults, as rsocket's built-in values (/etc/rdma/rsocket/* absent).
+const (
+	DefaultBufSize         = 128 << 10
+	DefaultQueueSize       = 384
+	DefaultInlineThreshold = 64
+)
+
+// Limits applied by Normalize.
+const (
+	// MinBufSize is the smallest sbuf and rbuf. rsocket itself would accept
+	// smaller buffers and stall; tiny buffers are useful to tests that want
+	// wrap-around on every transfer.
+	MinBufSize = 64
+	// MaxBufSize keeps every offset and length in 32 bits with room to spare.
+	MaxBufSize = 1 << 30
+	// MinQueueSize and MaxQueueSize clamp SQSize and RQSize like
+	// rs_set_qp_size (RS_QP_MIN_SIZE, RS_QP_MAX_SIZE): credits and sequence
+	// numbers are 16-bit, so a window must stay below 65535.
+	MinQueueSize = 16
+	MaxQueueSize = 0xFFFE
+	// MaxInlineThreshold is the largest inline size the engine will use.
+	MaxInlineThreshold = 0xFFFF
+)
+
+// NoInline as Config.InlineThreshold disables inline sends (rstream's
+// bandwidth pass uses inline 0; a zero value means "default").
+const NoInline = -1
+
+// Config sizes one connection. The zero value means rsocket's defaults.
+type Config struct {
+	// SendBufSize is the size of sbuf, where written bytes wait until their
+	// transfer completes. 0 = 128 KiB. Clamped to [MinBufSize, MaxBufSize].
+	SendBufSize int
+	// RecvBufSize is the size of rbuf, advertised to the peer in two halves.
+	// 0 = 128 KiB. Clamped to [MinBufSize, MaxBufSize] and rounded down to
+	// an even number so both halves are equal.
+	RecvBufSize int
+	// SQSize is the send queue depth (max_send_wr): CtrlSlots entries are
+	// kept for control messages, the rest carry data. 0 = 384. Clamped to
+	// [MinQueueSize, MaxQueueSize].
+	SQSize int
+	// RQSize is the credit window advertised to the peer: the number of DATA
+	// messages it may have unread. RQSize+RecvHeadroom receives are posted.
+	// 0 = 384. Clamped to [MinQueueSize, MaxQueueSize].
+	RQSize int
+	// InlineThreshold is the largest transfer sent inline; set it to the
+	// max_inline_data the device granted. 0 = 64; NoInline = none. In
+	// iWARP mode it is raised to at least MsgWordSize, like rsocket.
+	InlineThreshold int
+	// IWARP selects rsocket's message-send mode for devices without RDMA
+	// WRITE WITH IMMEDIATE: each message becomes a plain RDMA WRITE plus a
+	// 4-byte inline SEND carrying the message word in host byte order.
+	IWARP bool
+}
+
+// Normalize returns c with defaults filled in and every field clamped to
+// the limits above.
+func (c Config) Normalize() Config {
+	c.SendBufSize = clampDefault(c.SendBufSize, DefaultBufSize, MinBufSize, MaxBufSize)
+	c.RecvBufSize = clampDefault(c.RecvBufSize, DefaultBufSize, MinBufSize, MaxBufSize) &^ 1
+	c.SQSize = clampDefault(c.SQSize, DefaultQueueSize, MinQueueSize, MaxQueueSize)
+	c.RQSize = clampDefault(c.RQSize, DefaultQueueSize, MinQueueSize, MaxQueueSize)
+	switch {
+	case c.InlineThreshold == 0:
+		c.InlineThreshold = DefaultInlineThreshold
+	case c.InlineThreshold < 0:
+		c.InlineThreshold = 0
+	case c.InlineThreshold > MaxInlineThreshold:
+		c.InlineThreshold = MaxInlineThreshold
+	}
+	if c.IWARP && c.InlineThreshold < MsgWordSize {
+		c.InlineThreshold = MsgWordSize
+	}
+	return c
+}
+
+func clampDefault(v, def, lo, hi int) int {
+	if v == 0 {
+		return def
+	}
+	return min(max(v, lo), hi)
+}
+
+// Layout is what a driver allocates, registers and creates for one
+// connection of a Config.
+type Layout struct {
+	// SendRegion is the size of the send region: sbuf, then CtrlSlots
+	// control slots, then (iWARP) SQSize message words. LOCAL_WRITE only.
+	SendRegion int
+	// RecvRegion is the size of the receive region: rbuf, then (iWARP) one
+	// message word per posted receive. LOCAL_WRITE|REMOTE_WRITE.
+	RecvRegion int
+	// TargetRegion is the size of the target SGL the peer writes SGL updates
+	// into: 2 entries of 16 bytes (no iomap). LOCAL_WRITE|REMOTE_WRITE.
+	TargetRegion int
+
+	// Offsets inside the regions, for tests and diagnostics.
+	CtrlOffset    int // control slots in the send region
+	SendMsgOffset int // iWARP message words in the send region
+	RecvMsgOffset int // iWARP message words in the receive region
+
+	// Queue pair and CQ capabilities to request.
+	SendDepth  int // max_send_wr
+	RecvDepth  int // max_recv_wr: RQSize + RecvHeadroom
+	CQDepth    int // SendDepth + RecvDepth (one CQ for both, like rsocket)
+	MaxSendSGE int // 2: a transfer that wraps sbuf uses two SGEs
+	MaxRecvSGE int // 1 (iWARP message word); 0 SGEs are used otherwise
+}
+
+// Layout returns the memory and queue sizes for c (normalised first).
+func (c Config) Layout() Layout {
+	c = c.Normalize()
+	l := Layout{
+		CtrlOffset:    c.SendBufSize,
+		SendMsgOffset: c.SendBufSize + CtrlSlots*CtrlSlotSize,
+		RecvMsgOffset: c.RecvBufSize,
+		SendDepth:     c.SQSize,
+		RecvDepth:     c.RQSize + RecvHeadroom,
+		MaxSendSGE:    2,
+		MaxRecvSGE:    1,
+		TargetRegion:  TargetSGLEntries * RemoteSGESize,
+	}
+	l.SendRegion = l.SendMsgOffset
+	l.RecvRegion = c.RecvBufSize
+	if c.IWARP {
+		l.SendRegion += c.SQSize * MsgWordSize
+		l.RecvRegion += l.RecvDepth * MsgWordSize
+	}
+	l.CQDepth = l.SendDepth + l.RecvDepth
+	return l
+}

@@ -1,0 +1,56 @@
+// Package ring is the sans-IO engine of one rsocket (librdmacm) version 1
+// stream connection: it keeps the accounting of the send ring, the receive
+// ring, the peer's target SGL and the credits, and turns application reads
+// and writes into the verbs work requests a driver must post.
+//
+// # Why sans-IO
+//
+// The engine performs no I/O, starts no goroutines, reads no clock and
+// uses no cgo. The rnet driver executes its work requests on real verbs; the
+// simulated fabric in internal/simfabric executes the very same requests in
+// tests. All memory it touches is handed in by the caller as three Regions
+// (registered memory in production, plain byte slices in tests).
+//
+// # Contract with the driver
+//
+// An Engine is single-threaded: the driver serialises every call, typically
+// with one mutex per connection. A driver loop looks like this:
+//
+//	n := pollCQ(wcs)                 // ibv_poll_cq
+//	err := e.Complete(wcs[:n])       // account completions, parse messages
+//	recvs = e.PostRecvs(recvs[:0])   // re-post one receive per receive completion
+//	postRecv(recvs)                  // ibv_post_recv, BEFORE PostSends (see below)
+//	sends = e.PostSends(sends[:0])   // data, credit updates, control messages
+//	postSend(sends)                  // ibv_post_send
+//
+// Rules the driver must keep:
+//
+//   - Post every RecvWR and SendWR returned, in the order returned, before the
+//     next call to PostSends or PostRecvs. The engine counts them as posted.
+//     If a post fails, call Fail: the connection cannot be repaired.
+//   - Receives returned by PostRecvs must be posted before the SendWRs of the
+//     following PostSends. The engine never grants credits for messages whose
+//     receive has not been handed back, so a peer can never be invited to
+//     send into a receive queue that is short of entries.
+//   - Hold the same lock around polling the CQ and Complete. The peer writes
+//     SGL updates into the target region at any time; the engine reads that
+//     region only while processing completions.
+//   - Imm fields are in host byte order: convert with htonl/ntohl at the verbs
+//     boundary.
+//   - Inline SendWRs point into the send region; the driver (or the
+//     device) copies those bytes when posting, so they need only stay valid
+//     until ibv_post_send returns. Non-inline ones stay valid until their
+//     completion, which the engine guarantees.
+//   - Every SendWR has Signaled set (rsocket creates its QP with
+//     sq_sig_all=1): completions are how sbuf space and control slots return.
+//
+// # Memory and remote access
+//
+// Register the receive region and the target region with
+// LOCAL_WRITE|REMOTE_WRITE and the send region with LOCAL_WRITE only. Never
+// grant REMOTE_READ: rsocket never issues RDMA READ. With a single memory
+// region for rbuf, a peer can write anywhere in it; what the engine does
+// guarantee is that it only ever reads bytes a peer announced inside the half
+// of rbuf it had been granted, and that it never reads outside its regions,
+// whatever the peer claims.
+package ring

@@ -1,0 +1,385 @@
+package ring
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// recvIDFlag marks receive work request IDs, like rsocket's
+// RS_WR_ID_FLAG_RECV, so one CQ can carry both kinds of completion.
+const recvIDFlag = 1 << 63
+
+// hostBigEndian is whether this host's byte order is network order; it
+// decides FlagNet in our private data and the order the peer uses for SGL
+// updates it writes to us.
+var hostBigEndian = binary.NativeEndian.Uint16([]byte{0, 1}) == 1
+
+// sendKind says what a completed send gives back.
+type sendKind uint8
+
+const (
+	sendData       sendKind = iota // a transfer: sbuf bytes and a data SQ entry
+	sendDataMsg                    // iWARP message word of a transfer: a data SQ entry
+	sendCtrl                       // credit update, SGL write or keepalive: a control slot
+	sendShutdown                   // CTRL SHUTDOWN: a control slot
+	sendDisconnect                 // CTRL DISCONNECT: a control slot
+)
+
+type sendRecord struct {
+	kind  sendKind
+	bytes uint32
+}
+
+// closeKind is a close message waiting for queued data to go out first.
+type closeKind uint8
+
+const (
+	closeNone closeKind = iota
+	closeShutdown
+	closeDisconnect
+)
+
+// grant is a half of rbuf advertised to the peer and not yet filled.
+type grant struct {
+	off  uint32 // where the peer writes next
+	left uint32 // bytes it may still write
+}
+
+// Engine is the state of one rsocket stream connection. See the package
+// documentation for the contract with the driver. The zero value is not
+// usable; call New.
+type Engine struct {
+	cfg    Config
+	layout Layout
+	send   Region
+	recv   Region
+	target Region
+
+	established bool
+	err         error // first fatal error; sticky
+
+	// The peer, from its private data.
+	peerCredits   uint16    // its rq_size
+	peerBigEndian bool      // write SGL updates to it big-endian
+	peerTarget    RemoteSGE // its target SGL (2 entries)
+	peerBuf       RemoteSGE // the first half of its rbuf
+	peerHalf      uint32
+
+	// Send ring. Byte counters only grow; position = counter % len(sbuf).
+	// tail <= posted <= head: [tail,posted) is in flight, [posted,head)
+	// written but not yet sent.
+	sbuf    []byte
+	sTail   uint64
+	sPosted uint64
+	sHead   uint64
+	olen    uint32 // size of the next transfer of this burst
+
+	// Send-side credits and the peer's buffer space.
+	sseqNo       uint16       // DATA messages sent
+	sseqComp     uint16       // sseqNo may not reach this
+	tgt          [2]RemoteSGE // where our transfers may go; tgt[tgtIdx] is current
+	tgtIdx       int
+	mailboxNext  int // the entry of our target region the peer updates next
+	sqAvail      int // send queue entries for data
+	ctrlInFlight int
+	ctrlSlotSeq  uint32 // picks the control slot for an SGL payload
+
+	// Sends in flight, in posting order; completions must match.
+	inflight     []sendRecord
+	inflightHead int
+	inflightLen  int
+	sendSeq      uint64 // ID of the next send
+	sendDoneSeq  uint64 // ID of the next send completion expected
+
+	// Close and keepalive requests.
+	closePending     closeKind
+	writeClosed      bool
+	readClosed       bool
+	keepalivePending bool
+	shutdownPosted   bool
+	shutdownDone     bool
+	disconnectPosted bool
+	disconnectDone   bool
+	peerShutdown     bool
+	peerDisconnected bool
+
+	// Receive ring.
+	rbuf        []byte
+	half        uint32
+	rbufOff     uint32 // where Read copies from
+	rbufAvail   uint32 // bytes read back but not yet advertised (rbuf_bytes_avail)
+	rbufFreeOff uint32 // the next half to advertise
+	grants      [2]grant
+	nGrants     int
+	remoteSGE   int    // the peer's target SGL entry we write next
+	unread      uint64 // bytes received, not yet read
+
+	// Receive-side credits.
+	rseqNo      uint16 // DATA messages fully consumed
+	rseqComp    uint16 // a credit update is due when rseqNo reaches this
+	grantedSeq  uint16 // the peer may send DATA until recvDataSeq reaches this
+	recvDataSeq uint16 // DATA messages received
+
+	// Received DATA messages not fully read: remaining length of each.
+	msgs     []uint32
+	msgHead  int
+	msgCount int
+
+	// Posted receives.
+	recvDepth  int
+	recvPosted uint64
+	recvDone   uint64
+	recvToPost int
+
+	stats Stats
+}
+
+// Stats counts what an engine did. All counters only grow.
+type Stats struct {
+	BytesWritten     uint64 // accepted by Write
+	BytesSent        uint64 // posted in DATA transfers
+	BytesReceived    uint64 // announced by DATA messages
+	BytesRead        uint64 // copied out by Read
+	MessagesSent     uint64 // DATA messages posted
+	MessagesReceived uint64 // DATA messages received
+	InlineSends      uint64 // DATA transfers sent inline
+
+	CreditUpdatesSent     uint64 // SGL messages posted
+	CreditUpdatesReceived uint64 // SGL messages received
+	BufferGrantsSent      uint64 // rbuf halves advertised after the first
+	BufferGrantsReceived  uint64 // target SGL entries taken from the peer
+	KeepalivesSent        uint64
+
+	// Stalls count PostSends calls that had data to send but had to stop.
+	CreditStalls uint64 // no credits (sseq_no == sseq_comp)
+	BufferStalls uint64 // the current target SGL entry is empty
+	QueueStalls  uint64 // no send queue entry
+
+	SendCompletions  uint64
+	RecvCompletions  uint64
+	ErrorCompletions uint64 // of these, how many carried an error status
+}
+
+// New builds an engine over caller-owned memory. The regions must be at
+// least the sizes Layout reports for cfg; the engine zeroes the target
+// region. cfg is normalised first.
+func New(cfg Config, send, recv, target Region) (*Engine, error) {
+	cfg = cfg.Normalize()
+	l := cfg.Layout()
+	if err := checkRegion("send", send, l.SendRegion); err != nil {
+		return nil, err
+	}
+	if err := checkRegion("receive", recv, l.RecvRegion); err != nil {
+		return nil, err
+	}
+	if err := checkRegion("target", target, l.TargetRegion); err != nil {
+		return nil, err
+	}
+	clear(target.Buf[:l.TargetRegion])
+	half := uint32(cfg.RecvBufSize / 2)
+	e := &Engine{
+		cfg:    cfg,
+		layout: l,
+		send:   send,
+		recv:   recv,
+		target: target,
+
+		sbuf: send.Buf[:cfg.SendBufSize],
+		olen: StartTransfer,
+
+		mailboxNext: 1, // the peer advertises its second half first
+		sqAvail:     cfg.SQSize - CtrlSlots,
+		inflight:    make([]sendRecord, cfg.SQSize),
+
+		rbuf: recv.Buf[:2*half],
+		half: half,
+		// The first half is granted in our private data; the second is
+		// free and gets advertised by the first credit update.
+		rbufAvail:   half,
+		rbufFreeOff: half,
+		grants:      [2]grant{{off: 0, left: half}},
+		nGrants:     1,
+		remoteSGE:   1,
+
+		rseqComp:   uint16(cfg.RQSize / 2),
+		grantedSeq: uint16(cfg.RQSize),
+		msgs:       make([]uint32, cfg.RQSize),
+
+		recvDepth:  l.RecvDepth,
+		recvToPost: l.RecvDepth,
+	}
+	return e, nil
+}
+
+func checkRegion(name string, r Region, need int) error {
+	if len(r.Buf) < need {
+		return errors.New("ring: " + name + " region is " + utoa(uint64(len(r.Buf))) +
+			" bytes, layout needs " + utoa(uint64(need)))
+	}
+	if r.Addr+uint64(len(r.Buf)) < r.Addr {
+		return errors.New("ring: " + name + " region address overflows")
+	}
+	return nil
+}
+
+// Config returns the normalised configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Layout returns the layout of the engine's configuration.
+func (e *Engine) Layout() Layout { return e.layout }
+
+// LocalConnData returns the private data to send in the connect request or
+// reply: credits = RQSize, the target region as target SGL, the first half
+// of rbuf as data buffer, no iomap.
+func (e *Engine) LocalConnData() [ConnDataSize]byte {
+	c := ConnData{
+		Version: ConnDataVersion,
+		Flags:   FlagIOMap,
+		Credits: uint16(e.cfg.RQSize),
+		TargetSGL: RemoteSGE{
+			Addr:   e.target.Addr,
+			Key:    e.target.RKey,
+			Length: TargetSGLEntries,
+		},
+		DataBuf: RemoteSGE{Addr: e.recv.Addr, Key: e.recv.RKey, Length: e.half},
+	}
+	if hostBigEndian {
+		c.Flags |= FlagNet
+	}
+	return c.Encode()
+}
+
+// Establish decodes and checks the peer's private data (the rs_conn_data
+// part: strip an AF_IB ib_connect_hdr first) and enables sending. A
+// *ProtocolError means the peer must be rejected. Call it before feeding
+// receive completions to Complete.
+func (e *Engine) Establish(peer []byte) error {
+	if e.established {
+		return ErrEstablished
+	}
+	c, err := DecodeConnData(peer)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.Credits == 0:
+		return protoErr(ErrBadConnData, 0, "zero credits")
+	case c.TargetSGL.Length != TargetSGLEntries:
+		return protoErr(ErrBadConnData, 0, "target SGL of "+utoa(uint64(c.TargetSGL.Length))+" entries")
+	case c.TargetSGL.Addr+TargetSGLEntries*RemoteSGESize < c.TargetSGL.Addr:
+		return protoErr(ErrBadConnData, 0, "target SGL address overflows")
+	case c.DataBuf.Length == 0:
+		return protoErr(ErrBadConnData, 0, "empty data buffer")
+	case c.DataBuf.Addr+2*uint64(c.DataBuf.Length) < c.DataBuf.Addr:
+		return protoErr(ErrBadConnData, 0, "data buffer address overflows")
+	}
+	e.peerCredits = c.Credits
+	e.peerBigEndian = c.Flags&FlagNet != 0
+	e.peerTarget = c.TargetSGL
+	e.peerBuf = c.DataBuf
+	e.peerHalf = c.DataBuf.Length
+	e.tgt[0] = c.DataBuf
+	e.sseqComp = c.Credits
+	e.established = true
+	return nil
+}
+
+// Fail ends the connection with err, for failures the engine cannot see,
+// such as a failed ibv_post_send. After Fail the driver should tear the
+// connection down without waiting for Flushed.
+func (e *Engine) Fail(err error) {
+	if err == nil {
+		err = errors.New("ring: connection failed")
+	}
+	e.fail(err)
+}
+
+func (e *Engine) fail(err error) error {
+	if e.err == nil {
+		e.err = err
+	}
+	return e.err
+}
+
+// Err returns the error that ended the connection, or nil.
+func (e *Engine) Err() error { return e.err }
+
+// Stats returns a snapshot of the counters.
+func (e *Engine) Stats() Stats { return e.stats }
+
+// finished reports that no more messages will be exchanged.
+func (e *Engine) finished() bool {
+	return e.err != nil || e.peerDisconnected || e.disconnectDone ||
+		(e.peerShutdown && e.shutdownDone)
+}
+
+// live reports whether completions still matter: before Establish and
+// after the close handshake, failed completions are teardown flushes.
+func (e *Engine) live() bool { return e.established && !e.finished() }
+
+// Finished reports that the connection is over at the protocol level: a
+// fatal error, the peer's DISCONNECT, the completion of our DISCONNECT, or
+// SHUTDOWN both ways. The driver may disconnect once Flushed is also true.
+func (e *Engine) Finished() bool { return e.finished() }
+
+// Flushed reports that nothing is queued and nothing is in flight, so
+// closing the queue pair loses nothing. Queued data that can never be sent
+// (the connection finished) does not count.
+func (e *Engine) Flushed() bool {
+	if e.inflightLen != 0 {
+		return false
+	}
+	if e.finished() || !e.established {
+		return true
+	}
+	return e.sPosted == e.sHead && e.closePending == closeNone && !e.keepalivePending
+}
+
+// Readable reports that Read would return something: data, io.EOF or an
+// error.
+func (e *Engine) Readable() bool {
+	return e.unread > 0 || e.peerShutdown || e.peerDisconnected || e.err != nil || e.readClosed
+}
+
+// ReadableBytes is the number of received bytes not yet read.
+func (e *Engine) ReadableBytes() int { return int(e.unread) }
+
+// SendSpace is the free space in sbuf: how much Write would take now.
+func (e *Engine) SendSpace() int { return len(e.sbuf) - int(e.sHead-e.sTail) }
+
+// Writable reports that Write would not return (0, nil): there is at least
+// SendLowWater bytes of space (or sbuf is empty), or Write would fail.
+func (e *Engine) Writable() bool {
+	if e.err != nil || e.writeClosed || e.peerDisconnected {
+		return true
+	}
+	return e.SendSpace() >= min(SendLowWater, len(e.sbuf))
+}
+
+// PeerClosedWrite reports that the peer sent SHUTDOWN or DISCONNECT: once
+// the received data is read, Read returns io.EOF.
+func (e *Engine) PeerClosedWrite() bool { return e.peerShutdown || e.peerDisconnected }
+
+// PeerDisconnected reports that the peer sent DISCONNECT: writes fail with
+// ErrPeerDisconnected.
+func (e *Engine) PeerDisconnected() bool { return e.peerDisconnected }
+
+// Credits returns how many DATA messages may be sent before the peer
+// grants more.
+func (e *Engine) Credits() int { return int(e.sseqComp - e.sseqNo) }
+
+// Complete accounts a batch of completions from the connection's CQ, in the
+// order polled, and returns the fatal error of the connection, if any.
+// Completions keep being accounted after an error so Flushed stays
+// accurate during teardown.
+func (e *Engine) Complete(wcs []Completion) error {
+	for i := range wcs {
+		wc := &wcs[i]
+		if wc.ID&recvIDFlag != 0 {
+			e.completeRecv(wc)
+		} else {
+			e.completeSend(wc)
+		}
+	}
+	return e.err
+}

@@ -1,0 +1,68 @@
+package ring
+
+import "fmt"
+
+// CheckInvariants verifies the engine's accounting. Property tests call it
+// after every step.
+func (e *Engine) CheckInvariants() error {
+	size := uint64(len(e.sbuf))
+	switch {
+	case !(e.sTail <= e.sPosted && e.sPosted <= e.sHead):
+		return fmt.Errorf("sbuf counters out of order: tail %d posted %d head %d", e.sTail, e.sPosted, e.sHead)
+	case e.sHead-e.sTail > size:
+		return fmt.Errorf("sbuf overfull: %d of %d", e.sHead-e.sTail, size)
+	case e.established && e.sseqComp-e.sseqNo > e.peerCredits:
+		return fmt.Errorf("negative or excess credits: comp %d sent %d peer window %d", e.sseqComp, e.sseqNo, e.peerCredits)
+	case e.ctrlInFlight < 0 || e.ctrlInFlight > CtrlSlots:
+		return fmt.Errorf("control slots in flight: %d", e.ctrlInFlight)
+	case e.sqAvail < 0:
+		return fmt.Errorf("data SQ entries: %d", e.sqAvail)
+	case e.inflightLen > e.cfg.SQSize:
+		return fmt.Errorf("sends in flight %d > SQ %d", e.inflightLen, e.cfg.SQSize)
+	case e.recvPosted-e.recvDone > uint64(e.recvDepth):
+		return fmt.Errorf("receives outstanding %d > depth %d", e.recvPosted-e.recvDone, e.recvDepth)
+	case e.msgCount > len(e.msgs):
+		return fmt.Errorf("message queue %d > %d", e.msgCount, len(e.msgs))
+	}
+	var data, ctrl int
+	var bytes uint64
+	for i := 0; i < e.inflightLen; i++ {
+		r := e.inflight[(e.inflightHead+i)%len(e.inflight)]
+		switch r.kind {
+		case sendData:
+			data++
+			bytes += uint64(r.bytes)
+		case sendDataMsg:
+			data++
+		default:
+			ctrl++
+		}
+	}
+	if data+e.sqAvail != e.cfg.SQSize-CtrlSlots {
+		return fmt.Errorf("data SQ entries: %d in flight + %d free != %d", data, e.sqAvail, e.cfg.SQSize-CtrlSlots)
+	}
+	if ctrl != e.ctrlInFlight {
+		return fmt.Errorf("control in flight: %d records, counter %d", ctrl, e.ctrlInFlight)
+	}
+	if bytes != e.sPosted-e.sTail {
+		return fmt.Errorf("sbuf bytes in flight: %d records, counters %d", bytes, e.sPosted-e.sTail)
+	}
+	var granted uint64
+	for i := 0; i < e.nGrants; i++ {
+		granted += uint64(e.grants[i].left)
+	}
+	if uint64(e.rbufAvail)+granted+e.unread != uint64(len(e.rbuf)) {
+		return fmt.Errorf("rbuf: avail %d + granted %d + unread %d != %d", e.rbufAvail, granted, e.unread, len(e.rbuf))
+	}
+	var queued uint64
+	for i := 0; i < e.msgCount; i++ {
+		queued += uint64(e.msgs[(e.msgHead+i)%len(e.msgs)])
+	}
+	if queued != e.unread {
+		return fmt.Errorf("queued messages hold %d bytes, unread %d", queued, e.unread)
+	}
+	if out := e.recvDataSeq - e.rseqNo; int(out) != e.msgCount {
+		return fmt.Errorf("received %d, consumed %d, queued %d", e.recvDataSeq, e.rseqNo, e.msgCount)
+	}
+	return nil
+}

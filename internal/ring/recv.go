@@ -1,0 +1,209 @@
+package ring
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+)
+
+// Read copies received bytes into p. It returns (0, nil) when nothing has
+// arrived yet, (0, io.EOF) once the peer has closed its side and every
+// byte has been read, and the connection's error after a failure.
+// Consuming messages is what earns the peer new credits: call PostSends
+// afterwards.
+func (e *Engine) Read(p []byte) (int, error) {
+	switch {
+	case e.err != nil:
+		return 0, e.err
+	case e.readClosed:
+		return 0, ErrClosed
+	case len(p) == 0:
+		return 0, nil
+	}
+	n := 0
+	for n < len(p) && e.msgCount > 0 {
+		left := e.msgs[e.msgHead]
+		k := min(left, uint32(len(p)-n))
+		// A message never crosses a half (transfers are capped by the
+		// target entry), so it never wraps around the end of rbuf.
+		copy(p[n:], e.rbuf[e.rbufOff:e.rbufOff+k])
+		n += int(k)
+		e.rbufOff += k
+		if e.rbufOff == uint32(len(e.rbuf)) {
+			e.rbufOff = 0
+		}
+		e.rbufAvail += k
+		e.unread -= uint64(k)
+		if k == left {
+			e.msgHead++
+			if e.msgHead == len(e.msgs) {
+				e.msgHead = 0
+			}
+			e.msgCount--
+			e.rseqNo++
+		} else {
+			e.msgs[e.msgHead] = left - k
+		}
+	}
+	e.stats.BytesRead += uint64(n)
+	if n == 0 && (e.peerShutdown || e.peerDisconnected) {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// PostRecvs appends the receives to post: all RQSize+RecvHeadroom before
+// connecting, then one for each receive completion. Receives carry no
+// buffer, except in iWARP mode where each gets a 4-byte slot after rbuf for
+// the message word.
+func (e *Engine) PostRecvs(dst []RecvWR) []RecvWR {
+	if e.err != nil || (e.established && e.finished()) {
+		return dst
+	}
+	for ; e.recvToPost > 0; e.recvToPost-- {
+		wr := RecvWR{ID: recvIDFlag | e.recvPosted}
+		if e.cfg.IWARP {
+			wr.NumSGE = 1
+			wr.SGE = SGE{
+				Addr:   e.recv.Addr + uint64(e.recvSlotOffset(e.recvPosted)),
+				Length: MsgWordSize,
+				LKey:   e.recv.LKey,
+			}
+		}
+		e.recvPosted++
+		dst = append(dst, wr)
+	}
+	return dst
+}
+
+func (e *Engine) recvSlotOffset(seq uint64) int {
+	return e.layout.RecvMsgOffset + int(seq%uint64(e.recvDepth))*MsgWordSize
+}
+
+// completeRecv handles one receive completion: the peer's message.
+func (e *Engine) completeRecv(wc *Completion) {
+	seq := wc.ID &^ recvIDFlag
+	if e.recvDone == e.recvPosted || seq != e.recvDone {
+		e.fail(fmt.Errorf("ring: %w: receive ID %d, expected %d (%d posted)",
+			ErrUnknownCompletion, seq, e.recvDone, e.recvPosted-e.recvDone))
+		return
+	}
+	e.recvDone++
+	e.stats.RecvCompletions++
+	if wc.Status != WCSuccess {
+		e.stats.ErrorCompletions++
+		if e.live() {
+			e.fail(&CompletionError{ID: wc.ID, Status: wc.Status, VendorErr: wc.VendorErr, Recv: true})
+		}
+		return
+	}
+	if !e.established {
+		e.fail(fmt.Errorf("ring: %w: message received before Establish", ErrNotEstablished))
+		return
+	}
+	if e.finished() {
+		return // after DISCONNECT nothing the peer says matters
+	}
+	e.recvToPost++
+
+	var word uint32
+	switch {
+	case e.cfg.IWARP && wc.Opcode == WCRecv && wc.ByteLen == MsgWordSize:
+		off := e.recvSlotOffset(seq)
+		word = binary.NativeEndian.Uint32(e.recv.Buf[off:])
+	case !e.cfg.IWARP && wc.Opcode == WCRecvRDMAWithImm:
+		word = wc.Imm
+	default:
+		e.fail(protoErr(ErrBadMessage, 0, fmt.Sprintf("receive completion opcode %d, %d bytes", wc.Opcode, wc.ByteLen)))
+		return
+	}
+	m, err := ParseMsg(word)
+	if err != nil {
+		e.fail(err)
+		return
+	}
+	switch m.Op() {
+	case MsgData:
+		e.recvData(m)
+	case MsgSGL:
+		e.recvCredits(m)
+	case MsgIOMapSGL:
+		e.fail(protoErr(ErrUnexpectedIOMap, m, "iomap size 0 was advertised"))
+	case MsgCtrl:
+		switch m.Data() {
+		case CtrlDisconnect:
+			e.peerDisconnected = true
+		case CtrlShutdown:
+			e.peerShutdown = true
+		case CtrlKeepalive:
+			// rsocket's keepalive carries no immediate; accept one anyway.
+		}
+	}
+}
+
+// recvData checks a DATA message against the credits and the rbuf space
+// the peer was granted, and queues its bytes for Read.
+func (e *Engine) recvData(m Msg) {
+	if e.peerShutdown {
+		e.fail(protoErr(ErrDataAfterShutdown, m, ""))
+		return
+	}
+	if e.recvDataSeq == e.grantedSeq {
+		e.fail(protoErr(ErrCreditOverrun, m, fmt.Sprintf("message %d, credits up to %d", e.recvDataSeq+1, e.grantedSeq)))
+		return
+	}
+	n := m.Data()
+	if n > 0 && (e.nGrants == 0 || n > e.grants[0].left) {
+		var left uint32
+		if e.nGrants > 0 {
+			left = e.grants[0].left
+		}
+		e.fail(protoErr(ErrDataOverrun, m, fmt.Sprintf("%d bytes, %d left in the granted half", n, left)))
+		return
+	}
+	e.recvDataSeq++
+	e.stats.MessagesReceived++
+	if n == 0 {
+		// Nothing to read: the message is consumed as it arrives.
+		e.rseqNo++
+		return
+	}
+	if e.msgCount == len(e.msgs) {
+		// Unreachable while the credit check holds; never index out of range.
+		e.fail(protoErr(ErrCreditOverrun, m, "message queue full"))
+		return
+	}
+	g := &e.grants[0]
+	g.off += n
+	g.left -= n
+	if g.left == 0 {
+		e.grants[0] = e.grants[1]
+		e.grants[1] = grant{}
+		e.nGrants--
+	}
+	i := e.msgHead + e.msgCount
+	if i >= len(e.msgs) {
+		i -= len(e.msgs)
+	}
+	e.msgs[i] = n
+	e.msgCount++
+	e.unread += uint64(n)
+	e.stats.BytesReceived += uint64(n)
+}
+
+// recvCredits applies a credit grant and takes any SGL update the peer
+// wrote into our target region.
+func (e *Engine) recvCredits(m Msg) {
+	comp := uint16(m.Data()) // rsocket sends rseq_no + rq_size unmasked; only 16 bits count
+	if comp-e.sseqComp > e.peerCredits {
+		e.fail(protoErr(ErrBadCredits, m, fmt.Sprintf("limit %d goes back from %d", comp, e.sseqComp)))
+		return
+	}
+	if comp-e.sseqNo > e.peerCredits {
+		e.fail(protoErr(ErrBadCredits, m, fmt.Sprintf("limit %d with %d sent and %d credits", comp, e.sseqNo, e.peerCredits)))
+		return
+	}
+	e.sseqComp = comp
+	e.stats.CreditUpdatesReceived++
+	e.takeSGLUpdates(m)
+}

@@ -1,0 +1,363 @@
+package ring
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Write copies as much of p as fits into sbuf and returns how many bytes it
+// took; it never keeps p. (0, nil) means sbuf is full: wait for Writable.
+// The bytes go out on the next PostSends calls, as credits allow.
+func (e *Engine) Write(p []byte) (int, error) {
+	switch {
+	case e.err != nil:
+		return 0, e.err
+	case e.writeClosed:
+		return 0, ErrWriteClosed
+	case e.peerDisconnected:
+		return 0, ErrPeerDisconnected
+	}
+	n := min(len(p), e.SendSpace())
+	if n == 0 {
+		return 0, nil
+	}
+	if e.sHead == e.sTail {
+		// The send side is idle: a new burst starts small again so its
+		// first bytes reach the peer without waiting behind a large copy.
+		e.olen = StartTransfer
+	}
+	size := uint64(len(e.sbuf))
+	pos := int(e.sHead % size)
+	c := copy(e.sbuf[pos:], p[:n])
+	copy(e.sbuf, p[c:n])
+	e.sHead += uint64(n)
+	e.stats.BytesWritten += uint64(n)
+	return n, nil
+}
+
+// CloseWrite queues a SHUTDOWN (half-close), sent once the data already
+// written has been sent. If the peer already shut down its side, it queues
+// a DISCONNECT instead, as rsocket does. Later Writes fail.
+func (e *Engine) CloseWrite() {
+	e.writeClosed = true
+	k := closeShutdown
+	if e.peerShutdown {
+		k = closeDisconnect
+	}
+	e.queueClose(k)
+}
+
+// Close queues a DISCONNECT, sent once the data already written has been
+// sent (like a TCP FIN after the send buffer drains). Later Reads return
+// ErrClosed and Writes ErrWriteClosed. Wait for Flushed (or give up with
+// Abort) before destroying the queue pair.
+func (e *Engine) Close() {
+	e.writeClosed = true
+	e.readClosed = true
+	e.queueClose(closeDisconnect)
+}
+
+// Abort drops data written but not yet sent and queues a DISCONNECT to go
+// out as soon as a control slot allows: a close that does not wait for the
+// peer's credits.
+func (e *Engine) Abort() {
+	e.sHead = e.sPosted
+	e.Close()
+}
+
+func (e *Engine) queueClose(k closeKind) {
+	if e.disconnectPosted || (k == closeShutdown && e.shutdownPosted) {
+		return
+	}
+	e.closePending = max(e.closePending, k)
+}
+
+// Keepalive queues a keepalive, a 0-byte RDMA WRITE without immediate that
+// the peer never sees, if the connection is otherwise idle. Its only
+// purpose is its completion: against a dead peer it fails once the
+// transport's retries are exhausted, and Complete reports that. The driver
+// calls it from its own timer (rsocket uses tcp_keepalive_time, 7200 s).
+func (e *Engine) Keepalive() {
+	if e.live() && e.inflightLen == 0 && e.sPosted == e.sHead && e.closePending == closeNone {
+		e.keepalivePending = true
+	}
+}
+
+// PostSends appends the send work requests that credits, the peer's
+// buffer space and the send queue allow now: credit updates first (so the
+// peer can keep sending), then data transfers, then a queued close, then a
+// keepalive. The driver must post them all, in order.
+func (e *Engine) PostSends(dst []SendWR) []SendWR {
+	if !e.established || e.finished() || e.disconnectPosted {
+		return dst
+	}
+	dst = e.postCredits(dst)
+	dst = e.postData(dst)
+	dst = e.postClose(dst)
+	dst = e.postKeepalive(dst)
+	return dst
+}
+
+// postData turns written bytes into transfers. rsocket's rules: a transfer
+// needs a send queue entry (two in iWARP mode), a credit and room in the
+// current target SGL entry; it is at most olen bytes (2 KiB doubling to
+// 64 KiB within a burst) and never crosses a target entry; a wrapped sbuf
+// is sent with two SGEs.
+func (e *Engine) postData(dst []SendWR) []SendWR {
+	need := 1
+	if e.cfg.IWARP {
+		need = 2
+	}
+	size := uint64(len(e.sbuf))
+	for e.sPosted < e.sHead {
+		if e.sqAvail < need {
+			e.stats.QueueStalls++
+			break
+		}
+		if e.sseqNo == e.sseqComp {
+			e.stats.CreditStalls++
+			break
+		}
+		t := &e.tgt[e.tgtIdx]
+		if t.Length == 0 {
+			e.stats.BufferStalls++
+			break
+		}
+
+		left := e.sHead - e.sPosted
+		var x uint64
+		if uint64(e.olen) < left {
+			x = uint64(e.olen)
+			if e.olen < MaxTransfer {
+				e.olen <<= 1
+			}
+		} else {
+			x = left
+		}
+		x = min(x, uint64(t.Length))
+		n := uint32(x)
+
+		wr := SendWR{
+			Op:         OpWriteImm,
+			Imm:        uint32(MakeMsg(MsgData, n)),
+			Inline:     int(n) <= e.cfg.InlineThreshold,
+			Signaled:   true,
+			RemoteAddr: t.Addr,
+			RKey:       t.Key,
+		}
+		pos := e.sPosted % size
+		first := min(x, size-pos)
+		wr.SGE[0] = SGE{Addr: e.send.Addr + pos, Length: uint32(first), LKey: e.send.LKey}
+		wr.NumSGE = 1
+		if first < x {
+			wr.SGE[1] = SGE{Addr: e.send.Addr, Length: uint32(x - first), LKey: e.send.LKey}
+			wr.NumSGE = 2
+		}
+		if wr.Inline {
+			e.stats.InlineSends++
+		}
+
+		// Update the target entry before anything else, as rs_write_data
+		// does, so the bookkeeping never lags what was posted.
+		t.Addr += x
+		t.Length -= n
+		if t.Length == 0 {
+			e.tgtIdx ^= 1
+		}
+		e.sseqNo++
+		e.sqAvail -= need
+		e.sPosted += x
+		e.stats.BytesSent += x
+		e.stats.MessagesSent++
+
+		if !e.cfg.IWARP {
+			wr.ID = e.pushSend(sendData, n)
+			dst = append(dst, wr)
+			continue
+		}
+		wr.Op = OpWrite
+		msg := wr.Imm
+		wr.Imm = 0
+		wr.ID = e.pushSend(sendData, n)
+		dst = append(dst, wr)
+		dst = append(dst, e.msgSend(sendDataMsg, msg))
+	}
+	return dst
+}
+
+// postCredits sends a credit update when rsocket would: the application
+// has consumed half the credit window since the last one, or half of rbuf
+// is free again. In the second case the update also advertises that half by
+// writing an rs_sge into the peer's target SGL, in the peer's byte order,
+// alternating between its two entries.
+func (e *Engine) postCredits(dst []SendWR) []SendWR {
+	if e.peerShutdown || e.readClosed || e.recvToPost > 0 {
+		// The peer sends no more DATA, or nobody reads, or receives are
+		// not back on the queue yet (granting now could invite RNR).
+		return dst
+	}
+	withBuf := e.rbufAvail >= e.half && e.nGrants < len(e.grants)
+	if !withBuf && int16(e.rseqNo-e.rseqComp) < 0 {
+		return dst
+	}
+	need := 1
+	if withBuf && e.cfg.IWARP {
+		need = 2
+	}
+	if CtrlSlots-e.ctrlInFlight < need {
+		return dst
+	}
+	e.ctrlInFlight += need // one per work request; each completion returns one
+
+	msg := MakeMsg(MsgSGL, uint32(e.rseqNo)+uint32(e.cfg.RQSize))
+	e.grantedSeq = e.rseqNo + uint16(e.cfg.RQSize)
+	e.rseqComp = e.rseqNo + uint16(e.cfg.RQSize/2)
+	e.stats.CreditUpdatesSent++
+
+	if !withBuf {
+		return append(dst, e.msgSend(sendCtrl, uint32(msg)))
+	}
+
+	slot := int(e.ctrlSlotSeq % CtrlSlots)
+	e.ctrlSlotSeq++
+	off := e.layout.CtrlOffset + slot*CtrlSlotSize
+	var order binary.ByteOrder = binary.LittleEndian
+	if e.peerBigEndian {
+		order = binary.BigEndian
+	}
+	putRemoteSGE(e.send.Buf[off:], RemoteSGE{
+		Addr:   e.recv.Addr + uint64(e.rbufFreeOff),
+		Key:    e.recv.RKey,
+		Length: e.half,
+	}, order)
+	wr := SendWR{
+		Op:         OpWriteImm,
+		Imm:        uint32(msg),
+		Inline:     e.cfg.InlineThreshold >= RemoteSGESize,
+		Signaled:   true,
+		NumSGE:     1,
+		SGE:        [2]SGE{{Addr: e.send.Addr + uint64(off), Length: RemoteSGESize, LKey: e.send.LKey}},
+		RemoteAddr: e.peerTarget.Addr + uint64(e.remoteSGE)*RemoteSGESize,
+		RKey:       e.peerTarget.Key,
+	}
+
+	e.grants[e.nGrants] = grant{off: e.rbufFreeOff, left: e.half}
+	e.nGrants++
+	e.rbufAvail -= e.half
+	e.rbufFreeOff += e.half
+	if e.rbufFreeOff >= uint32(len(e.rbuf)) {
+		e.rbufFreeOff = 0
+	}
+	e.remoteSGE ^= 1
+	e.stats.BufferGrantsSent++
+
+	if e.cfg.IWARP {
+		wr.Op = OpWrite
+		wr.Imm = 0
+		wr.ID = e.pushSend(sendCtrl, 0)
+		dst = append(dst, wr)
+		return append(dst, e.msgSend(sendCtrl, uint32(msg)))
+	}
+	wr.ID = e.pushSend(sendCtrl, 0)
+	return append(dst, wr)
+}
+
+// postClose sends a queued SHUTDOWN or DISCONNECT once every written byte
+// has been posted, so the peer sees EOF only after all data.
+func (e *Engine) postClose(dst []SendWR) []SendWR {
+	if e.closePending == closeNone || e.sPosted != e.sHead || e.ctrlInFlight >= CtrlSlots {
+		return dst
+	}
+	kind, code := sendShutdown, CtrlShutdown
+	if e.closePending == closeDisconnect {
+		kind, code = sendDisconnect, CtrlDisconnect
+		e.disconnectPosted = true
+	} else {
+		e.shutdownPosted = true
+	}
+	e.closePending = closeNone
+	e.ctrlInFlight++
+	return append(dst, e.msgSend(kind, uint32(MakeMsg(MsgCtrl, code))))
+}
+
+func (e *Engine) postKeepalive(dst []SendWR) []SendWR {
+	if !e.keepalivePending || e.ctrlInFlight >= CtrlSlots {
+		return dst
+	}
+	e.keepalivePending = false
+	e.ctrlInFlight++
+	e.stats.KeepalivesSent++
+	// rsocket posts it with no SGE, remote address 0 and rkey 0: a 0-byte
+	// RDMA WRITE touches no memory, so neither is checked.
+	return append(dst, SendWR{ID: e.pushSend(sendCtrl, 0), Op: OpWrite, Signaled: true})
+}
+
+// msgSend builds a message with no payload: a 0-byte RDMA WRITE WITH
+// IMMEDIATE, or in iWARP mode an inline SEND of the message word in host
+// byte order. The caller has already taken the SQ entry or control slot.
+func (e *Engine) msgSend(kind sendKind, msg uint32) SendWR {
+	if !e.cfg.IWARP {
+		return SendWR{ID: e.pushSend(kind, 0), Op: OpWriteImm, Imm: msg, Signaled: true}
+	}
+	id := e.pushSend(kind, 0)
+	off := e.layout.SendMsgOffset + int(id%uint64(e.cfg.SQSize))*MsgWordSize
+	binary.NativeEndian.PutUint32(e.send.Buf[off:], msg)
+	return SendWR{
+		ID:       id,
+		Op:       OpSend,
+		Inline:   true,
+		Signaled: true,
+		NumSGE:   1,
+		SGE:      [2]SGE{{Addr: e.send.Addr + uint64(off), Length: MsgWordSize, LKey: e.send.LKey}},
+	}
+}
+
+// pushSend records a send in flight and returns its work request ID. The
+// callers' accounting (sqAvail + control slots <= SQSize) guarantees room.
+func (e *Engine) pushSend(kind sendKind, bytes uint32) uint64 {
+	i := (e.inflightHead + e.inflightLen) % len(e.inflight)
+	e.inflight[i] = sendRecord{kind: kind, bytes: bytes}
+	e.inflightLen++
+	id := e.sendSeq
+	e.sendSeq++
+	return id
+}
+
+// completeSend gives back what a send held. Sends of one queue pair
+// complete in posting order (every one is signalled), so the completion
+// must carry the ID of the oldest send in flight.
+func (e *Engine) completeSend(wc *Completion) {
+	if e.inflightLen == 0 || wc.ID != e.sendDoneSeq {
+		e.fail(fmt.Errorf("ring: %w: send ID %d, expected %d (%d in flight)",
+			ErrUnknownCompletion, wc.ID, e.sendDoneSeq, e.inflightLen))
+		return
+	}
+	rec := e.inflight[e.inflightHead]
+	e.inflightHead = (e.inflightHead + 1) % len(e.inflight)
+	e.inflightLen--
+	e.sendDoneSeq++
+	e.stats.SendCompletions++
+	wasLive := e.live()
+
+	switch rec.kind {
+	case sendData:
+		e.sTail += uint64(rec.bytes)
+		e.sqAvail++
+	case sendDataMsg:
+		e.sqAvail++
+	case sendCtrl:
+		e.ctrlInFlight--
+	case sendShutdown:
+		e.ctrlInFlight--
+		e.shutdownDone = true
+	case sendDisconnect:
+		e.ctrlInFlight--
+		e.disconnectDone = true
+	}
+	if wc.Status != WCSuccess {
+		e.stats.ErrorCompletions++
+		if wasLive {
+			e.fail(&CompletionError{ID: wc.ID, Status: wc.Status, VendorErr: wc.VendorErr})
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package simfabric
+
+import "github.com/rnet-dev/rnet/internal/ring"
+
+// pump delivers src's due work requests in order and reports whether any
+// was delivered. It stops at the first request that is not due yet or that
+// waits for a receive (RNRRetry).
+func (f *Fabric) pump(src *Endpoint) bool {
+	progress := false
+	for src.wire.len() > 0 && !src.dead && !src.qpErr {
+		if src.wire.front().deliverAt > f.now {
+			break
+		}
+		// Pop first: a failure flushes the rest of the wire, not this one.
+		op := src.wire.pop()
+		if !f.deliver(src, &op) {
+			src.wire.pushFront(op)
+			break
+		}
+		progress = true
+	}
+	return progress
+}
+
+// deliver carries out one request at the peer. It returns false if the
+// request has to wait for a receive.
+func (f *Fabric) deliver(src *Endpoint, op *wireOp) bool {
+	dst := src.peer
+	status := ring.WCSuccess
+	var target []byte // where the payload lands, nil if nowhere
+	needRecv := op.op == ring.OpWriteImm || op.op == ring.OpSend
+
+	switch {
+	case dst.dead || dst.qpErr:
+		// Nobody answers: the requester retries, then gives up.
+		status = ring.WCRetryExcErr
+	case op.op != ring.OpSend && op.length > 0:
+		b, ok := dst.remote(op.remoteAddr, op.length, op.rkey)
+		if !ok {
+			status = ring.WCRemAccessErr
+			defer dst.enterError()
+		}
+		target = b
+	}
+
+	var recvWC ring.Completion
+	haveRecv := false
+	if status == ring.WCSuccess && needRecv {
+		if dst.recvQ.len() == 0 {
+			if f.opts.RNRRetry {
+				f.stats.RNRStalls++
+				return false
+			}
+			f.stats.RNR++
+			src.stats.RNR++
+			status = ring.WCRNRRetryExcErr
+			target = nil
+		} else {
+			rwr := dst.recvQ.pop()
+			haveRecv = true
+			recvWC = ring.Completion{ID: rwr.ID, Opcode: ring.WCRecvRDMAWithImm, Imm: op.imm, ByteLen: op.length}
+			if op.op == ring.OpSend {
+				recvWC.Opcode, recvWC.Imm = ring.WCRecv, 0
+				var room uint32
+				if rwr.NumSGE == 1 {
+					room = rwr.SGE.Length
+				}
+				if op.length > room {
+					recvWC.Status = ring.WCLocLenErr
+					status = ring.WCRemInvReqErr
+					defer dst.enterError()
+				} else if op.length > 0 {
+					target, _ = dst.local(ring.SGE{Addr: rwr.SGE.Addr, Length: op.length, LKey: rwr.SGE.LKey}, false)
+				}
+			}
+		}
+	}
+
+	if status == ring.WCSuccess {
+		f.stats.Delivered++
+		f.stats.BytesDelivered += uint64(op.length)
+	} else {
+		target = nil
+	}
+	dst.landing.push(landing{dst: target, start: op.payStart, end: op.payEnd})
+	if haveRecv {
+		dst.addRecvCompletion(recvWC, false)
+	}
+	if op.signaled || status != ring.WCSuccess {
+		src.completeSend(op.id, sendWCOpcode(op.op), status, false)
+	} else {
+		src.sendsInFlight--
+	}
+	if status != ring.WCSuccess {
+		src.enterError()
+	}
+	return true
+}

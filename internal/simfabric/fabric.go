@@ -1,0 +1,193 @@
+package simfabric
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// Errors returned by PostSend and PostRecv, standing for the errno of
+// ibv_post_send and ibv_post_recv.
+var (
+	ErrDead      = errors.New("simfabric: endpoint killed")
+	ErrQueueFull = errors.New("simfabric: work queue full")      // ENOMEM
+	ErrInvalidWR = errors.New("simfabric: invalid work request") // EINVAL
+)
+
+// Options configure a Fabric.
+type Options struct {
+	// Auto delivers work requests as they are posted and makes their
+	// completions visible at once, for tests that drive endpoints from
+	// several goroutines. Otherwise nothing moves until Step.
+	Auto bool
+	// MaxWireDelay is the largest number of steps a work request waits
+	// before it reaches the peer (deterministic mode).
+	MaxWireDelay int
+	// MaxCompletionDelay is the largest number of steps a send completion
+	// waits after delivery before it can be polled (deterministic mode).
+	MaxCompletionDelay int
+	// RNRRetry makes a message that finds no posted receive wait for one,
+	// like rnr_retry_count=7, instead of failing with WCRNRRetryExcErr.
+	RNRRetry bool
+}
+
+// Caps are the capabilities of one queue pair. Zero fields get defaults.
+type Caps struct {
+	SendDepth int // max_send_wr; default 1024
+	RecvDepth int // max_recv_wr; default 1024
+	MaxInline int // max_inline_data; default 256
+}
+
+func (c Caps) withDefaults() Caps {
+	if c.SendDepth == 0 {
+		c.SendDepth = 1024
+	}
+	if c.RecvDepth == 0 {
+		c.RecvDepth = 1024
+	}
+	if c.MaxInline == 0 {
+		c.MaxInline = 256
+	}
+	return c
+}
+
+// Stats are fabric-wide counters.
+type Stats struct {
+	Delivered      uint64 // work requests that reached a live peer
+	BytesDelivered uint64
+	RNR            uint64 // messages that failed for lack of a receive
+	RNRStalls      uint64 // delivery attempts that waited for a receive (RNRRetry)
+	Errors         uint64 // error completions, flushes included
+}
+
+// Fabric connects pairs of endpoints. All its state is behind one mutex.
+type Fabric struct {
+	mu      sync.Mutex
+	opts    Options
+	rng     *rand.Rand
+	now     int64
+	eps     []*Endpoint
+	nextKey uint32
+	stats   Stats
+}
+
+// New returns a fabric whose random choices all derive from seed.
+func New(seed uint64, opts Options) *Fabric {
+	if opts.Auto {
+		opts.MaxWireDelay, opts.MaxCompletionDelay = 0, 0
+	}
+	return &Fabric{
+		opts:    opts,
+		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		nextKey: 0x100,
+	}
+}
+
+// Pair creates two connected endpoints with the given capabilities.
+func (f *Fabric) Pair(a, b Caps) (*Endpoint, *Endpoint) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ea, eb := f.newEndpoint(a), f.newEndpoint(b)
+	ea.peer, eb.peer = eb, ea
+	return ea, eb
+}
+
+func (f *Fabric) newEndpoint(c Caps) *Endpoint {
+	e := &Endpoint{
+		f:    f,
+		caps: c.withDefaults(),
+		// Distinct address spaces make an address used on the wrong side
+		// fail instead of silently hitting memory.
+		nextAddr: uint64(len(f.eps)+1) << 40,
+		notify:   make(chan struct{}, 1),
+	}
+	f.eps = append(f.eps, e)
+	return e
+}
+
+// Now returns the number of steps taken.
+func (f *Fabric) Now() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// Stats returns a snapshot of the fabric's counters.
+func (f *Fabric) Stats() Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stats
+}
+
+// Step advances time by one step, delivers what is due and reports whether
+// anything happened (a delivery, or a completion becoming visible).
+func (f *Fabric) Step() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now++
+	progress := false
+	for _, e := range f.eps {
+		if f.pump(e) {
+			progress = true
+		}
+	}
+	for _, e := range f.eps {
+		if e.becameVisible(f.now) {
+			progress = true
+			e.signal()
+		}
+	}
+	return progress
+}
+
+// Pending reports whether anything is still on the wire or waiting to
+// become visible, i.e. whether Step can still make progress by itself.
+func (f *Fabric) Pending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range f.eps {
+		if e.dead {
+			continue
+		}
+		if e.wire.len() > 0 {
+			return true
+		}
+		if e.sendCQ.len() > 0 && e.sendCQ.buf[(e.sendCQ.head+e.sendCQ.n-1)%len(e.sendCQ.buf)].visibleAt > f.now {
+			return true
+		}
+	}
+	return false
+}
+
+// Kill makes e vanish without a word, like a crashed host: its pending
+// work is dropped, it completes nothing more, and whatever its peer sends
+// it fails with WCRetryExcErr.
+func (f *Fabric) Kill(e *Endpoint) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e.dead {
+		return
+	}
+	e.dead = true
+	for e.wire.len() > 0 {
+		op := e.wire.pop()
+		e.peer.landing.push(landing{start: op.payStart, end: op.payEnd})
+	}
+	e.sendCQ = queue[cqEntry]{}
+	e.recvCQ = queue[cqEntry]{}
+	e.recvQ = queue[ring.RecvWR]{}
+	e.signal()
+	if f.opts.Auto {
+		f.pump(e.peer)
+	}
+}
+
+// delay draws a random delay in [0, max].
+func (f *Fabric) delay(max int) int64 {
+	if max <= 0 {
+		return 0
+	}
+	return int64(f.rng.IntN(max + 1))
+}
