@@ -76,12 +76,13 @@ type ProtocolError struct {
 
 func (e *ProtocolError) Error() string {
 	s := "rsocket: " + e.Check.Error()
-	if e.Msg != 0 || e.Detail != "" {
-		s += " (" + e.Msg.String()
-		if e.Detail != "" {
-			s += ": " + e.Detail
-		}
-		s += ")"
+	switch {
+	case e.Msg != 0 && e.Detail != "":
+		s += " (" + e.Msg.String() + ": " + e.Detail + ")"
+	case e.Msg != 0:
+		s += " (" + e.Msg.String() + ")"
+	case e.Detail != "":
+		s += " (" + e.Detail + ")"
 	}
 	return s
 }
