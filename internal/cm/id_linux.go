@@ -252,7 +252,10 @@ func (id *ID) Reject(privateData []byte) error {
 }
 
 // Disconnect disconnects; it moves the QP to the error state, and both
-// sides get DISCONNECTED.
+// sides get DISCONNECTED. A side that gets DISCONNECTED first should call
+// Disconnect too: on InfiniBand and RoCE that sends the reply (DREP) which
+// the initiator's DISCONNECTED waits for; without it the initiator only gets
+// DISCONNECTED when the CM's DREQ retries time out, tens of seconds later.
 func (id *ID) Disconnect() error {
 	return id.call("rdma_disconnect", func(c *C.struct_rdma_cm_id) C.int {
 		return C.rnet_disconnect(c)

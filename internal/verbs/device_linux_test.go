@@ -5,6 +5,7 @@ package verbs
 import (
 	"context"
 	"errors"
+	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 	"net"
 	"net/netip"
 	"os"
@@ -160,13 +161,13 @@ func TestCQWaitDeadlineContextAndClose(t *testing.T) {
 	c, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { _, err := ch.Wait(c); done <- err }()
-	waitParked(t, 1)
+	verbstest.WaitParked(t, 1)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait = %v, want context.Canceled", err)
 	}
 	go func() { _, err := ch.Wait(context.Background()); done <- err }()
-	waitParked(t, 1)
+	verbstest.WaitParked(t, 1)
 	if err := ch.Close(); err != nil { // the CQ still exists: destruction is deferred
 		t.Fatal(err)
 	}
@@ -220,8 +221,8 @@ func TestCompChannel1000WaitersFewThreads(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitParked(t, n)
-	th := osThreads(t)
+	verbstest.WaitParked(t, n)
+	th := verbstest.OSThreads(t)
 	t.Logf("%d goroutines waiting on completion channels, %d OS threads", n, th)
 	if th >= 20 {
 		t.Errorf("%d OS threads, want < 20", th)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 	"net"
 	"os"
 	"sync"
@@ -48,7 +49,7 @@ func TestPollFDWakesOnEvent(t *testing.T) {
 	p, fd, try := eventfdPoll(t)
 	done := make(chan error)
 	go func() { done <- p.Wait(context.Background(), try) }()
-	waitParked(t, 1)
+	verbstest.WaitParked(t, 1)
 	signal(t, fd)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func TestPollFDDeadline(t *testing.T) {
 	p.SetDeadline(time.Time{})
 	done := make(chan error)
 	go func() { done <- p.Wait(context.Background(), try) }()
-	waitParked(t, 1)
+	verbstest.WaitParked(t, 1)
 	p.SetDeadline(time.Unix(1, 0))
 	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Wait = %v, want os.ErrDeadlineExceeded", err)
@@ -77,7 +78,7 @@ func TestPollFDContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- p.Wait(ctx, try) }()
-	waitParked(t, 1)
+	verbstest.WaitParked(t, 1)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait = %v, want context.Canceled", err)
@@ -98,7 +99,7 @@ func TestPollFDCloseWakesWaiter(t *testing.T) {
 	p, _, try := eventfdPoll(t)
 	done := make(chan error)
 	go func() { done <- p.Wait(context.Background(), try) }()
-	waitParked(t, 1)
+	verbstest.WaitParked(t, 1)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +128,8 @@ func TestPollFD1000WaitersFewThreads(t *testing.T) {
 			errs <- p.Wait(context.Background(), try)
 		}()
 	}
-	waitParked(t, n)
-	if th := osThreads(t); th >= 20 {
+	verbstest.WaitParked(t, n)
+	if th := verbstest.OSThreads(t); th >= 20 {
 		t.Errorf("%d goroutines parked use %d OS threads, want < 20", n, th)
 	} else {
 		t.Logf("%d parked goroutines, %d OS threads", n, th)

@@ -25,16 +25,16 @@ struct rnet_send_wr {
 	uint32_t imm; // host order
 	uint8_t inline_;
 	uint8_t signaled;
-	struct rnet_sge sge[2];
 	intptr_t num_sge; // Go int
+	struct rnet_sge sge[2];
 	uint64_t remote_addr;
 	uint32_t rkey;
 };
 
 struct rnet_recv_wr {
 	uint64_t id;
-	struct rnet_sge sge;
 	intptr_t num_sge;
+	struct rnet_sge sge;
 };
 
 struct rnet_wc {

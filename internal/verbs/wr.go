@@ -9,9 +9,9 @@ import "fmt"
 // ring slice as a verbs slice without copying. layout_test.go pins it down and
 // the cgo code checks it against the C mirror at compile time.
 //
-//	SendWR      size 80: ID@0 Op@8 Imm@12 Inline@16 Signaled@17 SGE@24 NumSGE@56 RemoteAddr@64 RKey@72
+//	SendWR      size 80: ID@0 Op@8 Imm@12 Inline@16 Signaled@17 NumSGE@24 SGE@32 RemoteAddr@64 RKey@72
 //	SGE         size 16: Addr@0 Length@8 LKey@12
-//	RecvWR      size 32: ID@0 SGE@8 NumSGE@24
+//	RecvWR      size 32: ID@0 NumSGE@8 SGE@16
 //	Completion  size 32: ID@0 Status@8 Opcode@12 Imm@16 ByteLen@20 VendorErr@24
 
 // SendOp is the operation of a send work request. The values are those of
@@ -60,8 +60,8 @@ type SendWR struct {
 	Imm        uint32
 	Inline     bool
 	Signaled   bool
-	SGE        [2]SGE
 	NumSGE     int // 0, 1 or 2
+	SGE        [2]SGE
 	RemoteAddr uint64
 	RKey       uint32
 }
@@ -71,8 +71,8 @@ type SendWR struct {
 // its immediate is delivered.
 type RecvWR struct {
 	ID     uint64
-	SGE    SGE
 	NumSGE int // 0 or 1
+	SGE    SGE
 }
 
 // Completion is one work completion. Imm is in host byte order and is 0 when

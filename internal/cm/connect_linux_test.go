@@ -1,0 +1,395 @@
+//go:build cgo
+
+package cm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/rdmatest"
+	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
+)
+
+// pair is a connected client and server, each with its own event channel.
+type pair struct {
+	lch, cch, sch *EventChannel
+	listener      *ID
+	client        *endpoint
+	server        *endpoint
+	serverAddr    netip.AddrPort
+	fromClient    []byte // private data the server saw in CONNECT_REQUEST
+	fromServer    []byte // private data the client saw in ESTABLISHED
+}
+
+// connect sets up a connection from src to a listener on dst the way rnet's
+// driver will: the accepted id moves onto its own channel, both sides make
+// their QP on the id's device, the server's receive buffer (REMOTE_WRITE)
+// is advertised in the accept's private data.
+func connect(t testing.TB, ctx context.Context, src, dst netip.Addr, hello []byte) *pair {
+	t.Helper()
+	p := &pair{}
+	p.lch, p.listener, p.serverAddr = listen(t, dst)
+
+	var cid *ID
+	p.cch, cid = dialID(t, ctx, src, p.serverAddr)
+	p.client = newEndpoint(t, cid, verbs.AccessLocalWrite)
+	if err := cid.Connect(RsocketConnParam(hello)); err != nil {
+		t.Fatal(err)
+	}
+
+	req, err := p.lch.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Type != EventConnectRequest || req.Listener != p.listener || req.ID == nil || req.ID == p.listener {
+		t.Fatalf("listener got %v (listener %p, want %p)", &req, req.Listener, p.listener)
+	}
+	p.fromClient = req.Param.PrivateData
+	var err2 error
+	if p.sch, err2 = NewEventChannel(); err2 != nil {
+		t.Fatal(err2)
+	}
+	if err := req.ID.Migrate(p.sch); err != nil {
+		t.Fatal(err)
+	}
+	p.server = newEndpoint(t, req.ID, verbs.AccessRemoteWrite)
+	// One receive without SGE: a write-with-immediate consumes it and
+	// delivers only the immediate, as in rsocket.
+	if _, err := p.server.qp.PostRecv([]verbs.RecvWR{{ID: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	reply := binary.BigEndian.AppendUint64(nil, p.server.mr.Addr())
+	reply = binary.BigEndian.AppendUint32(reply, p.server.mr.RKey())
+	reply = append(reply, "rnet-server"...)
+	accept := RsocketConnParam(reply)
+	accept.ResponderResources, accept.InitiatorDepth = req.Param.ResponderResources, req.Param.InitiatorDepth
+	if err := req.ID.Accept(accept); err != nil {
+		t.Fatal(err)
+	}
+	est, err := cid.Await(ctx, EventEstablished)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.fromServer = est.Param.PrivateData
+	if _, err := req.ID.Await(ctx, EventEstablished); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (p *pair) close(t testing.TB) {
+	t.Helper()
+	p.client.close(t)
+	p.server.close(t)
+	if err := p.listener.Close(); err != nil {
+		t.Error(err)
+	}
+	for _, ch := range []*EventChannel{p.lch, p.cch, p.sch} {
+		if err := ch.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestConnectWriteImmDisconnect(t *testing.T) {
+	addrs := rdmatest.Require(t)
+	ctx := testCtx(t)
+	hello := []byte("rnet-client-hello")
+	p := connect(t, ctx, addrs.Client, addrs.Server, hello)
+	defer p.close(t)
+
+	// Private data both ways. IB/RoCE pad it to the message's fixed size.
+	if !bytes.HasPrefix(p.fromClient, hello) {
+		t.Fatalf("server got private data %q, want prefix %q", p.fromClient, hello)
+	}
+	if len(p.fromServer) < 23 || string(p.fromServer[12:23]) != "rnet-server" {
+		t.Fatalf("client got private data %q", p.fromServer)
+	}
+	raddr := binary.BigEndian.Uint64(p.fromServer[0:8])
+	rkey := binary.BigEndian.Uint32(p.fromServer[8:12])
+
+	// Addresses read back from the ids.
+	if got := p.client.id.RemoteAddr(); got != p.serverAddr {
+		t.Errorf("client RemoteAddr %v, want %v", got, p.serverAddr)
+	}
+	if got := p.client.id.LocalAddr().Addr(); got != addrs.Client {
+		t.Errorf("client LocalAddr %v, want %v", got, addrs.Client)
+	}
+	if got := p.server.id.RemoteAddr().Addr(); got != addrs.Client {
+		t.Errorf("server RemoteAddr %v, want %v", got, addrs.Client)
+	}
+	if got := p.server.id.LocalAddr(); got != p.serverAddr {
+		t.Errorf("server LocalAddr %v, want %v", got, p.serverAddr)
+	}
+	caps := p.client.qp.Caps()
+	t.Logf("client QP %#x granted %+v; server QP %#x; devices %s / %s",
+		p.client.qp.Num(), caps, p.server.qp.Num(), p.client.pd.Context().Name(), p.server.pd.Context().Name())
+	if caps.MaxInlineData < 64 || caps.MaxSendSGE < 2 {
+		t.Errorf("granted caps %+v below what was asked", caps)
+	}
+	if st, err := p.client.qp.State(); err != nil || st != verbs.QPRTS {
+		t.Errorf("client QP state %v, %v; want RTS", st, err)
+	}
+	if p.server.mr.Access()&verbs.AccessRemoteRead != 0 {
+		t.Error("receive buffer grants REMOTE_READ")
+	}
+
+	// One chain, one crossing: a plain RDMA WRITE from two SGEs, then an
+	// inline RDMA WRITE WITH IMMEDIATE of the tail.
+	buf := p.client.mr.Bytes()
+	msg := []byte("hello over rdma, written from two SGEs and one inline tail!")
+	copy(buf, msg[:20])
+	copy(buf[1000:], msg[20:40])
+	copy(buf[2000:], msg[40:])
+	base, lkey := p.client.mr.Addr(), p.client.mr.LKey()
+	wrs := []verbs.SendWR{
+		{ID: 10, Op: verbs.OpWrite, Signaled: true, NumSGE: 2,
+			SGE:        [2]verbs.SGE{{Addr: base, Length: 20, LKey: lkey}, {Addr: base + 1000, Length: 20, LKey: lkey}},
+			RemoteAddr: raddr, RKey: rkey},
+		{ID: 11, Op: verbs.OpWriteImm, Imm: 0xdeadbeef, Inline: true, Signaled: true, NumSGE: 1,
+			SGE:        [2]verbs.SGE{{Addr: base + 2000, Length: uint32(len(msg) - 40), LKey: lkey}},
+			RemoteAddr: raddr + 40, RKey: rkey},
+	}
+	before := verbs.CgoCalls()
+	if n, err := p.client.qp.PostSend(wrs); err != nil || n != 2 {
+		t.Fatalf("PostSend = %d, %v", n, err)
+	}
+	if d := verbs.CgoCalls() - before; d != 1 {
+		t.Errorf("PostSend of a 2-WR chain made %d cgo calls, want 1", d)
+	}
+	for _, want := range []uint64{10, 11} {
+		wc := p.client.completion(t, ctx)
+		if err := wc.Err(p.client.qp.Num()); err != nil || wc.ID != want {
+			t.Fatalf("send completion %+v: %v (want id %d)", wc, err, want)
+		}
+	}
+	wc := p.server.completion(t, ctx)
+	if err := wc.Err(p.server.qp.Num()); err != nil {
+		t.Fatal(err)
+	}
+	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Imm != 0xdeadbeef || wc.ID != 1 {
+		t.Fatalf("receive completion %+v (opcode %v), want RECV_RDMA_WITH_IMM imm 0xdeadbeef", wc, wc.Opcode)
+	}
+	got := p.server.mr.Bytes()
+	if !bytes.Equal(got[:len(msg)], msg) || got[len(msg)] != 0 {
+		t.Fatalf("server buffer %q, want exactly %q", got[:len(msg)+1], msg)
+	}
+	// The immediate-carrying write reports its own length.
+	if wc.ByteLen != uint32(len(msg)-40) {
+		t.Errorf("ByteLen %d, want %d", wc.ByteLen, len(msg)-40)
+	}
+
+	// Disconnect from the client: both sides see DISCONNECTED.
+	p.disconnect(t, ctx)
+}
+
+// disconnect closes the connection from the client side the way rsocket
+// does: the side that sees DISCONNECTED answers with its own rdma_disconnect
+// (on IB/RoCE that sends the DREP the initiator's DISCONNECTED waits for).
+func (p *pair) disconnect(t testing.TB, ctx context.Context) {
+	t.Helper()
+	if err := p.client.id.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.server.id.Await(ctx, EventDisconnected); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.server.id.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client.id.Await(ctx, EventDisconnected); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A failed completion names the status, the opcode and the QP: write to a
+// key the peer never granted.
+func TestCompletionErrorNamesStatus(t *testing.T) {
+	addrs := rdmatest.Require(t)
+	ctx := testCtx(t)
+	p := connect(t, ctx, addrs.Client, addrs.Server, []byte("x"))
+	defer p.close(t)
+	raddr := binary.BigEndian.Uint64(p.fromServer[0:8])
+	wr := verbs.SendWR{ID: 99, Op: verbs.OpWrite, Signaled: true, NumSGE: 1,
+		SGE:        [2]verbs.SGE{{Addr: p.client.mr.Addr(), Length: 8, LKey: p.client.mr.LKey()}},
+		RemoteAddr: raddr, RKey: p.server.mr.RKey() ^ 0x5a5a00}
+	if _, err := p.client.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	wc := p.client.completion(t, ctx)
+	err := wc.Err(p.client.qp.Num())
+	var we *verbs.WCError
+	if !errors.As(err, &we) || we.Status != verbs.WCRemAccessErr || we.QPNum != p.client.qp.Num() || we.ID != 99 {
+		t.Fatalf("completion %+v: %v, want IBV_WC_REM_ACCESS_ERR on QP %#x", wc, err, p.client.qp.Num())
+	}
+	t.Log(err)
+}
+
+// Posting after the QP is gone is an error, not a crash.
+func TestUseAfterClose(t *testing.T) {
+	addrs := rdmatest.Require(t)
+	ctx := testCtx(t)
+	p := connect(t, ctx, addrs.Client, addrs.Server, nil)
+	p.close(t)
+	p.close(t) // idempotent
+	if _, err := p.client.qp.PostSend([]verbs.SendWR{{Op: verbs.OpWrite}}); err == nil {
+		t.Error("PostSend after close succeeded")
+	}
+	if _, err := p.client.qp.PostRecv([]verbs.RecvWR{{}}); err == nil {
+		t.Error("PostRecv after close succeeded")
+	}
+	if err := p.client.id.Connect(ConnParam{}); err == nil {
+		t.Error("Connect after close succeeded")
+	}
+	if _, err := p.lch.Next(ctx); err == nil {
+		t.Error("Next after close succeeded")
+	}
+	if p.client.id.RemoteAddr().IsValid() {
+		t.Error("RemoteAddr after close")
+	}
+}
+
+// unusedPort finds a port nothing listens on by listening and closing.
+func unusedPort(t testing.TB, addr netip.Addr) netip.AddrPort {
+	ch, id, ap := listen(t, addr)
+	id.Close()
+	ch.Close()
+	return ap
+}
+
+func TestConnectNoListener(t *testing.T) {
+	addrs := rdmatest.Require(t)
+	ctx := testCtx(t)
+	dst := unusedPort(t, addrs.Server)
+	ch, id := dialID(t, ctx, addrs.Client, dst)
+	defer ch.Close()
+	e := newEndpoint(t, id, verbs.AccessLocalWrite)
+	defer e.close(t)
+	start := time.Now()
+	if err := id.Connect(RsocketConnParam([]byte("anyone?"))); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := id.Await(ctx, EventEstablished)
+	t.Logf("connect to %v with no listener: event %v status %d after %v: %v", dst, ev.Type, ev.Status, time.Since(start), err)
+	var re *RejectError
+	switch {
+	case errors.As(err, &re):
+		if !re.NoListener() || re.ByApplication() {
+			t.Errorf("reject %v not reported as 'nothing listens'", err)
+		}
+	case errors.Is(err, ErrUnreachable):
+	default:
+		t.Fatalf("got %v, want a reject (no listener) or unreachable", err)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("%v is not ECONNREFUSED", err)
+	}
+}
+
+func TestConnectRejectedByListener(t *testing.T) {
+	addrs := rdmatest.Require(t)
+	ctx := testCtx(t)
+	lch, lid, dst := listen(t, addrs.Server)
+	defer lch.Close()
+	defer lid.Close()
+	ch, id := dialID(t, ctx, addrs.Client, dst)
+	defer ch.Close()
+	e := newEndpoint(t, id, verbs.AccessLocalWrite)
+	defer e.close(t)
+	if err := id.Connect(RsocketConnParam([]byte{2})); err != nil { // "version 2"
+		t.Fatal(err)
+	}
+	req, err := lch.Next(ctx)
+	if err != nil || req.Type != EventConnectRequest {
+		t.Fatalf("listener: %v, %v", &req, err)
+	}
+	if err := req.ID.Reject([]byte("bad version")); err != nil {
+		t.Fatal(err)
+	}
+	if err := req.ID.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := id.Await(ctx, EventEstablished)
+	t.Logf("explicit reject: event %v status %d: %v", ev.Type, ev.Status, err)
+	var re *RejectError
+	if !errors.As(err, &re) || !re.ByApplication() {
+		t.Fatalf("got %v, want a RejectError by the application", err)
+	}
+	if !bytes.HasPrefix(re.PrivateData, []byte("bad version")) {
+		t.Errorf("reject private data %q", re.PrivateData)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("%v is not ECONNREFUSED", err)
+	}
+}
+
+// An address nobody answers for: resolution ends with a timeout error
+// within (about) the time asked, and retries double it.
+func TestResolveUnansweredAddressTimesOut(t *testing.T) {
+	addrs := rdmatest.Require(t)
+	ctx := testCtx(t)
+	b := addrs.Server.As4()
+	b[3] = 99 // 10.77.0.99 in the lab: on the link, but no one has it
+	dst := netip.AddrPortFrom(netip.AddrFrom4(b), 7471)
+	for _, r := range []Retry{{Tries: 1, Timeout: 500 * time.Millisecond}, {Tries: 2, Timeout: 300 * time.Millisecond}} {
+		ch, err := NewEventChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := ch.NewID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		err = id.Resolve(ctx, addrs.Client, dst, r)
+		took := time.Since(start)
+		t.Logf("resolve %v with %+v: %v after %v", dst, r, err, took)
+		if !errors.Is(err, syscall.ETIMEDOUT) {
+			t.Errorf("got %v, want ETIMEDOUT", err)
+		}
+		var budget time.Duration
+		for i, to := 0, r.Timeout; i < r.Tries; i, to = i+1, to*2 {
+			budget += to
+		}
+		if took > budget+3*time.Second {
+			t.Errorf("took %v, asked for %v", took, budget)
+		}
+		id.Close()
+		ch.Close()
+	}
+}
+
+// Waiting on the event channel honours contexts, deadlines and Close.
+func TestEventChannelWaits(t *testing.T) {
+	rdmatest.Require(t)
+	ch, err := NewEventChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if _, err := ch.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Next with expiring context = %v", err)
+	}
+	ch.SetDeadline(time.Now().Add(10 * time.Millisecond))
+	if _, err := ch.Next(context.Background()); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("Next past deadline = %v", err)
+	}
+	ch.SetDeadline(time.Time{})
+	done := make(chan error)
+	go func() { _, err := ch.Next(context.Background()); done <- err }()
+	verbstest.WaitParked(t, 1)
+	ch.Close()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Next during Close = %v", err)
+	}
+}

@@ -1,0 +1,119 @@
+// Package verbstest holds test helpers shared by internal/verbs and
+// internal/cm: process resource counts and a wait for goroutines to park.
+package verbstest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// OSThreads is the process's OS thread count from /proc/self/status.
+func OSThreads(tb testing.TB) int {
+	tb.Helper()
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return n
+		}
+	}
+	tb.Fatal("no Threads: line in /proc/self/status")
+	return 0
+}
+
+// OpenFDs is the number of open file descriptors of the process.
+func OpenFDs(tb testing.TB) int {
+	tb.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return len(ents)
+}
+
+// WaitParked returns once at least n goroutines are parked in the netpoller
+// ("IO wait"). It polls the goroutine dump, yielding in between: a wait for
+// a condition, not a sleep.
+func WaitParked(tb testing.TB, n int) {
+	tb.Helper()
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		m := runtime.Stack(buf, true)
+		if m == len(buf) {
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
+		c := bytes.Count(buf[:m], []byte("[IO wait"))
+		if c >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("only %d goroutines parked in the netpoller, want %d", c, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// Resources sums the counts `rdma resource show` prints per device, e.g.
+//
+//	0: rxe0: pd 2 cq 3 qp 3 cm_id 1 mr 1 ctx 1 srq 0
+//
+// into {"pd": ..., "cq": ..., ...} over all devices.
+func Resources(tb testing.TB) map[string]int {
+	tb.Helper()
+	out, err := exec.Command("rdma", "resource", "show").CombinedOutput()
+	if err != nil {
+		tb.Fatalf("rdma resource show: %v: %s", err, out)
+	}
+	res, err := ParseResources(string(out))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return res
+}
+
+// ParseResources parses `rdma resource show` output.
+func ParseResources(out string) (map[string]int, error) {
+	res := map[string]int{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		if !strings.HasSuffix(f[0], ":") || !strings.HasSuffix(f[1], ":") {
+			return nil, fmt.Errorf("rdma resource show: unexpected line %q", line)
+		}
+		kv := f[2:]
+		if len(kv)%2 != 0 {
+			return nil, fmt.Errorf("rdma resource show: odd key/value list in %q", line)
+		}
+		for i := 0; i < len(kv); i += 2 {
+			n, err := strconv.Atoi(kv[i+1])
+			if err != nil {
+				return nil, fmt.Errorf("rdma resource show: %q: %v", line, err)
+			}
+			res[kv[i]] += n
+		}
+	}
+	if len(res) == 0 {
+		return nil, fmt.Errorf("rdma resource show: no devices in %q", out)
+	}
+	return res, nil
+}
