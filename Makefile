@@ -1,0 +1,44 @@
+# make test: the whole suite. Host tier (vet, -race unit tests, short fuzz runs), then the
+# device tier on the real kernel RDMA stack: natively when RNET_NATIVE=1 (real hardware,
+# addresses from RNET_TEST_*), otherwise inside the Soft-RoCE guest (scripts/softroce-vm).
+GO        ?= go
+VM        := $(CURDIR)/scripts/softroce-vm
+FUZZTIME  ?= 10s
+# Packages whose tests ask for a device (they import internal/rdmatest): only these are
+# worth a guest boot each.
+DEVICE_PKGS = $(shell $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/rdmatest/ && $$1 !~ /internal\/rdmatest$$/ {print $$1}')
+
+.PHONY: test test-host fuzz lab-smoke test-device test-native lab-shell
+test: test-host fuzz lab-smoke test-device
+
+test-host:
+	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) build ./...
+	GOOS=darwin $(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+# Each fuzz target for a short run: enough to catch a regression in a decoder, not a search.
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >/tmp/rnet-fuzz.log 2>&1 || { cat /tmp/rnet-fuzz.log; exit 1; }; \
+	  done; \
+	done
+
+ifeq ($(RNET_NATIVE),1)
+lab-smoke:
+	@echo "RNET_NATIVE=1: using this host's RDMA devices"; rdma link show
+test-device:
+	RNET_REQUIRE_RDMA=1 $(GO) test -race -count=1 $(DEVICE_PKGS)
+else
+lab-smoke:
+	$(VM) scripts/softroce/smoke.sh
+test-device:
+	@[ -n "$(DEVICE_PKGS)" ] || { echo "no device-tier packages found"; exit 1; }
+	$(GO) test -race -count=1 -timeout 20m -exec $(VM) $(DEVICE_PKGS)
+endif
+
+# An interactive-less shell command in the lab, e.g. make lab-shell CMD='ibv_devinfo -v'
+lab-shell:
+	$(VM) bash -c '$(CMD)'
