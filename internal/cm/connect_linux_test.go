@@ -35,6 +35,13 @@ type pair struct {
 // their QP on the id's device, the server's receive buffer (REMOTE_WRITE)
 // is advertised in the accept's private data.
 func connect(t testing.TB, ctx context.Context, src, dst netip.Addr, hello []byte) *pair {
+	return connectRecv(t, ctx, src, dst, hello, false)
+}
+
+// connectRecv is connect; with recvSGE, the server's first receive has a
+// 4-byte SGE at offset 4096 of its buffer (iWARP rejects SGE-less
+// receives, and rsocket's iWARP mode receives its message word there).
+func connectRecv(t testing.TB, ctx context.Context, src, dst netip.Addr, hello []byte, recvSGE bool) *pair {
 	t.Helper()
 	p := &pair{}
 	p.lch, p.listener, p.serverAddr = listen(t, dst)
@@ -64,7 +71,11 @@ func connect(t testing.TB, ctx context.Context, src, dst netip.Addr, hello []byt
 	p.server = newEndpoint(t, req.ID, verbs.AccessRemoteWrite)
 	// One receive without SGE: a write-with-immediate consumes it and
 	// delivers only the immediate, as in rsocket.
-	if _, err := p.server.qp.PostRecv([]verbs.RecvWR{{ID: 1}}); err != nil {
+	recv := verbs.RecvWR{ID: 1}
+	if recvSGE {
+		recv.NumSGE, recv.SGE = 1, verbs.SGE{Addr: p.server.mr.Addr() + 4096, Length: 4, LKey: p.server.mr.LKey()}
+	}
+	if _, err := p.server.qp.PostRecv([]verbs.RecvWR{recv}); err != nil {
 		t.Fatal(err)
 	}
 	reply := binary.BigEndian.AppendUint64(nil, p.server.mr.Addr())
@@ -188,8 +199,51 @@ func TestConnectWriteImmDisconnect(t *testing.T) {
 		t.Errorf("ByteLen %d, want %d", wc.ByteLen, len(msg)-40)
 	}
 
+	checkHotPathCost(t, ctx, p, raddr, rkey)
+
 	// Disconnect from the client: both sides see DISCONNECTED.
 	p.disconnect(t, ctx)
+}
+
+// checkHotPathCost: posting and polling cross into C once per call and do
+// not allocate.
+func checkHotPathCost(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
+	sends := []verbs.SendWR{{ID: 20, Op: verbs.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}
+	recvs := []verbs.RecvWR{{ID: 21}}
+	var wc [8]verbs.Completion
+	const runs = 10 // the queues hold 16: AllocsPerRun does runs+1 posts
+	for name, f := range map[string]func(){
+		"PostSend": func() {
+			if _, err := p.client.qp.PostSend(sends); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"PostRecv": func() {
+			if _, err := p.server.qp.PostRecv(recvs); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"Poll": func() {
+			if _, err := p.server.cq.Poll(wc[:]); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		before := verbs.CgoCalls()
+		allocs := testing.AllocsPerRun(runs, f)
+		if calls := verbs.CgoCalls() - before; calls != runs+1 {
+			t.Errorf("%s: %d cgo calls in %d runs, want one each", name, calls, runs+1)
+		}
+		if allocs != 0 && !raceEnabled {
+			t.Errorf("%s allocates %v times per call", name, allocs)
+		}
+	}
+	// Reap the zero-length writes.
+	for range runs + 1 {
+		if wc := p.client.completion(t, ctx); wc.Status != verbs.WCSuccess || wc.ID != 20 {
+			t.Fatalf("zero-length write completion %+v", wc)
+		}
+	}
 }
 
 // disconnect closes the connection from the client side the way rsocket
