@@ -108,14 +108,6 @@ func (qp *QP) Close() error {
 	return nil
 }
 
-// MarkDestroyed forgets the C QP without destroying it, for an owner (a cm
-// id) that has destroyed it by other means.
-func (qp *QP) MarkDestroyed() {
-	qp.mu.Lock()
-	qp.c = nil
-	qp.mu.Unlock()
-}
-
 // errnoFromPost splits rnet_post_*'s return value.
 func errnoFromPost(r C.int) (syscall.Errno, int) {
 	return syscall.Errno(r >> 8), int(r & 0xff)

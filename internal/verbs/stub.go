@@ -73,6 +73,5 @@ func (qp *QP) Ptr() unsafe.Pointer                { return nil }
 func (qp *QP) State() (QPState, error)            { return QPUnknown, unsupported("ibv_query_qp") }
 func (qp *QP) SetError() error                    { return unsupported("ibv_modify_qp") }
 func (qp *QP) Close() error                       { return nil }
-func (qp *QP) MarkDestroyed()                     {}
 func (qp *QP) PostSend(wrs []SendWR) (int, error) { return 0, unsupported("ibv_post_send") }
 func (qp *QP) PostRecv(wrs []RecvWR) (int, error) { return 0, unsupported("ibv_post_recv") }
