@@ -33,11 +33,10 @@ var (
 	_ = [1]int{}[unsafe.Offsetof(Completion{}.Imm)-C.RNET_OFF_WC_IMM]
 	_ = [1]int{}[unsafe.Offsetof(Completion{}.ByteLen)-C.RNET_OFF_WC_BYTE_LEN]
 	_ = [1]int{}[unsafe.Offsetof(Completion{}.VendorErr)-C.RNET_OFF_WC_VENDOR_ERR]
+	_ = [1]int{}[MaxBatch-C.RNET_MAX_BATCH]
+	_ = [1]int{}[C.RNET_MAX_BATCH-MaxBatch]
 )
 
-// MaxBatch is how many work requests one crossing into C posts; longer
-// slices are posted in several crossings.
-const MaxBatch = C.RNET_MAX_BATCH
 
 // PostSend posts the work requests in order, as chains of up to MaxBatch
 // per crossing, and returns how many were posted. On failure the first

@@ -19,9 +19,6 @@ type CompChannel struct{}
 type CQ struct{}
 type QP struct{}
 
-// MaxBatch is how many work requests one crossing into C posts.
-const MaxBatch = 32
-
 func unsupported(op string) error { return &Error{Op: op, Err: ErrNotSupported} }
 
 func Devices() ([]DeviceInfo, error)                 { return nil, unsupported("ibv_get_device_list") }

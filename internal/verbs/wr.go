@@ -14,6 +14,11 @@ import "fmt"
 //	RecvWR      size 32: ID@0 NumSGE@8 SGE@16
 //	Completion  size 32: ID@0 Status@8 Opcode@12 Imm@16 ByteLen@20 VendorErr@24
 
+// MaxBatch is how many work requests one crossing into C posts (the C side
+// builds the chain in stack arrays of this size); longer slices are posted
+// in several crossings.
+const MaxBatch = 32
+
 // SendOp is the operation of a send work request. The values are those of
 // enum ibv_wr_opcode.
 type SendOp uint32
