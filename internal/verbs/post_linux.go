@@ -37,7 +37,6 @@ var (
 	_ = [1]int{}[C.RNET_MAX_BATCH-MaxBatch]
 )
 
-
 // PostSend posts the work requests in order, as chains of up to MaxBatch
 // per crossing, and returns how many were posted. On failure the first
 // unposted one is wrs[n]; those before it are on the send queue.
