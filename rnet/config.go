@@ -1,0 +1,90 @@
+package rnet
+
+import (
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// Config tunes one connection. A nil *Config means every default below, which
+// are rsocket's built-in values so that rnet and C peers size their rings alike.
+type Config struct {
+	// SendBufferSize is the registered send ring: written bytes wait here
+	// until the peer has acknowledged them. 0 means 128 KiB.
+	SendBufferSize int
+	// RecvBufferSize is the registered receive ring the peer writes into,
+	// advertised in two halves. 0 means 128 KiB.
+	RecvBufferSize int
+	// SendQueueSize is the send queue depth; 4 entries are kept for control
+	// messages. 0 means 384, clamped to what the device allows.
+	SendQueueSize int
+	// RecvQueueSize is the credit window: how many messages the peer may
+	// send before Read has consumed them. 0 means 384.
+	RecvQueueSize int
+	// InlineThreshold is the largest transfer copied into the work request
+	// itself instead of being read by the NIC from the send ring; it cuts
+	// latency for small messages. 0 means 64 bytes, a negative value turns
+	// inline sends off. It is capped at what the device grants.
+	InlineThreshold int
+	// BusyPoll is how long a Read or Write that would block spins on the
+	// completion queue before parking the goroutine, trading CPU for
+	// latency like rsocket's polling_time. 0 means 10 µs; negative disables.
+	BusyPoll time.Duration
+	// KeepAlive is the idle period after which a keepalive (a zero-byte
+	// RDMA write the peer's software never sees) probes the peer; a dead
+	// peer then fails the connection once the transport's retries run out.
+	// 0 means 15 s, like net.Dialer; negative disables keepalives.
+	KeepAlive time.Duration
+	// Linger bounds how long Close waits for written data to reach the
+	// peer before it discards the rest and disconnects. 0 means 10 s.
+	Linger time.Duration
+	// HandshakeTimeout bounds a listener's handshake with one incoming
+	// connection, so a peer that vanishes mid-handshake costs nothing
+	// lasting. 0 means 10 s.
+	HandshakeTimeout time.Duration
+}
+
+// settings is a Config with every default applied.
+type settings struct {
+	ring             ring.Config
+	busyPoll         time.Duration
+	keepAlive        time.Duration
+	linger           time.Duration
+	handshakeTimeout time.Duration
+}
+
+func (c *Config) settings() settings {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	s := settings{
+		ring: ring.Config{
+			SendBufSize:     cfg.SendBufferSize,
+			RecvBufSize:     cfg.RecvBufferSize,
+			SQSize:          cfg.SendQueueSize,
+			RQSize:          cfg.RecvQueueSize,
+			InlineThreshold: cfg.InlineThreshold,
+		},
+		busyPoll:         orDefault(cfg.BusyPoll, 10*time.Microsecond),
+		keepAlive:        orDefault(cfg.KeepAlive, 15*time.Second),
+		linger:           orDefault(cfg.Linger, 10*time.Second),
+		handshakeTimeout: orDefault(cfg.HandshakeTimeout, 10*time.Second),
+	}
+	if cfg.InlineThreshold < 0 {
+		s.ring.InlineThreshold = ring.NoInline
+	}
+	s.ring = s.ring.Normalize()
+	return s
+}
+
+// orDefault maps 0 to def and a negative duration to 0 (disabled).
+func orDefault(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
+}

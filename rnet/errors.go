@@ -1,0 +1,68 @@
+package rnet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// Errors a connection can end with, besides io.EOF, net.ErrClosed and
+// os.ErrDeadlineExceeded. Each reaches the caller inside a *net.OpError and
+// can be tested with errors.Is.
+var (
+	// ErrProtocol: the peer broke the rsocket protocol (bad private data,
+	// more data or messages than it was granted, a reserved opcode, ...).
+	// The connection is over; other connections are not affected.
+	ErrProtocol = ring.ErrProtocol
+	// ErrPeerGone: the peer disconnected without the protocol's DISCONNECT
+	// message, or stopped answering (a failed keepalive or transfer).
+	ErrPeerGone = errors.New("rdma: peer disconnected abruptly")
+	// ErrDeviceRemoved: the RDMA device under the connection went away.
+	ErrDeviceRemoved = errors.New("rdma: device removed")
+)
+
+// opError wraps err the way package net does, keeping the conventions that
+// callers compare against directly: a bare io.EOF, net.ErrClosed, and
+// os.ErrDeadlineExceeded placed directly in Err so that Timeout() is true.
+func opError(op string, src, dst net.Addr, err error) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	switch {
+	case errors.Is(err, ring.ErrClosed):
+		err = net.ErrClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = os.ErrDeadlineExceeded
+	case errors.Is(err, ring.ErrPeerDisconnected):
+		err = &os.SyscallError{Syscall: "write", Err: syscall.ECONNRESET}
+	}
+	return &net.OpError{Op: op, Net: "rdma", Source: src, Addr: dst, Err: err}
+}
+
+// dialError keeps the context's error visible through errors.Is, as net.Dialer does.
+func dialError(ctx context.Context, local, remote net.Addr, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		if errors.Is(ctxErr, context.DeadlineExceeded) {
+			err = &timeoutError{ctxErr}
+		} else {
+			err = ctxErr
+		}
+	} else if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		err = &timeoutError{context.DeadlineExceeded}
+	}
+	return &net.OpError{Op: "dial", Net: "rdma", Source: local, Addr: remote, Err: err}
+}
+
+// timeoutError is a dial timeout: Timeout() is true and errors.Is matches
+// context.DeadlineExceeded, like the error net.Dialer returns.
+type timeoutError struct{ err error }
+
+func (e *timeoutError) Error() string   { return "i/o timeout" }
+func (e *timeoutError) Timeout() bool   { return true }
+func (e *timeoutError) Temporary() bool { return true }
+func (e *timeoutError) Unwrap() error   { return e.err }

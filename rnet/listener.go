@@ -1,0 +1,79 @@
+package rnet
+
+import (
+	"net"
+	"sync"
+)
+
+// Listener is an RDMA stream listener. It implements net.Listener.
+//
+// Handshakes run in the background: a connection request whose private data
+// is malformed, or whose peer vanishes before the connection is established,
+// is refused or dropped without disturbing the listener or other connections.
+type Listener struct {
+	addr      net.Addr
+	conns     chan *Conn    // established, waiting for Accept
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+	stop      func() // stops the connection manager side; returns when its goroutines have ended
+}
+
+// Accept waits for and returns the next connection, as a net.Conn.
+func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.AcceptRDMA()
+	if err != nil {
+		return nil, err // never a typed nil inside the interface
+	}
+	return c, nil
+}
+
+// AcceptRDMA waits for and returns the next connection.
+func (l *Listener) AcceptRDMA() (*Conn, error) {
+	select {
+	case <-l.done:
+		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: net.ErrClosed}
+	default:
+	}
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: net.ErrClosed}
+	}
+}
+
+// Close stops listening. A blocked Accept returns net.ErrClosed; connections
+// established but not yet accepted are closed. Accepted ones are not affected.
+func (l *Listener) Close() error {
+	first := false
+	l.closeOnce.Do(func() {
+		first = true
+		close(l.done)
+		l.stop()
+		for {
+			select {
+			case c := <-l.conns:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	if !first {
+		return &net.OpError{Op: "close", Net: "rdma", Addr: l.addr, Err: net.ErrClosed}
+	}
+	return nil
+}
+
+// Addr returns the listener's address, an *Addr.
+func (l *Listener) Addr() net.Addr { return l.addr }
+
+// offer hands an established connection to Accept, or closes it if the
+// listener closes first.
+func (l *Listener) offer(c *Conn) {
+	select {
+	case l.conns <- c:
+	case <-l.done:
+		c.Close()
+	}
+}

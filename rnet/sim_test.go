@@ -1,0 +1,113 @@
+package rnet
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/simfabric"
+)
+
+// simQP runs a Conn over the simulated fabric, so the whole Conn (engine,
+// progress loop, deadlines, close) is exercised on machines without RDMA.
+type simQP struct {
+	ep           *simfabric.Endpoint
+	laddr, raddr net.Addr
+	peer         *simQP
+
+	stop       chan struct{}
+	stopOnce   sync.Once
+	peerGone   chan struct{} // closed when the peer disconnects, like CM's DISCONNECTED
+	goneOnce   sync.Once
+	discOnce   sync.Once
+	eventsDone chan struct{}
+}
+
+func (q *simQP) postSend(wrs []ring.SendWR) error       { return q.ep.PostSend(wrs) }
+func (q *simQP) postRecv(wrs []ring.RecvWR) error       { return q.ep.PostRecv(wrs) }
+func (q *simQP) poll(out []ring.Completion) (int, error) { return q.ep.PollCQ(out), nil }
+func (q *simQP) arm() error                              { return nil }
+
+func (q *simQP) wait() error {
+	select {
+	case <-q.ep.Notify():
+		return nil
+	case <-q.stop:
+		return net.ErrClosed
+	}
+}
+
+func (q *simQP) start(h eventHandler) {
+	go func() {
+		defer close(q.eventsDone)
+		select {
+		case <-q.peerGone:
+			h.transportDisconnected()
+		case <-q.stop:
+		}
+	}()
+}
+
+func (q *simQP) disconnect() {
+	q.discOnce.Do(func() {
+		q.ep.Disconnect()
+		q.peer.goneOnce.Do(func() { close(q.peer.peerGone) })
+	})
+}
+
+func (q *simQP) shutdown() {
+	q.stopOnce.Do(func() { close(q.stop) })
+	<-q.eventsDone
+}
+
+func (q *simQP) release() error       { return nil }
+func (q *simQP) localAddr() net.Addr  { return q.laddr }
+func (q *simQP) remoteAddr() net.Addr { return q.raddr }
+
+func newSimQP(ep *simfabric.Endpoint, local, remote string) *simQP {
+	return &simQP{
+		ep:         ep,
+		laddr:      netAddr(netip.MustParseAddrPort(local)),
+		raddr:      netAddr(netip.MustParseAddrPort(remote)),
+		stop:       make(chan struct{}),
+		peerGone:   make(chan struct{}),
+		eventsDone: make(chan struct{}),
+	}
+}
+
+// simPipe returns two connected Conns over a fresh simulated fabric.
+func simPipe(tb testing.TB, cfg *Config) (*Conn, *Conn) {
+	tb.Helper()
+	set := cfg.settings()
+	layout := set.ring.Layout()
+	caps := simfabric.Caps{SendDepth: layout.SendDepth, RecvDepth: layout.RecvDepth, MaxInline: 256}
+	f := simfabric.New(1, simfabric.Options{Auto: true})
+	a, b := f.Pair(caps, caps)
+	newEngine := func(ep *simfabric.Endpoint) *ring.Engine {
+		eng, err := ring.New(set.ring,
+			ep.Register(make([]byte, layout.SendRegion), false),
+			ep.Register(make([]byte, layout.RecvRegion), true),
+			ep.Register(make([]byte, layout.TargetRegion), true))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := ep.PostRecv(eng.PostRecvs(nil)); err != nil {
+			tb.Fatal(err)
+		}
+		return eng
+	}
+	ea, eb := newEngine(a), newEngine(b)
+	pa, pb := ea.LocalConnData(), eb.LocalConnData()
+	if err := ea.Establish(pb[:]); err != nil {
+		tb.Fatal(err)
+	}
+	if err := eb.Establish(pa[:]); err != nil {
+		tb.Fatal(err)
+	}
+	qa := newSimQP(a, "10.0.0.1:40000", "10.0.0.2:7471")
+	qb := newSimQP(b, "10.0.0.2:7471", "10.0.0.1:40000")
+	qa.peer, qb.peer = qb, qa
+	return newConn(qa, ea, set), newConn(qb, eb, set)
+}

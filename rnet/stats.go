@@ -1,0 +1,52 @@
+package rnet
+
+// Stats counts what a connection did. Every counter only grows.
+type Stats struct {
+	BytesWritten     uint64 // accepted by Write
+	BytesRead        uint64 // returned by Read
+	BytesSent        uint64 // carried by RDMA writes to the peer
+	BytesReceived    uint64 // written into our receive ring by the peer
+	MessagesSent     uint64 // data transfers (RDMA writes with immediate)
+	MessagesReceived uint64
+	InlineSends      uint64 // transfers small enough to travel inside the work request
+
+	CreditUpdatesSent     uint64
+	CreditUpdatesReceived uint64
+	KeepalivesSent        uint64
+
+	// Stalls count the times data was waiting but could not go out.
+	CreditStalls uint64 // the peer had granted no more messages
+	BufferStalls uint64 // the peer had granted no more receive-ring space
+	QueueStalls  uint64 // the send queue was full
+
+	SendCompletions  uint64
+	RecvCompletions  uint64
+	ErrorCompletions uint64 // completions with an error status
+	CQPolls          uint64 // polls of the completion queue (each one crossing into C)
+}
+
+// Stats returns a snapshot of the connection's counters.
+func (c *Conn) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.eng.Stats()
+	return Stats{
+		BytesWritten:          s.BytesWritten,
+		BytesRead:             s.BytesRead,
+		BytesSent:             s.BytesSent,
+		BytesReceived:         s.BytesReceived,
+		MessagesSent:          s.MessagesSent,
+		MessagesReceived:      s.MessagesReceived,
+		InlineSends:           s.InlineSends,
+		CreditUpdatesSent:     s.CreditUpdatesSent,
+		CreditUpdatesReceived: s.CreditUpdatesReceived,
+		KeepalivesSent:        s.KeepalivesSent,
+		CreditStalls:          s.CreditStalls,
+		BufferStalls:          s.BufferStalls,
+		QueueStalls:           s.QueueStalls,
+		SendCompletions:       s.SendCompletions,
+		RecvCompletions:       s.RecvCompletions,
+		ErrorCompletions:      s.ErrorCompletions,
+		CQPolls:               c.polls,
+	}
+}

@@ -1,0 +1,47 @@
+package rnet
+
+import (
+	"net"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// queuePair is one connection's hardware as the Conn drives it: a reliable-
+// connected queue pair, its completion queue and the wakeups from both. The
+// verbs implementation runs on real devices; tests also run Conn over the
+// simulated fabric through it.
+//
+// Contract: post and poll calls are serialised by the Conn's mutex. wait is
+// called by one goroutine only (the Conn's progress loop) and must park it
+// (not an OS thread) until a completion may be available after arm, or until
+// shutdown, after which it returns net.ErrClosed for good.
+type queuePair interface {
+	postSend(wrs []ring.SendWR) error
+	postRecv(wrs []ring.RecvWR) error
+	poll(out []ring.Completion) (int, error)
+	// arm asks for one wakeup of wait at the next completion.
+	arm() error
+	wait() error
+	// start begins delivering connection events (the peer's disconnect, a
+	// removed device) to h, from a goroutine of the queuePair's own.
+	start(h eventHandler)
+	// disconnect ends the connection at the transport level: the queue pair
+	// goes to the error state, outstanding work is flushed, the peer is told.
+	disconnect()
+	// shutdown makes wait return net.ErrClosed and stops event delivery;
+	// it returns once the event goroutine has exited.
+	shutdown()
+	// release frees every resource. It is called once, after shutdown and
+	// after the progress loop has exited.
+	release() error
+	localAddr() net.Addr
+	remoteAddr() net.Addr
+}
+
+// eventHandler receives connection events from the transport.
+type eventHandler interface {
+	// transportDisconnected: the peer (or the network) ended the connection.
+	transportDisconnected()
+	// transportFailed: the connection cannot go on (err says why).
+	transportFailed(err error)
+}
