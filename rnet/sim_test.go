@@ -25,8 +25,8 @@ type simQP struct {
 	eventsDone chan struct{}
 }
 
-func (q *simQP) postSend(wrs []ring.SendWR) error       { return q.ep.PostSend(wrs) }
-func (q *simQP) postRecv(wrs []ring.RecvWR) error       { return q.ep.PostRecv(wrs) }
+func (q *simQP) postSend(wrs []ring.SendWR) error        { return q.ep.PostSend(wrs) }
+func (q *simQP) postRecv(wrs []ring.RecvWR) error        { return q.ep.PostRecv(wrs) }
 func (q *simQP) poll(out []ring.Completion) (int, error) { return q.ep.PollCQ(out), nil }
 func (q *simQP) arm() error                              { return nil }
 

@@ -1,0 +1,209 @@
+//go:build linux && cgo
+
+package rnet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/rdmatest"
+)
+
+// rxePipe makes a connected pair over a real device: the client dials from the
+// lab's client address (rxe0) to a listener on the server address (rxe1).
+func rxeMaker(pair rdmatest.Pair, cfg *Config) pipeMaker {
+	return func(t *testing.T) (*Conn, *Conn) {
+		t.Helper()
+		ln, err := (&ListenConfig{Config: cfg}).Listen(context.Background(), "rdma", net.JoinHostPort(pair.Server.String(), "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		type res struct {
+			c   *Conn
+			err error
+		}
+		acc := make(chan res, 1)
+		go func() {
+			c, err := ln.AcceptRDMA()
+			acc <- res{c, err}
+		}()
+		d := &Dialer{Config: cfg, LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, Timeout: 30 * time.Second}
+		c1, err := d.Dial("rdma", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := <-acc
+		if r.err != nil {
+			c1.Close()
+			t.Fatal(r.err)
+		}
+		return c1, r.c
+	}
+}
+
+func TestRXENettest(t *testing.T) {
+	testNettest(t, rxeMaker(rdmatest.Require(t), nil))
+}
+
+func TestRXEContract(t *testing.T) {
+	testContract(t, rxeMaker(rdmatest.Require(t), nil))
+}
+
+func TestRXEIPv6(t *testing.T) {
+	pair := rdmatest.Require6(t)
+	c1, c2 := rxeMaker(pair, nil)(t)
+	defer c1.Close()
+	defer c2.Close()
+	if _, err := c1.Write([]byte("over IPv6")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 9)
+	if _, err := io.ReadFull(c2, buf); err != nil || string(buf) != "over IPv6" {
+		t.Fatalf("got %q, %v", buf, err)
+	}
+	if !c2.LocalAddr().(*Addr).Addr().Is6() {
+		t.Errorf("local address %v is not IPv6", c2.LocalAddr())
+	}
+}
+
+func TestRXEListenerClose(t *testing.T) {
+	pair := rdmatest.Require(t)
+	ln, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept()
+		errc <- err
+	}()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close = %v, want net.ErrClosed", err)
+	}
+	if err := ln.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("second Close = %v, want net.ErrClosed", err)
+	}
+}
+
+func TestRXEDialErrors(t *testing.T) {
+	pair := rdmatest.Require(t)
+	from := &Addr{netip.AddrPortFrom(pair.Client, 0)}
+	t.Run("Refused", func(t *testing.T) {
+		// Nothing listens on this port: the peer's connection manager refuses.
+		ln, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		_, err = (&Dialer{LocalAddr: from}).Dial("rdma", addr)
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != "dial" || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("dial to a closed port = %v, want a dial OpError matching ECONNREFUSED", err)
+		}
+	})
+	t.Run("Cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := (&Dialer{LocalAddr: from}).DialContext(ctx, "rdma", net.JoinHostPort(pair.Server.String(), "1"))
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled dial = %v, want context.Canceled", err)
+		}
+	})
+	t.Run("Deadline", func(t *testing.T) {
+		// An address on the lab's subnet that nobody has: resolution never
+		// completes, so the deadline ends the dial.
+		unused := netip.AddrFrom4([4]byte{10, 77, 0, 99})
+		if !pair.Server.Is4() || pair.Server.As4()[0] != 10 {
+			unused = netip.MustParseAddr("192.0.2.1") // TEST-NET-1: never routed
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := (&Dialer{LocalAddr: from}).DialContext(ctx, "rdma", net.JoinHostPort(unused.String(), "7471"))
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("dial past its deadline = %v, want a timeout matching context.DeadlineExceeded", err)
+		}
+	})
+}
+
+// TestRXEResourcesReleased dials and closes many connections and checks that
+// fds, goroutines and the kernel's QP count come back to where they were.
+func TestRXEResourcesReleased(t *testing.T) {
+	pair := rdmatest.Require(t)
+	cycles := 200
+	if testing.Short() {
+		cycles = 20
+	}
+	mk := rxeMaker(pair, &Config{SendBufferSize: 16 << 10, RecvBufferSize: 16 << 10})
+	// One warm-up cycle: librdmacm opens its devices once per process.
+	c1, c2 := mk(t)
+	c1.Close()
+	c2.Close()
+	fds0, gor0, qps0 := countFDs(t), runtime.NumGoroutine(), countQPs(t)
+	var writers sync.WaitGroup
+	for i := 0; i < cycles; i++ {
+		c1, c2 := mk(t)
+		if i%3 == 0 {
+			// Some are closed mid-stream, with data in flight.
+			writers.Add(1)
+			go func() {
+				defer writers.Done()
+				c1.Write(make([]byte, 256<<10))
+			}()
+		}
+		c1.Close()
+		c2.Close()
+	}
+	writers.Wait()
+	if gor := runtime.NumGoroutine(); gor != gor0 {
+		t.Errorf("goroutines: %d before, %d after %d cycles", gor0, gor, cycles)
+	}
+	if fds := countFDs(t); fds != fds0 {
+		t.Errorf("open fds: %d before, %d after %d cycles", fds0, fds, cycles)
+	}
+	if qps := countQPs(t); qps != qps0 {
+		t.Errorf("QPs in rdma resource show: %d before, %d after %d cycles", qps0, qps, cycles)
+	}
+}
+
+func countFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func countQPs(t *testing.T) int {
+	out, err := execOutput("rdma", "resource", "show")
+	if err != nil {
+		t.Fatalf("rdma resource show: %v", err)
+	}
+	// "0: rxe0: pd 3 cq 4 qp 5 cm_id 2 mr 6 ctx 2 ..." per device; sum qp.
+	total := 0
+	fields := splitFields(out)
+	for i := 0; i+1 < len(fields); i++ {
+		if fields[i] == "qp" {
+			n, err := strconv.Atoi(fields[i+1])
+			if err == nil {
+				total += n
+			}
+		}
+	}
+	return total
+}

@@ -1,0 +1,13 @@
+package rnet
+
+import (
+	"os/exec"
+	"strings"
+)
+
+func execOutput(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}
+
+func splitFields(s string) []string { return strings.Fields(s) }
