@@ -1,0 +1,309 @@
+package simfabric
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+type pair struct {
+	f          *Fabric
+	a, b       *Endpoint
+	aMem, bMem ring.Region
+}
+
+func newPair(t *testing.T, opts Options) *pair {
+	t.Helper()
+	f := New(7, opts)
+	a, b := f.Pair(Caps{SendDepth: 8, RecvDepth: 8, MaxInline: 64}, Caps{SendDepth: 8, RecvDepth: 8, MaxInline: 64})
+	return &pair{f: f, a: a, b: b,
+		aMem: a.Register(make([]byte, 4096), false),
+		bMem: b.Register(make([]byte, 4096), true)}
+}
+
+func (p *pair) write(id uint64, off, n int, imm bool) ring.SendWR {
+	wr := ring.SendWR{ID: id, Op: ring.OpWrite, Signaled: true, NumSGE: 1,
+		SGE:        [2]ring.SGE{{Addr: p.aMem.Addr + uint64(off), Length: uint32(n), LKey: p.aMem.LKey}},
+		RemoteAddr: p.bMem.Addr + uint64(off), RKey: p.bMem.RKey}
+	if imm {
+		wr.Op, wr.Imm = ring.OpWriteImm, uint32(id)
+	}
+	return wr
+}
+
+func poll(e *Endpoint) []ring.Completion {
+	out := make([]ring.Completion, 64)
+	return out[:e.PollCQ(out)]
+}
+
+func TestWriteLandsInOrderWithCompletions(t *testing.T) {
+	p := newPair(t, Options{MaxWireDelay: 3, MaxCompletionDelay: 3})
+	if err := p.b.PostRecv([]ring.RecvWR{{ID: 100}, {ID: 101}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(p.aMem.Buf, "hello, world")
+	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 5, true), p.write(2, 5, 7, false), p.write(3, 7, 5, true)}); err != nil {
+		t.Fatal(err)
+	}
+	copy(p.aMem.Buf, "XXXXXXXXXXXX") // payloads were taken at post time
+	var sends, recvs []ring.Completion
+	for i := 0; i < 20; i++ {
+		p.f.Step()
+		sends = append(sends, poll(p.a)...)
+		recvs = append(recvs, poll(p.b)...)
+	}
+	if p.f.Pending() {
+		t.Fatal("still pending")
+	}
+	if len(sends) != 3 || sends[0].ID != 1 || sends[1].ID != 2 || sends[2].ID != 3 {
+		t.Fatalf("send completions %+v", sends)
+	}
+	if len(recvs) != 2 || recvs[0].ID != 100 || recvs[0].Imm != 1 || recvs[0].ByteLen != 5 ||
+		recvs[0].Opcode != ring.WCRecvRDMAWithImm || recvs[1].ID != 101 || recvs[1].Imm != 3 {
+		t.Fatalf("receive completions %+v", recvs)
+	}
+	if got := string(p.bMem.Buf[:12]); got != "hello, world" {
+		t.Fatalf("memory %q", got)
+	}
+}
+
+func TestRNRIsAnError(t *testing.T) {
+	p := newPair(t, Options{Auto: true})
+	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 4, true), p.write(2, 0, 4, false)}); err != nil {
+		t.Fatal(err)
+	}
+	wcs := poll(p.a)
+	if len(wcs) != 2 || wcs[0].Status != ring.WCRNRRetryExcErr || wcs[1].Status != ring.WCWRFlushErr {
+		t.Fatalf("%+v", wcs)
+	}
+	if st := p.f.Stats(); st.RNR != 1 {
+		t.Fatalf("%+v", st)
+	}
+	if p.a.Stats().RNR != 1 {
+		t.Fatal("endpoint RNR not counted")
+	}
+	// The queue pair is in error: later work is flushed.
+	if err := p.a.PostSend([]ring.SendWR{p.write(3, 0, 4, false)}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != ring.WCWRFlushErr {
+		t.Fatalf("%+v", wcs)
+	}
+}
+
+func TestRNRRetryWaits(t *testing.T) {
+	p := newPair(t, Options{Auto: true, RNRRetry: true})
+	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 4, true)}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs := poll(p.a); len(wcs) != 0 {
+		t.Fatalf("completed without a receive: %+v", wcs)
+	}
+	if err := p.b.PostRecv([]ring.RecvWR{{ID: 9}}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != ring.WCSuccess {
+		t.Fatalf("%+v", wcs)
+	}
+	if wcs := poll(p.b); len(wcs) != 1 || wcs[0].ID != 9 {
+		t.Fatalf("%+v", wcs)
+	}
+	if st := p.f.Stats(); st.RNR != 0 || st.RNRStalls == 0 {
+		t.Fatalf("%+v", st)
+	}
+}
+
+func TestRemoteAccessChecked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*ring.SendWR)
+	}{
+		{"bad rkey", func(w *ring.SendWR) { w.RKey++ }},
+		{"past the end", func(w *ring.SendWR) { w.RemoteAddr += 4093 }},
+		{"before the start", func(w *ring.SendWR) { w.RemoteAddr -= 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, Options{Auto: true})
+			wr := p.write(1, 0, 4, false)
+			tc.mod(&wr)
+			if err := p.a.PostSend([]ring.SendWR{wr}); err != nil {
+				t.Fatal(err)
+			}
+			if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != ring.WCRemAccessErr {
+				t.Fatalf("%+v", wcs)
+			}
+		})
+	}
+	// A region registered without remote write cannot be written.
+	p := newPair(t, Options{Auto: true})
+	ro := p.b.Register(make([]byte, 64), false)
+	wr := p.write(1, 0, 4, false)
+	wr.RemoteAddr, wr.RKey = ro.Addr, ro.RKey
+	if err := p.a.PostSend([]ring.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != ring.WCRemAccessErr {
+		t.Fatalf("%+v", wcs)
+	}
+}
+
+func TestPostValidation(t *testing.T) {
+	p := newPair(t, Options{})
+	bad := p.write(1, 0, 4, false)
+	bad.SGE[0].LKey++
+	if err := p.a.PostSend([]ring.SendWR{bad}); !errors.Is(err, ErrInvalidWR) {
+		t.Fatal(err)
+	}
+	big := p.write(1, 0, 100, false)
+	big.Inline = true
+	if err := p.a.PostSend([]ring.SendWR{big}); !errors.Is(err, ErrInvalidWR) {
+		t.Fatal(err)
+	}
+	var wrs []ring.SendWR
+	for i := 0; i < 9; i++ {
+		wrs = append(wrs, p.write(uint64(i), 0, 1, false))
+	}
+	if err := p.a.PostSend(wrs); !errors.Is(err, ErrQueueFull) {
+		t.Fatal(err)
+	}
+}
+
+func TestSendIntoReceiveBuffer(t *testing.T) {
+	p := newPair(t, Options{Auto: true})
+	slot := p.b.Register(make([]byte, 4), false)
+	if err := p.b.PostRecv([]ring.RecvWR{{ID: 5, NumSGE: 1, SGE: ring.SGE{Addr: slot.Addr, Length: 4, LKey: slot.LKey}}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(p.aMem.Buf, []byte{1, 2, 3, 4, 5})
+	send := ring.SendWR{ID: 1, Op: ring.OpSend, Inline: true, Signaled: true, NumSGE: 1,
+		SGE: [2]ring.SGE{{Addr: p.aMem.Addr, Length: 4}}}
+	if err := p.a.PostSend([]ring.SendWR{send}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs := poll(p.b); len(wcs) != 1 || wcs[0].Opcode != ring.WCRecv || wcs[0].ByteLen != 4 {
+		t.Fatalf("%+v", wcs)
+	}
+	if string(slot.Buf) != "\x01\x02\x03\x04" {
+		t.Fatalf("%x", slot.Buf)
+	}
+	// Five bytes do not fit a 4-byte receive.
+	if err := p.b.PostRecv([]ring.RecvWR{{ID: 6, NumSGE: 1, SGE: ring.SGE{Addr: slot.Addr, Length: 4, LKey: slot.LKey}}}); err != nil {
+		t.Fatal(err)
+	}
+	send.SGE[0].Length = 5
+	if err := p.a.PostSend([]ring.SendWR{send}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs := poll(p.b); len(wcs) != 1 || wcs[0].Status != ring.WCLocLenErr {
+		t.Fatalf("%+v", wcs)
+	}
+	if wcs := poll(p.a); len(wcs) != 2 || wcs[1].Status != ring.WCRemInvReqErr {
+		t.Fatalf("%+v", wcs)
+	}
+}
+
+func TestKill(t *testing.T) {
+	p := newPair(t, Options{})
+	if err := p.b.PostRecv([]ring.RecvWR{{ID: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 4, true), p.write(2, 0, 4, false)}); err != nil {
+		t.Fatal(err)
+	}
+	p.f.Kill(p.b)
+	for p.f.Pending() {
+		p.f.Step()
+	}
+	wcs := poll(p.a)
+	if len(wcs) != 2 || wcs[0].Status != ring.WCRetryExcErr || wcs[1].Status != ring.WCWRFlushErr {
+		t.Fatalf("%+v", wcs)
+	}
+	if err := p.b.PostSend(nil); !errors.Is(err, ErrDead) {
+		t.Fatal(err)
+	}
+	if n := p.b.PollCQ(make([]ring.Completion, 4)); n != 0 {
+		t.Fatal("a dead endpoint completes work")
+	}
+}
+
+func TestInjectErrorAndDisconnect(t *testing.T) {
+	p := newPair(t, Options{Auto: true})
+	if err := p.b.PostRecv([]ring.RecvWR{{ID: 1}, {ID: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	p.a.InjectError(ring.WCGeneralErr)
+	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 4, false)}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != ring.WCGeneralErr {
+		t.Fatalf("%+v", wcs)
+	}
+	p.a.Disconnect()
+	wcs := poll(p.b)
+	if len(wcs) != 2 || wcs[0].Status != ring.WCWRFlushErr || wcs[1].ID != 2 {
+		t.Fatalf("%+v", wcs)
+	}
+}
+
+// TestAutoConcurrent drives both endpoints from goroutines that block on
+// Notify, as the rnet driver will, and counts every completion.
+func TestAutoConcurrent(t *testing.T) {
+	// The sender does not know when receives are re-posted: let messages
+	// wait for them, as hardware with rnr_retry_count=7 does.
+	p := newPair(t, Options{Auto: true, RNRRetry: true})
+	const n = 2000
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // receiver: keep 8 receives posted, count completions
+		defer wg.Done()
+		if err := p.b.PostRecv(make([]ring.RecvWR, 8)); err != nil {
+			t.Error(err)
+			return
+		}
+		got := 0
+		out := make([]ring.Completion, 16)
+		for got < n {
+			<-p.b.Notify()
+			for k := p.b.PollCQ(out); k > 0; k = p.b.PollCQ(out) {
+				for _, wc := range out[:k] {
+					if wc.Status != ring.WCSuccess || wc.Imm != uint32(got) {
+						t.Errorf("completion %d: %+v", got, wc)
+						return
+					}
+					got++
+				}
+				if err := p.b.PostRecv(make([]ring.RecvWR, k)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	go func() { // sender: at most 8 in flight
+		defer wg.Done()
+		out := make([]ring.Completion, 16)
+		sent, done := 0, 0
+		for done < n {
+			for sent < n && sent-done < 8 {
+				wr := p.write(uint64(sent), 0, 8, true)
+				wr.Imm = uint32(sent)
+				if err := p.a.PostSend([]ring.SendWR{wr}); err != nil {
+					t.Error(err)
+					return
+				}
+				sent++
+			}
+			if k := p.a.PollCQ(out); k > 0 {
+				done += k
+				continue
+			}
+			<-p.a.Notify()
+		}
+	}()
+	wg.Wait()
+	if st := p.f.Stats(); st.RNR != 0 || st.Delivered != n || st.Errors != 0 {
+		t.Fatalf("%+v", st)
+	}
+}
