@@ -15,6 +15,9 @@ need_cmd rping rdmacm-utils
 need_cmd rstream rdmacm-utils
 need_cmd ib_write_bw perftest
 need_cmd ibv_devinfo ibverbs-utils
+# interop tests: libc programs run under librspreload against rnet
+need_cmd socat socat
+need_cmd curl curl
 need_cmd gcc-12 gcc-12
 need_cmd make make
 need_file /usr/include/infiniband/verbs.h libibverbs-dev
