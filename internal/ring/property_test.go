@@ -2,6 +2,7 @@ package ring_test
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -32,6 +33,7 @@ type propertyRun struct {
 	sides   [2]*side
 	streams [2]*stream // streams[i] is written by sides[i]
 	closeFn [2]string  // how side i ends its stream: "closewrite" or "close"
+	bias    float64    // chance an action is on side 1: skew makes one side poll rarely
 }
 
 // TestPropertyStream pushes random amounts of data both ways through two
@@ -40,8 +42,10 @@ type propertyRun struct {
 // sizes, and checks that every byte arrives exactly once and in order, that
 // accounting invariants hold after every step, that the fabric never sees an
 // RNR, and that both ends finish with a clean EOF.
+var propertySeeds = flag.Int("property.seeds", 200, "seeds for TestPropertyStream (more for a soak run)")
+
 func TestPropertyStream(t *testing.T) {
-	seeds := 200
+	seeds := *propertySeeds
 	if testing.Short() {
 		seeds = 30
 	}
@@ -55,7 +59,7 @@ func TestPropertyStream(t *testing.T) {
 
 func runProperty(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 42))
-	p := &propertyRun{seed: seed, r: r}
+	p := &propertyRun{seed: seed, r: r, bias: []float64{0.5, 0.5, 0.1, 0.9, 0.02}[r.IntN(5)]}
 	p.f = simfabric.New(seed, simfabric.Options{
 		MaxWireDelay:       r.IntN(6),
 		MaxCompletionDelay: r.IntN(10),
@@ -81,8 +85,8 @@ func runProperty(t *testing.T, seed uint64) {
 	// A side that closes fully cannot read afterwards; let the other
 	// direction finish first in that case by closing only when its own
 	// reading is done.
-	t.Logf("seed %d configs a=%+v b=%+v totals %d/%d close %v",
-		seed, ca, cb, p.streams[0].total, p.streams[1].total, p.closeFn)
+	t.Logf("seed %d configs a=%+v b=%+v totals %d/%d close %v bias %v",
+		seed, ca, cb, p.streams[0].total, p.streams[1].total, p.closeFn, p.bias)
 
 	idle := 0
 	for step := 0; ; step++ {
@@ -104,7 +108,7 @@ func runProperty(t *testing.T, seed uint64) {
 		}
 		if moved {
 			idle = 0
-		} else if idle++; idle > 10000 {
+		} else if idle++; idle > 100000 {
 			t.Fatalf("stuck: streams %+v %+v; a %+v; b %+v", *p.streams[0], *p.streams[1],
 				p.sides[0].eng.Stats(), p.sides[1].eng.Stats())
 		}
@@ -134,7 +138,10 @@ func (p *propertyRun) done() bool {
 // act performs one random action and reports whether something moved.
 func (p *propertyRun) act() (bool, error) {
 	r := p.r
-	i := r.IntN(2)
+	i := 0
+	if r.Float64() < p.bias {
+		i = 1
+	}
 	s, out, in := p.sides[i], p.streams[i], p.streams[1-i]
 	switch k := r.IntN(10); {
 	case k < 3: // application write
