@@ -257,16 +257,42 @@ func TestHostileSGLWrongLength(t *testing.T) {
 	bad := p.half(1)
 	bad.Length++
 	p.sgl(1, bad, 64)
+	// A mismatch might be a write still landing: the engine looks again at
+	// the next credit message before it gives up.
+	if _, err := s.service(100); err != nil {
+		t.Fatalf("rejected on first sight: %v", err)
+	}
+	p.msg(ring.MakeMsg(ring.MsgSGL, 64))
 	expectFailure(t, s, ring.ErrBadSGL)
 }
 
 func TestHostileSGLWrongHalf(t *testing.T) {
 	s, p := newHostile(t, ring.Config{})
 	p.sgl(1, p.half(0), 64) // entry 1 always carries the second half
+	p.msg(ring.MakeMsg(ring.MsgSGL, 64))
 	expectFailure(t, s, ring.ErrBadSGL)
 }
 
 // TestHostileSGLWhileInUse: entry 0 still holds the unused first half.
+// TestHostileSGLTornRead: an entry read while its write was still landing
+// is taken once it reads right.
+func TestHostileSGLTornRead(t *testing.T) {
+	s, p := newHostile(t, ring.Config{})
+	torn := p.half(1)
+	torn.Key = 0
+	p.sgl(1, torn, 64)
+	if _, err := s.service(100); err != nil {
+		t.Fatal(err)
+	}
+	p.sgl(1, p.half(1), 64)
+	if _, err := s.service(100); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.eng.Stats(); st.BufferGrantsReceived != 1 {
+		t.Fatalf("%+v", st)
+	}
+}
+
 func TestHostileSGLWhileInUse(t *testing.T) {
 	s, p := newHostile(t, ring.Config{})
 	p.sgl(1, p.half(1), 64) // fine

@@ -46,8 +46,8 @@ var propertySeeds = flag.Int("property.seeds", 200, "seeds for TestPropertyStrea
 
 func TestPropertyStream(t *testing.T) {
 	seeds := *propertySeeds
-	if testing.Short() {
-		seeds = 30
+	if testing.Short() || raceEnabled {
+		seeds = min(seeds, 40)
 	}
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {

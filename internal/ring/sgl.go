@@ -16,9 +16,14 @@ import (
 // C rsocket uses the mailbox itself as its live state. The engine instead
 // copies an update into tgt when it takes it and zeroes the mailbox entry,
 // so that a later non-zero entry is always a fresh write it can check.
-// It takes updates only while processing a credit message, whose write
-// completion guarantees the mailbox write that preceded it has landed; an
-// update that lands earlier than its own message is simply taken early.
+// It looks at the mailbox only while processing a credit message. The
+// update that message carried, if any, has landed by then; a later update
+// may have landed too (it is then taken early) or may still be landing.
+// Reading an entry mid-DMA could show a torn value, so an entry that does
+// not match is only rejected if it still reads the same at the next credit
+// message, by which time any write in progress has long completed. The
+// ordering checks need no such care: a correct peer never writes an entry
+// the engine still uses, torn or not.
 
 // takeSGLUpdates takes every fresh mailbox entry, in protocol order, and
 // rejects entries that are out of order, early, or not the half expected.
@@ -38,10 +43,15 @@ func (e *Engine) takeSGLUpdates(m Msg) {
 			want.Addr += uint64(e.peerHalf)
 		}
 		if s != want {
+			if e.sglSuspect != (sglSuspect{entry: i, sge: s, set: true}) {
+				e.sglSuspect = sglSuspect{entry: i, sge: s, set: true}
+				return // look again at the next credit message
+			}
 			e.fail(protoErr(ErrBadSGL, m, fmt.Sprintf("entry %d = {addr %#x key %#x len %d}, want {addr %#x key %#x len %d}",
 				i, s.Addr, s.Key, s.Length, want.Addr, want.Key, want.Length)))
 			return
 		}
+		e.sglSuspect = sglSuspect{}
 		e.tgt[i] = s
 		e.clearMailbox(i)
 		e.mailboxNext ^= 1
@@ -58,4 +68,11 @@ func (e *Engine) mailbox(i int) RemoteSGE {
 
 func (e *Engine) clearMailbox(i int) {
 	clear(e.target.Buf[i*RemoteSGESize : (i+1)*RemoteSGESize])
+}
+
+// sglSuspect is a mailbox entry that did not match when last read.
+type sglSuspect struct {
+	entry int
+	sge   RemoteSGE
+	set   bool
 }
