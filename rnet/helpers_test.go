@@ -1,6 +1,7 @@
 package rnet
 
 import (
+	"github.com/rnet-dev/rnet/internal/ring"
 	"os/exec"
 	"strings"
 )
@@ -11,3 +12,8 @@ func execOutput(name string, args ...string) (string, error) {
 }
 
 func splitFields(s string) []string { return strings.Fields(s) }
+
+func defaultSettingsLayout() ring.Layout {
+	var c *Config
+	return c.settings().ring.Layout()
+}

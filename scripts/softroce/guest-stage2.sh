@@ -108,6 +108,10 @@ done
 { rdma link; ip -br addr; ip rule; ip -6 rule; } >> $out/guest.log 2>&1
 log "lab ready"
 
+# A process holding thousands of RDMA connections needs thousands of fds (each
+# connection has a completion channel and an event channel, each duplicated for the
+# netpoller), as a busy TCP server would; raise the limit as such a server would.
+ulimit -n 1048576
 cd "${cwd:-/}" 2>/dev/null || cd /
 export RNET_GUEST=1 RNET_REQUIRE_RDMA=1
 export RNET_TEST_SERVER=10.77.0.2 RNET_TEST_CLIENT=10.77.0.1 RNET_TEST_SERVER6=fd77::2 RNET_TEST_CLIENT6=fd77::2
