@@ -330,7 +330,7 @@ func (e *Engine) Flushed() bool {
 	if e.inflightLen != 0 {
 		return false
 	}
-	if e.finished() || !e.established {
+	if e.finished() {
 		return true
 	}
 	return e.sPosted == e.sHead && e.closePending == closeNone && !e.keepalivePending
