@@ -42,3 +42,21 @@ endif
 # An interactive-less shell command in the lab, e.g. make lab-shell CMD='ibv_devinfo -v'
 lab-shell:
 	$(VM) bash -c '$(CMD)'
+
+# make demo: the echo and gRPC examples over rnet and over TCP, with a comparison table.
+# Built on the host; run natively when RNET_NATIVE=1 and `rdma link show` lists an ACTIVE
+# device (addresses from RNET_TEST_SERVER and RNET_TEST_CLIENT), otherwise in the
+# Soft-RoCE guest (server on 10.77.0.2/rxe1, client from 10.77.0.1/rxe0).
+DEMO_BIN ?= $(or $(TMPDIR),/tmp)/rnet-demo-$(shell id -u)
+.PHONY: demo
+demo:
+	@mkdir -p $(DEMO_BIN)
+	$(GO) build -o $(DEMO_BIN)/echo ./examples/echo
+	$(GO) build -o $(DEMO_BIN)/grpc ./examples/grpc
+	@if [ "$(RNET_NATIVE)" = 1 ] && rdma link show 2>/dev/null | grep -q ACTIVE; then \
+	  echo "demo: running natively on this host's RDMA devices"; \
+	  scripts/demo.sh $(DEMO_BIN); \
+	else \
+	  echo "demo: no native RDMA (set RNET_NATIVE=1 on a host with an ACTIVE device); running in the Soft-RoCE guest"; \
+	  $(VM) scripts/demo.sh $(DEMO_BIN); \
+	fi
