@@ -48,6 +48,10 @@ func testContract(t *testing.T, mk pipeMaker) {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
+		if s1, s2 := c1.Stats(), c2.Stats(); s1.BytesWritten != uint64(len(msg)) || s2.BytesRead != uint64(len(msg)) ||
+			s1.MessagesSent == 0 || s2.MessagesReceived != s1.MessagesSent || s2.CreditUpdatesSent == 0 || s1.SendCompletions == 0 {
+			t.Errorf("stats after %d bytes: writer %+v, reader %+v", len(msg), s1, s2)
+		}
 		// The half-closed side can still read.
 		if _, err := c2.Write([]byte("reply")); err != nil {
 			t.Fatal(err)

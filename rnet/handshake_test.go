@@ -1,0 +1,116 @@
+//go:build linux && cgo
+
+package rnet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/rdmatest"
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// TestRXEHostileHandshake sends the listener connection requests it must
+// refuse or drop, then checks that it still accepts a well-behaved peer.
+func TestRXEHostileHandshake(t *testing.T) {
+	pair := rdmatest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ln, err := (&ListenConfig{Config: &Config{HandshakeTimeout: time.Second}}).Listen(ctx, "rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	target := ln.Addr().(*Addr).AddrPort
+
+	// request sends a connect request with the given private data from an
+	// id without a queue pair, and returns the listener's answer.
+	request := func(t *testing.T, private []byte, vanish bool) error {
+		t.Helper()
+		ch, err := cm.NewEventChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		id, err := ch.NewID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer id.Close()
+		if err := id.Resolve(ctx, pair.Client, target, cm.Retry{Tries: 3, Timeout: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		p := cm.RsocketConnParam(private)
+		p.QPNum = 0x1234
+		if err := id.Connect(p); err != nil {
+			t.Fatal(err)
+		}
+		if vanish {
+			return nil // the deferred Close destroys the id mid-handshake
+		}
+		_, err = id.Await(ctx, cm.EventEstablished)
+		return err
+	}
+	sane := ring.ConnData{
+		Version: 1, Flags: ring.FlagIOMap, Credits: 16,
+		TargetSGL: ring.RemoteSGE{Addr: 0x10000, Key: 7, Length: 2},
+		DataBuf:   ring.RemoteSGE{Addr: 0x20000, Key: 7, Length: 1 << 16},
+	}
+	wrongVersion := sane
+	wrongVersion.Version = 2
+	noCredits := sane
+	noCredits.Credits = 0
+	for _, tc := range []struct {
+		name    string
+		private []byte
+	}{
+		{"Short", []byte{1, 2}}, // the CM pads it with zeros: no credits, no buffers
+		{"WrongVersion", encode(wrongVersion)},
+		{"NoCredits", encode(noCredits)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := request(t, tc.private, false)
+			var rej *cm.RejectError
+			if !errors.As(err, &rej) || !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("listener answered %v, want a reject", err)
+			}
+		})
+	}
+	t.Run("Vanish", func(t *testing.T) {
+		request(t, encode(sane), true)
+	})
+
+	// The listener is unharmed: a real connection works.
+	go func() {
+		c, err := ln.AcceptRDMA()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c)
+	}()
+	c, err := (&Dialer{LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}}).DialContext(ctx, "rdma", target.String())
+	if err != nil {
+		t.Fatalf("dial after hostile handshakes: %v", err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("still serving")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 13)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "still serving" {
+		t.Fatalf("echo after hostile handshakes: %q, %v", buf, err)
+	}
+}
+
+func encode(c ring.ConnData) []byte {
+	b := c.Encode()
+	return b[:]
+}
