@@ -32,7 +32,7 @@ func netAddr(ap netip.AddrPort) net.Addr {
 
 // resolveAddr resolves "host:port" for network "rdma", "rdma4" or "rdma6".
 // Host names go through the system resolver; RDMA needs an IP address in the end.
-func resolveAddr(network, address string) (netip.AddrPort, error) {
+func resolveAddr(ctx context.Context, network, address string) (netip.AddrPort, error) {
 	switch network {
 	case "rdma", "rdma4", "rdma6":
 	default:
@@ -64,7 +64,7 @@ func resolveAddr(network, address string) (netip.AddrPort, error) {
 		} else if network == "rdma6" {
 			ipNet = "ip6"
 		}
-		ips, lerr := net.DefaultResolver.LookupNetIP(context.Background(), ipNet, host)
+		ips, lerr := net.DefaultResolver.LookupNetIP(ctx, ipNet, host)
 		if lerr != nil {
 			return netip.AddrPort{}, lerr
 		}
@@ -77,12 +77,5 @@ func resolveAddr(network, address string) (netip.AddrPort, error) {
 	if network == "rdma4" && !ip.Is4() || network == "rdma6" && ip.Is4() {
 		return netip.AddrPort{}, &net.AddrError{Err: "address does not match network " + network, Addr: address}
 	}
-	return netip.AddrPortFrom(ip.WithZone(zoneOf(ip, host)), uint16(port)), nil
-}
-
-func zoneOf(ip netip.Addr, host string) string {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Zone()
-	}
-	return ip.Zone()
+	return netip.AddrPortFrom(ip, uint16(port)), nil
 }

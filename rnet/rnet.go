@@ -56,7 +56,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	raddr, err := resolveAddr(network, address)
+	raddr, err := resolveAddr(ctx, network, address)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
@@ -107,7 +107,7 @@ type ListenConfig struct {
 // Listen announces on the local address. ctx bounds only the setup, as with
 // net.ListenConfig.
 func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*Listener, error) {
-	laddr, err := resolveAddr(network, address)
+	laddr, err := resolveAddr(ctx, network, address)
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
