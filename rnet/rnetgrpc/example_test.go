@@ -1,0 +1,46 @@
+package rnetgrpc_test
+
+import (
+	"context"
+	"log"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/rnet-dev/rnet/rnet"
+	"github.com/rnet-dev/rnet/rnet/rnetgrpc"
+)
+
+// A gRPC client over RDMA: one more option to grpc.NewClient. The stubs
+// (here grpc's health service) are used unchanged.
+func ExampleDialOption() {
+	cc, err := grpc.NewClient("10.77.0.2:50051", // or "passthrough:///10.77.0.2:50051"
+		rnetgrpc.DialOption(nil),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := healthgrpc.NewHealthClient(cc).Check(ctx, &healthgrpc.HealthCheckRequest{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Println(resp.GetStatus())
+}
+
+// The server side needs no helper: serve an rnet listener.
+func Example_server() {
+	ln, err := rnet.Listen("rdma", "10.77.0.2:50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := grpc.NewServer()
+	// Register services as usual, e.g. pb.RegisterGreeterServer(s, &server{}).
+	if err := s.Serve(ln); err != nil {
+		log.Fatal(err)
+	}
+}
