@@ -82,7 +82,11 @@ func newConn(qp queuePair, eng *ring.Engine, set settings) *Conn {
 	qp.start(c)
 	go c.progressLoop()
 	if set.keepAlive > 0 {
+		// Under c.mu: the timer's callback reads the field under c.mu, and
+		// nothing else orders it after this write.
+		c.mu.Lock()
 		c.keepalive = time.AfterFunc(set.keepAlive, c.sendKeepalive)
+		c.mu.Unlock()
 	}
 	return c
 }
@@ -425,11 +429,12 @@ func (c *Conn) sendKeepalive() {
 		c.eng.Keepalive()
 		c.driveLocked()
 	}
+	t := c.keepalive
 	c.mu.Unlock()
 	select {
 	case <-c.closed:
 	default:
-		c.keepalive.Reset(c.set.keepAlive)
+		t.Reset(c.set.keepAlive)
 	}
 }
 
