@@ -1,0 +1,199 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/rnet-dev/rnet/internal/verbs"
+)
+
+type devicesOpts struct{ json bool }
+
+func parseDevices(args []string, stderr io.Writer) (devicesOpts, error) {
+	var o devicesOpts
+	fs := flag.NewFlagSet("rnet devices", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&o.json, "json", false, "print the devices as JSON")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return o, err
+	}
+	if len(pos) > 0 {
+		return o, usageErr(stderr, "devices takes no arguments, got %q", pos)
+	}
+	return o, nil
+}
+
+// Device is one entry of `rnet devices --json`.
+type Device struct {
+	Name          string `json:"name"`
+	Transport     string `json:"transport"`
+	NodeGUID      string `json:"node_guid"`
+	FirmwareVer   string `json:"fw_ver,omitempty"`
+	MaxQP         int    `json:"max_qp"`
+	MaxQPWR       int    `json:"max_qp_wr"`
+	MaxSGE        int    `json:"max_sge"`
+	MaxInlineData int    `json:"max_inline_data"`
+	Ports         []Port `json:"ports"`
+}
+
+// Port is one port of a Device.
+type Port struct {
+	Port       int    `json:"port"`
+	State      string `json:"state"`
+	LinkLayer  string `json:"link_layer"`
+	ActiveMTU  int    `json:"active_mtu"`
+	MaxMTU     int    `json:"max_mtu"`
+	MaxMsgSize uint32 `json:"max_msg_size"`
+	GIDs       []GID  `json:"gids"`
+}
+
+// GID is one valid GID table entry and the IP address it stands for.
+type GID struct {
+	Index  int    `json:"index"`
+	GID    string `json:"gid"`
+	Type   string `json:"type"`
+	IP     string `json:"ip,omitempty"`
+	Netdev string `json:"netdev,omitempty"`
+}
+
+func describe(infos []verbs.DeviceInfo, ifname func(int) string) []Device {
+	out := make([]Device, 0, len(infos))
+	for _, d := range infos {
+		dev := Device{
+			Name: d.Name, Transport: d.Transport.String(), NodeGUID: d.NodeGUID.String(),
+			FirmwareVer: d.FWVersion, MaxQP: d.MaxQP, MaxQPWR: d.MaxQPWR, MaxSGE: d.MaxSGE,
+			MaxInlineData: d.MaxInlineData, Ports: []Port{},
+		}
+		for _, p := range d.Ports {
+			port := Port{
+				Port: p.Num, State: p.State.String(), LinkLayer: p.LinkLayer.String(),
+				ActiveMTU: p.ActiveMTU, MaxMTU: p.MaxMTU, MaxMsgSize: p.MaxMsgSize, GIDs: []GID{},
+			}
+			for _, g := range p.GIDs {
+				e := GID{Index: g.Index, GID: netip.AddrFrom16(g.GID).String(), Type: g.Type.String()}
+				if g.Addr.IsValid() {
+					e.IP = g.Addr.String()
+				}
+				if g.Ifindex > 0 && ifname != nil {
+					e.Netdev = ifname(g.Ifindex)
+				}
+				port.GIDs = append(port.GIDs, e)
+			}
+			dev.Ports = append(dev.Ports, port)
+		}
+		out = append(out, dev)
+	}
+	return out
+}
+
+func ifName(i int) string {
+	if ifc, err := net.InterfaceByIndex(i); err == nil {
+		return ifc.Name
+	}
+	return ""
+}
+
+func runDevices(o devicesOpts, stdout io.Writer) error {
+	infos, err := verbs.Devices()
+	if err != nil && len(infos) == 0 {
+		return explainDevices(err)
+	}
+	devs := describe(infos, ifName)
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(devs)
+	}
+	printDevices(stdout, devs)
+	if err != nil {
+		return fmt.Errorf("listing stopped early: %w", err)
+	}
+	return nil
+}
+
+func printDevices(w io.Writer, devs []Device) {
+	for i, d := range devs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s  %s  node_guid %s  max_qp_wr %d  max_sge %d  max_inline %d\n",
+			d.Name, d.Transport, d.NodeGUID, d.MaxQPWR, d.MaxSGE, d.MaxInlineData)
+		for _, p := range d.Ports {
+			fmt.Fprintf(w, "  port %d  %s  %s  mtu %d (max %d)\n", p.Port, p.State, p.LinkLayer, p.ActiveMTU, p.MaxMTU)
+			if len(p.GIDs) == 0 {
+				fmt.Fprintln(w, "    (no valid GIDs)")
+				continue
+			}
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "    GID\tINDEX\tTYPE\tIP\tNETDEV")
+			for _, g := range p.GIDs {
+				fmt.Fprintf(tw, "    %s\t%d\t%s\t%s\t%s\n", g.GID, g.Index, g.Type, orDash(g.IP), orDash(g.Netdev))
+			}
+			tw.Flush()
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func explainDevices(err error) error {
+	if errors.Is(err, verbs.ErrNoDevice) {
+		return fmt.Errorf("no RDMA device on this machine (load a driver, or rdma_rxe/siw for Soft-RoCE/SoftiWARP): %w", err)
+	}
+	if errors.Is(err, verbs.ErrNotSupported) {
+		return fmt.Errorf("this build has no RDMA support (needs Linux, cgo, libibverbs and librdmacm): %w", err)
+	}
+	return err
+}
+
+// rdmaAddrs lists the IP addresses of the machine's RDMA devices, as
+// "ip (device)", and reports whether ip is one of them.
+func rdmaAddrs(ip netip.Addr) (found bool, all []string, err error) {
+	infos, err := verbs.Devices()
+	if err != nil && len(infos) == 0 {
+		return false, nil, explainDevices(err)
+	}
+	for _, d := range infos {
+		for _, p := range d.Ports {
+			for _, g := range p.GIDs {
+				if !g.Addr.IsValid() || g.Addr.IsLinkLocalUnicast() {
+					continue
+				}
+				all = append(all, g.Addr.String()+" ("+d.Name+")")
+				if g.Addr == ip.Unmap() {
+					found = true
+				}
+			}
+		}
+	}
+	return found, all, nil
+}
+
+// checkRDMAAddr fails with a clear message when ip is not the address of an
+// RDMA interface (InfiniBand GIDs carry no IP, so IB-only machines pass).
+func checkRDMAAddr(ip netip.Addr, what string) error {
+	if !ip.IsValid() || ip.IsUnspecified() {
+		return nil
+	}
+	found, all, err := rdmaAddrs(ip)
+	if err != nil {
+		return err
+	}
+	if found || len(all) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s %s is not on an RDMA interface; RDMA addresses here: %s (see rnet devices)", what, ip, strings.Join(all, ", "))
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/rnet-dev/rnet/rnet"
+)
+
+// DefaultPort is rstream's port.
+const DefaultPort = 7471
+
+// The hello a client sends first: magic, mode, size, count.
+const (
+	helloLen  = 16
+	magic     = "RNT1"
+	modePerf  = 1
+	modePing  = 2
+	maxSize   = 64 << 20
+	dialLimit = 15 * time.Second
+)
+
+type hello struct {
+	mode  byte
+	size  uint32
+	count uint32
+}
+
+func (h hello) encode() []byte {
+	b := make([]byte, helloLen)
+	copy(b, magic)
+	b[4] = h.mode
+	binary.BigEndian.PutUint32(b[8:], h.size)
+	binary.BigEndian.PutUint32(b[12:], h.count)
+	return b
+}
+
+func decodeHello(b []byte) (hello, error) {
+	if len(b) != helloLen || string(b[:4]) != magic {
+		return hello{}, errors.New("not an rnet perf/ping client")
+	}
+	h := hello{mode: b[4], size: binary.BigEndian.Uint32(b[8:]), count: binary.BigEndian.Uint32(b[12:])}
+	if (h.mode != modePerf && h.mode != modePing) || h.size == 0 || h.size > maxSize {
+		return hello{}, fmt.Errorf("bad hello: mode %d size %d", h.mode, h.size)
+	}
+	return h, nil
+}
+
+// hostPort completes "host", "host:port", ":port" or "" with DefaultPort.
+func hostPort(s string) (string, error) {
+	if s == "" {
+		return ":" + strconv.Itoa(DefaultPort), nil
+	}
+	if _, err := netip.ParseAddr(s); err == nil {
+		return net.JoinHostPort(s, strconv.Itoa(DefaultPort)), nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		// A bare host name.
+		return net.JoinHostPort(s, strconv.Itoa(DefaultPort)), nil
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "", fmt.Errorf("bad port in %q", s)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func netName(tcp bool) string {
+	if tcp {
+		return "tcp"
+	}
+	return "rdma"
+}
+
+func listen(tcp bool, addr string) (net.Listener, error) {
+	if tcp {
+		return net.Listen("tcp", addr)
+	}
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		if err := checkRDMAAddr(ap.Addr(), "listen address"); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := rnet.Listen("rdma", addr)
+	if err != nil {
+		return nil, explain(err, addr)
+	}
+	return ln, nil
+}
+
+func dial(tcp bool, addr, from string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), dialLimit)
+	defer cancel()
+	var fromIP netip.Addr
+	if from != "" {
+		var err error
+		if fromIP, err = netip.ParseAddr(from); err != nil {
+			return nil, fmt.Errorf("-from %q is not an IP address", from)
+		}
+	}
+	if tcp {
+		d := net.Dialer{}
+		if fromIP.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: fromIP.AsSlice()}
+		}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, explain(err, addr)
+		}
+		return c, nil
+	}
+	d := rnet.Dialer{}
+	if fromIP.IsValid() {
+		if err := checkRDMAAddr(fromIP, "-from address"); err != nil {
+			return nil, err
+		}
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(fromIP, 0))
+	}
+	c, err := d.DialContext(ctx, "rdma", addr)
+	if err != nil {
+		return nil, explain(err, addr)
+	}
+	return c, nil
+}
+
+// explain turns the errors a user can fix into a sentence saying how.
+func explain(err error, addr string) error {
+	switch {
+	case errors.Is(err, rnet.ErrNoDevice):
+		return fmt.Errorf("no RDMA device on this machine (rnet devices lists none): %w", err)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%s refused the connection: nothing listens there (start rnet perf -s on the peer): %w", addr, err)
+	case errors.Is(err, syscall.ENODEV), errors.Is(err, syscall.EADDRNOTAVAIL), errors.Is(err, syscall.ENETUNREACH):
+		return fmt.Errorf("%s is not reachable over RDMA: the address is not on an RDMA interface, or no RDMA route leads there (see rnet devices): %w", addr, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s did not answer within %v (no route, or a host without RDMA): %w", addr, dialLimit, err)
+	}
+	return err
+}
+
+// readAck reads the server's 8-byte count of bytes received.
+func readAck(c net.Conn) (uint64, error) {
+	var b [8]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.BigEndian.Uint64(b[:]), nil
+}

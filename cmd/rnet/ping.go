@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/rnet"
+)
+
+type pingOpts struct {
+	addr     string
+	from     string
+	size     int
+	count    int
+	warmup   int
+	interval time.Duration
+	tcp      bool
+	json     bool
+}
+
+func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
+	o := pingOpts{}
+	fs := flag.NewFlagSet("rnet ping", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.from, "from", "", "local `IP` to connect from (picks the RDMA device)")
+	fs.IntVar(&o.size, "size", 64, "bytes per message (each way)")
+	fs.IntVar(&o.count, "n", 1000, "round trips to measure")
+	fs.IntVar(&o.warmup, "warmup", 100, "round trips before measuring")
+	fs.DurationVar(&o.interval, "i", 0, "pause between round trips (0: back to back)")
+	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
+	fs.BoolVar(&o.json, "json", false, "print the result as JSON")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return o, err
+	}
+	switch {
+	case len(pos) != 1:
+		return o, usageErr(stderr, "ping: want exactly one host[:port], got %q", pos)
+	case o.size <= 0 || o.size > maxSize:
+		return o, usageErr(stderr, "ping: -size must be in 1..%d", maxSize)
+	case o.count <= 0 || o.warmup < 0 || o.interval < 0:
+		return o, usageErr(stderr, "ping: -n must be positive, -warmup and -i not negative")
+	}
+	if o.addr, err = hostPort(pos[0]); err != nil {
+		return o, usageErr(stderr, "ping: %v", err)
+	}
+	return o, nil
+}
+
+// PingResult is the summary of `rnet ping`; times are round trips in µs.
+type PingResult struct {
+	Test       string  `json:"test"` // "ping"
+	Transport  string  `json:"transport"`
+	Server     string  `json:"server"`
+	Local      string  `json:"local"`
+	Size       int     `json:"size"`
+	Count      int     `json:"count"`
+	MinUs      float64 `json:"min_us"`
+	P50Us      float64 `json:"p50_us"`
+	P90Us      float64 `json:"p90_us"`
+	P99Us      float64 `json:"p99_us"`
+	MaxUs      float64 `json:"max_us"`
+	MeanUs     float64 `json:"mean_us"`
+	CgoPerTrip float64 `json:"cgo_per_round_trip,omitempty"`
+}
+
+func runPing(o pingOpts, stdout io.Writer) error {
+	c, err := dial(o.tcp, o.addr, o.from)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.Write(hello{mode: modePing, size: uint32(o.size)}.encode()); err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
+	buf := make([]byte, o.size)
+	rtt := make([]time.Duration, 0, o.count)
+	var cgo0 uint64
+	for i := 0; i < o.warmup+o.count; i++ {
+		if i == o.warmup {
+			cgo0 = verbs.CgoCalls()
+		}
+		t0 := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		if i >= o.warmup {
+			rtt = append(rtt, time.Since(t0))
+		}
+		if o.interval > 0 {
+			time.Sleep(o.interval)
+		}
+	}
+	cgo := verbs.CgoCalls() - cgo0
+	r := summarize(rtt)
+	r.Transport, r.Server, r.Local, r.Size = netName(o.tcp), c.RemoteAddr().String(), c.LocalAddr().String(), o.size
+	if _, ok := c.(*rnet.Conn); ok {
+		r.CgoPerTrip = float64(cgo) / float64(len(rtt))
+	}
+	if o.json {
+		return json.NewEncoder(stdout).Encode(r)
+	}
+	_, err = fmt.Fprintf(stdout, "%s %s -> %s: %d round trips of %d B: min %.1f  p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  mean %.1f µs\n",
+		r.Transport, r.Local, r.Server, r.Count, r.Size, r.MinUs, r.P50Us, r.P90Us, r.P99Us, r.MaxUs, r.MeanUs)
+	return err
+}
+
+func summarize(rtt []time.Duration) PingResult {
+	r := PingResult{Test: "ping", Count: len(rtt)}
+	if len(rtt) == 0 {
+		return r
+	}
+	var sum time.Duration
+	for _, d := range rtt {
+		sum += d
+	}
+	s := slices.Clone(rtt)
+	slices.Sort(s)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	pct := func(p float64) float64 {
+		i := int(float64(len(s))*p/100+0.5) - 1
+		return us(s[min(max(i, 0), len(s)-1)])
+	}
+	r.MinUs, r.MaxUs = us(s[0]), us(s[len(s)-1])
+	r.P50Us, r.P90Us, r.P99Us = pct(50), pct(90), pct(99)
+	r.MeanUs = us(sum) / float64(len(s))
+	return r
+}

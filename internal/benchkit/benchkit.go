@@ -1,0 +1,199 @@
+// Package benchkit holds the bodies of rnet's benchmarks, written against
+// net.Conn and net.Listener so that one body measures rnet (over the
+// simulated fabric or a device) and TCP alike, in the same run.
+//
+// Every body reports MB/s (b.SetBytes), ns/op, allocs/op (b.ReportAllocs)
+// and, when given a counter, "cgo/op": crossings into C per operation.
+// Latency bodies add p50-ns and p99-ns. No body ever fails on time.
+package benchkit
+
+import (
+	"io"
+	"net"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Counter returns a monotonically growing count (verbs.CgoCalls), or is nil.
+type Counter func() uint64
+
+func report(b *testing.B, cgo Counter, start uint64) {
+	if cgo != nil {
+		b.ReportMetric(float64(cgo()-start)/float64(b.N), "cgo/op")
+	}
+}
+
+func begin(cgo Counter) uint64 {
+	if cgo == nil {
+		return 0
+	}
+	return cgo()
+}
+
+// Throughput measures b.N writes of size bytes from w to r, until r has read
+// them all. One op is one Write call.
+func Throughput(b *testing.B, w, r net.Conn, size int, cgo Counter) {
+	buf := make([]byte, size)
+	rbuf := make([]byte, max(size, 64<<10))
+	done := make(chan error, 1)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	// Warm up both directions' credits and the reader goroutine's stack.
+	total := int64(size) * int64(b.N)
+	b.ResetTimer()
+	c0 := begin(cgo)
+	go func() {
+		var got int64
+		for got < total {
+			n, err := r.Read(rbuf)
+			got += int64(n)
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := 0; i < b.N; i++ {
+		if _, err := w.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	report(b, cgo, c0)
+}
+
+// PingPong measures round trips of size bytes: c writes, s echoes, c reads
+// the echo in full. One op is one round trip; p50-ns and p99-ns are reported.
+func PingPong(b *testing.B, c, s net.Conn, size int, cgo Counter) {
+	buf := make([]byte, size)
+	sbuf := make([]byte, size)
+	rtt := make([]time.Duration, b.N)
+	done := make(chan error, 1)
+	n := b.N
+	go func() {
+		for i := 0; i < n; i++ {
+			if _, err := io.ReadFull(s, sbuf); err != nil {
+				done <- err
+				return
+			}
+			if _, err := s.Write(sbuf); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	c0 := begin(cgo)
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			b.Fatal(err)
+		}
+		rtt[i] = time.Since(t0)
+	}
+	b.StopTimer()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	report(b, cgo, c0)
+	ReportPercentiles(b, rtt)
+}
+
+// ReportPercentiles reports p50-ns and p99-ns of d (which it sorts).
+func ReportPercentiles(b *testing.B, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	b.ReportMetric(float64(Percentile(d, 50)), "p50-ns")
+	b.ReportMetric(float64(Percentile(d, 99)), "p99-ns")
+}
+
+// Percentile returns the p-th percentile (nearest rank) of sorted d.
+func Percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(float64(len(d))*p/100+0.5) - 1
+	return d[min(max(i, 0), len(d)-1)]
+}
+
+// Sizes are the write sizes of the throughput benchmarks.
+var Sizes = []int{64, 1 << 10, 4 << 10, 64 << 10, 1 << 20}
+
+// LatencySizes are the message sizes of the ping-pong benchmarks.
+var LatencySizes = []int{64, 4 << 10}
+
+// SizeName is 64B, 1KiB, 64KiB, 1MiB.
+func SizeName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return itoa(n>>20) + "MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return itoa(n>>10) + "KiB"
+	}
+	return itoa(n) + "B"
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return string(b[i:])
+}
+
+// TCPPair returns a connected TCP pair: the server end listens on listenIP
+// and the client connects from fromIP (empty: any). It is how every
+// benchmark gets its baseline.
+func TCPPair(tb testing.TB, listenIP, fromIP string) (client, server net.Conn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(listenIP, "0"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			acc <- nil
+			return
+		}
+		acc <- c
+	}()
+	d := net.Dialer{}
+	if fromIP != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(fromIP)}
+	}
+	client, err = d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	server = <-acc
+	if server == nil {
+		tb.Fatal("accept failed")
+	}
+	tb.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// Drain reads c to EOF; handy for servers.
+func Drain(c net.Conn) { io.Copy(io.Discard, c) }
