@@ -38,12 +38,13 @@ cwd=$(cat $out/cwd)
 if [ -n "$cwd" ] && [ "$cwd" != / ]; then
   mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576,cache=mmap rnetcwd "$cwd" || log "mounting the working directory failed"
 fi
-wire=$(cat $out/wire); mtu=$(cat $out/mtu)
+wire=$(cat $out/wire); mtu=$(cat $out/mtu); want=$(cat $out/devices)
 hostname rnet-guest
 ip link set lo up
 modprobe -a veth ib_uverbs rdma_ucm rdma_rxe >> $out/guest.log 2>&1 || fail "loading the RDMA modules (ib_uverbs rdma_ucm rdma_rxe) failed"
-have_siw=
-modprobe siw >> $out/guest.log 2>&1 && have_siw=1
+have_siw= have_rxe=
+case " $want " in *" siw "*) modprobe siw >> $out/guest.log 2>&1 && have_siw=1 ;; esac
+case " $want " in *" rxe "*) have_rxe=1 ;; esac
 
 # Each pair: devA:v4A:v6A:devB:v4B:v6B. Every address belongs to exactly one RDMA device,
 # so rdma_cm's choice of device is unambiguous. rxe on 6.1 works only in the root netns,
@@ -90,7 +91,8 @@ if [ "$wire" = 1 ]; then
     echo 1 > /proc/sys/net/ipv4/conf/$i/accept_local; echo 0 > /proc/sys/net/ipv4/conf/$i/rp_filter
   done
 fi
-devs="rxe0:rxe:rvm0 rxe1:rxe:rvm1"
+devs=
+[ -n "$have_rxe" ] && devs="rxe0:rxe:rvm0 rxe1:rxe:rvm1"
 [ -n "$have_siw" ] && devs="$devs siw0:siw:rvm2 siw1:siw:rvm3"
 for d in $devs; do
   IFS=: read -r name type netdev <<<"$d"
@@ -114,7 +116,7 @@ log "lab ready"
 ulimit -n 1048576
 cd "${cwd:-/}" 2>/dev/null || cd /
 export RNET_GUEST=1 RNET_REQUIRE_RDMA=1
-export RNET_TEST_SERVER=10.77.0.2 RNET_TEST_CLIENT=10.77.0.1 RNET_TEST_SERVER6=fd77::2 RNET_TEST_CLIENT6=fd77::2
+[ -n "$have_rxe" ] && export RNET_TEST_SERVER=10.77.0.2 RNET_TEST_CLIENT=10.77.0.1 RNET_TEST_SERVER6=fd77::2 RNET_TEST_CLIENT6=fd77::2
 [ -n "$have_siw" ] && export RNET_TEST_IWARP_SERVER=10.78.0.2 RNET_TEST_IWARP_CLIENT=10.78.0.1
 bash $out/cmd </dev/null >"$con" 2>&1
 rc=$?
