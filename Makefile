@@ -65,3 +65,30 @@ demo:
 	  echo "demo: no native RDMA (set RNET_NATIVE=1 on a host with an ACTIVE device); running in the Soft-RoCE guest"; \
 	  $(VM) scripts/demo.sh $(DEMO_BIN); \
 	fi
+
+# make bench: rnet against C rstream (rsocket), ib_write_bw/ib_write_lat (the device's own
+# limit) and TCP, side by side on the lab's rxe pair (client rxe0 10.77.0.1, server rxe1
+# 10.77.0.2), each measurement repeated BENCH_RUNS times; prints a table of medians and
+# ratios and writes $(BENCH_OUT)/bench.json, bench.txt and bench.svg. BENCH_SCALE scales the
+# bytes and iterations of every test. Natively with RNET_NATIVE=1 (pass addresses and
+# devices through BENCH_ARGS, e.g. -server 192.168.1.10 -client 192.168.1.11 -sdev mlx5_0
+# -cdev mlx5_1 -gid 3). `make bench-go` runs the go test benchmarks in the guest.
+BENCH_RUNS  ?= 3
+BENCH_SCALE ?= 1
+BENCH_OUT   ?= bench-results
+BENCH_ARGS  ?=
+BENCH_BIN   ?= $(or $(TMPDIR),/tmp)/rnet-bench-$(shell id -u)
+.PHONY: bench bench-go
+bench:
+	@mkdir -p $(BENCH_BIN) $(BENCH_OUT)
+	$(GO) build -o $(BENCH_BIN)/rnet ./cmd/rnet
+	$(GO) build -o $(BENCH_BIN)/rnet-benchreport ./cmd/rnet-benchreport
+	@if [ "$(RNET_NATIVE)" = 1 ]; then \
+	  $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \
+	else \
+	  $(VM) $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \
+	fi
+
+BENCHTIME ?= 300x
+bench-go:
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -exec $(VM) ./benchmarks/

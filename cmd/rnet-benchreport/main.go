@@ -1,0 +1,533 @@
+// Command rnet-benchreport measures rnet against C rsocket (rstream), the
+// device's own limit (ib_write_bw, ib_write_lat) and TCP, side by side on
+// one pair of RDMA devices, repeats every measurement -runs times, and
+// writes the medians as a table (stdout and bench.txt), JSON (bench.json)
+// and an SVG plot (bench.svg). `make bench` runs it in the Soft-RoCE guest.
+//
+//	rnet-benchreport -rnet ./rnet -runs 3 -out bench-results
+//	rnet-benchreport -replot bench-results/bench.json   # table and SVG again
+//
+// rnet's and TCP's figures come from the rnet command (rnet perf, rnet ping
+// and their -tcp baselines), so they are what a user reproduces by hand.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type config struct {
+	rnet           string
+	runs           int
+	out            string
+	server, client string
+	sdev, cdev     string
+	gid            int
+	scale          float64
+	port           int
+	verbose        bool
+}
+
+func main() {
+	var c config
+	replot := flag.String("replot", "", "read this bench.json and write its table and SVG next to it, measuring nothing")
+	flag.StringVar(&c.rnet, "rnet", "", "the rnet command (default: rnet next to this program)")
+	flag.IntVar(&c.runs, "runs", 3, "repeat every measurement this many times; report medians")
+	flag.StringVar(&c.out, "out", "bench-results", "directory for bench.json, bench.txt and bench.svg")
+	flag.StringVar(&c.server, "server", envOr("RNET_TEST_SERVER", "10.77.0.2"), "server IP (on -sdev)")
+	flag.StringVar(&c.client, "client", envOr("RNET_TEST_CLIENT", "10.77.0.1"), "client IP (on -cdev)")
+	flag.StringVar(&c.sdev, "sdev", "rxe1", "server RDMA device, for ib_write_*")
+	flag.StringVar(&c.cdev, "cdev", "rxe0", "client RDMA device, for ib_write_*")
+	flag.IntVar(&c.gid, "gid", 1, "GID index of the IPv4 addresses, for ib_write_* (-x)")
+	flag.Float64Var(&c.scale, "scale", 1, "scale the bytes and iterations of every test")
+	flag.IntVar(&c.port, "port", 18100, "first TCP/RDMA port to use")
+	flag.BoolVar(&c.verbose, "v", false, "print every command and its output")
+	flag.Parse()
+	if *replot != "" {
+		if err := replotFile(*replot); err != nil {
+			fmt.Fprintln(os.Stderr, "rnet-benchreport:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if c.rnet == "" {
+		exe, _ := os.Executable()
+		c.rnet = filepath.Join(filepath.Dir(exe), "rnet")
+	}
+	if c.runs < 1 {
+		fmt.Fprintln(os.Stderr, "rnet-benchreport: -runs must be at least 1")
+		os.Exit(2)
+	}
+	r, err := measure(&c)
+	if err == nil {
+		err = write(r, c.out, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rnet-benchreport:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func replotFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return write(&r, filepath.Dir(path), os.Stdout)
+}
+
+func write(r *Report, dir string, stdout io.Writer) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var table strings.Builder
+	r.WriteTable(&table)
+	fmt.Fprint(stdout, table.String())
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench.json"), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench.txt"), []byte(table.String()), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "bench.svg"))
+	if err != nil {
+		return err
+	}
+	if err := r.WriteSVG(f); err != nil {
+		f.Close()
+		return err
+	}
+	fmt.Fprintf(stdout, "\nwrote %s/bench.json, bench.txt and bench.svg\n", dir)
+	return f.Close()
+}
+
+var (
+	throughputSizes = []int{64, 1 << 10, 4 << 10, 64 << 10, 1 << 20}
+	latencySizes    = []int{64, 1 << 10, 4 << 10, 64 << 10}
+)
+
+// bwBytes is how much one throughput test moves at a size (before -scale):
+// enough for a second or more at Soft-RoCE-under-TCG speeds.
+func bwBytes(size int) int {
+	switch {
+	case size <= 64:
+		return 1 << 20
+	case size <= 1<<10:
+		return 4 << 20
+	case size <= 4<<10:
+		return 8 << 20
+	}
+	return 16 << 20
+}
+
+func latIters(size int) int {
+	if size >= 64<<10 {
+		return 200
+	}
+	return 1000
+}
+
+func (c *config) scaled(n, min int) int {
+	return max(int(float64(n)*c.scale), min)
+}
+
+// measurer runs one transport's test at one size: the figures it returns are
+// keyed by kind (Throughput, Latency, LatencyP50).
+type measurer func(ctx context.Context, c *config, port, size int) (map[string]float64, error)
+
+func measure(c *config) (*Report, error) {
+	if _, err := exec.LookPath(c.rnet); err != nil {
+		return nil, fmt.Errorf("the rnet command: %w (build it with go build ./cmd/rnet, pass -rnet)", err)
+	}
+	r := &Report{
+		Date: time.Now().UTC().Format(time.RFC3339), Runs: c.runs, Server: c.server, Client: c.client,
+		Devices:    c.cdev + " → " + c.sdev,
+		Throughput: throughputSizes, Latency: latencySizes,
+		Notes: []string{
+			"throughput: MB/s = 10^6 bytes/s of payload; rnet and tcp from rnet perf (one way, until the server has counted every byte); rstream from its usec/xfer (-S size -C count -I 1, data goes one way then back); ib_write_bw's BW average (MiB/s) converted to MB/s",
+			"latency: round trip of size bytes each way; rnet and tcp from rnet ping (-warmup 50); rstream's usec/xfer (-C 1 -I iters) is half a round trip, so doubled; ib_write_lat's t_avg and t_typical are half round trips, so doubled",
+			"rnet runs with its default Config (rsocket's defaults: 128 KiB rings, 64 B inline, 10 µs busy polling); tcp is Go's net package on the same addresses",
+		},
+	}
+	if out, err := exec.Command("uname", "-r").Output(); err == nil {
+		r.Kernel = strings.TrimSpace(string(out))
+	}
+	type test struct {
+		transport string
+		kind      string // Throughput or Latency
+		run       measurer
+	}
+	bw := []test{{RNet, Throughput, rnetPerf(false)}, {RStream, Throughput, rstreamBW}, {Verbs, Throughput, ibWriteBW}, {TCP, Throughput, rnetPerf(true)}}
+	lat := []test{{RNet, Latency, rnetPing(false)}, {RStream, Latency, rstreamLat}, {Verbs, Latency, ibWriteLat}, {TCP, Latency, rnetPing(true)}}
+	series := func(list *[]*Series, transport, kind string, size int) *Series {
+		if s := r.find(*list, transport, kind, size); s != nil {
+			return s
+		}
+		unit, stat := "MB/s", "one run's throughput"
+		if kind != Throughput {
+			unit, stat = "µs", "one run's mean round trip"
+			if kind == LatencyP50 {
+				stat = "one run's median round trip"
+			}
+		}
+		s := &Series{Transport: transport, Kind: kind, Size: size, Unit: unit, Statistic: stat}
+		*list = append(*list, s)
+		return s
+	}
+	port := c.port
+	for run := 1; run <= c.runs; run++ {
+		fmt.Fprintf(os.Stderr, "== run %d of %d\n", run, c.runs)
+		// Interleave the transports at each size, so that a slow patch of
+		// the machine hurts them alike.
+		for _, group := range []struct {
+			sizes []int
+			tests []test
+		}{{throughputSizes, bw}, {latencySizes, lat}} {
+			for _, size := range group.sizes {
+				for _, t := range group.tests {
+					port++
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+					start := time.Now()
+					vals, err := t.run(ctx, c, port, size)
+					cancel()
+					if err != nil {
+						series(&r.Series, t.transport, t.kind, size).Failures++
+						fmt.Fprintf(os.Stderr, "   %-8s %-10s %5s: FAILED: %v\n", t.transport, t.kind, sizeName(size), err)
+						continue
+					}
+					var parts []string
+					for _, k := range []string{Throughput, Latency, LatencyP50} {
+						v, ok := vals[k]
+						if !ok {
+							continue
+						}
+						list := &r.Series
+						if k == LatencyP50 {
+							list = &r.Extra
+						}
+						s := series(list, t.transport, k, size)
+						s.Runs = append(s.Runs, v)
+						parts = append(parts, fmt.Sprintf("%s %s", k, fmtVal(v)))
+					}
+					fmt.Fprintf(os.Stderr, "   %-8s %5s: %s (%.1f s)\n", t.transport, sizeName(size), strings.Join(parts, ", "), time.Since(start).Seconds())
+				}
+			}
+		}
+	}
+	for _, s := range append(append([]*Series(nil), r.Series...), r.Extra...) {
+		s.Median = median(s.Runs)
+	}
+	return r, nil
+}
+
+// proc is a started server process whose output is kept.
+type proc struct {
+	cmd  *exec.Cmd
+	out  strings.Builder
+	done chan error
+}
+
+// startServer starts argv and, if ready is not empty, waits until a line of
+// its stdout contains ready.
+func startServer(ctx context.Context, c *config, ready string, argv ...string) (*proc, error) {
+	p := &proc{cmd: exec.CommandContext(ctx, argv[0], argv[1:]...), done: make(chan error, 1)}
+	if c.verbose {
+		fmt.Fprintln(os.Stderr, "   $", strings.Join(argv, " "), "&")
+	}
+	pr, pw := io.Pipe()
+	p.cmd.Stdout, p.cmd.Stderr = pw, pw
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	seen := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		once := false
+		for sc.Scan() {
+			p.out.WriteString(sc.Text() + "\n")
+			if !once && ready != "" && strings.Contains(sc.Text(), ready) {
+				once = true
+				close(seen)
+			}
+		}
+		if !once {
+			close(seen)
+		}
+	}()
+	go func() { err := p.cmd.Wait(); pw.Close(); p.done <- err }()
+	if ready != "" {
+		<-seen
+		if !strings.Contains(p.out.String(), ready) {
+			return nil, fmt.Errorf("%s exited before it was ready: %s", argv[0], strings.TrimSpace(p.out.String()))
+		}
+	}
+	return p, nil
+}
+
+func (p *proc) wait() error {
+	err := <-p.done
+	if err != nil {
+		return fmt.Errorf("server %s: %v: %s", p.cmd.Args[0], err, strings.TrimSpace(p.out.String()))
+	}
+	return nil
+}
+
+func (p *proc) kill() {
+	if p.cmd.Process != nil {
+		p.cmd.Process.Kill()
+	}
+}
+
+func runClient(ctx context.Context, c *config, argv ...string) (string, error) {
+	if c.verbose {
+		fmt.Fprintln(os.Stderr, "   $", strings.Join(argv, " "))
+	}
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	if c.verbose {
+		fmt.Fprint(os.Stderr, string(out))
+	}
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %v: %s", argv[0], err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// clientRetrying runs a C tool's client until it connects: those servers say
+// nothing when they are listening, so the client's refusal is the only sign.
+// Each retry waits for a failed connect, not a fixed time.
+func clientRetrying(ctx context.Context, c *config, ok func(string) bool, argv ...string) (string, error) {
+	var last error
+	for attempt := 0; attempt < 50 && ctx.Err() == nil; attempt++ {
+		out, err := runClient(ctx, c, argv...)
+		if err == nil && ok(out) {
+			return out, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%s printed no result: %s", argv[0], strings.TrimSpace(out))
+		}
+		last = err
+		if !refused(out) {
+			return out, err
+		}
+		select { // a refused connect returns at once: pace the retries
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	return "", fmt.Errorf("gave up connecting: %w", last)
+}
+
+func refused(out string) bool {
+	for _, s := range []string{"refused", "Couldn't connect", "Unable to", "rconnect", "Failed to", "rejected"} {
+		if strings.Contains(out, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func rnetPerf(tcp bool) measurer {
+	return func(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
+		addr := c.server + ":" + strconv.Itoa(port)
+		sargs, cargs := []string{c.rnet, "perf", "-s", addr, "-once"}, []string{c.rnet, "perf", "-c", addr, "-from", c.client,
+			"-size", strconv.Itoa(size), "-n", strconv.Itoa(c.scaled(bwBytes(size), size)), "-q", "--json"}
+		if tcp {
+			sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
+		}
+		srv, err := startServer(ctx, c, "listening on", sargs...)
+		if err != nil {
+			return nil, err
+		}
+		out, err := runClient(ctx, c, cargs...)
+		if err != nil {
+			srv.kill()
+			srv.wait()
+			return nil, err
+		}
+		if err := srv.wait(); err != nil {
+			return nil, err
+		}
+		var res struct{ MBps float64 }
+		if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
+			return nil, fmt.Errorf("rnet perf output %q: %w", out, err)
+		}
+		return map[string]float64{Throughput: res.MBps}, nil
+	}
+}
+
+func rnetPing(tcp bool) measurer {
+	return func(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
+		addr := c.server + ":" + strconv.Itoa(port)
+		sargs, cargs := []string{c.rnet, "perf", "-s", addr, "-once"}, []string{c.rnet, "ping", addr, "-from", c.client,
+			"-size", strconv.Itoa(size), "-n", strconv.Itoa(c.scaled(latIters(size), 20)), "-warmup", "50", "--json"}
+		if tcp {
+			sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
+		}
+		srv, err := startServer(ctx, c, "listening on", sargs...)
+		if err != nil {
+			return nil, err
+		}
+		out, err := runClient(ctx, c, cargs...)
+		if err != nil {
+			srv.kill()
+			srv.wait()
+			return nil, err
+		}
+		if err := srv.wait(); err != nil {
+			return nil, err
+		}
+		var res struct{ P50Us, MeanUs float64 }
+		if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
+			return nil, fmt.Errorf("rnet ping output %q: %w", out, err)
+		}
+		return map[string]float64{Latency: res.MeanUs, LatencyP50: res.P50Us}, nil
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// rstream runs C rstream's server and client with -S size -C count -I iters
+// and returns the client's usec/xfer.
+func rstream(ctx context.Context, c *config, port, size, count, iters int) (float64, error) {
+	args := []string{"-p", strconv.Itoa(port), "-S", strconv.Itoa(size), "-C", strconv.Itoa(count), "-I", strconv.Itoa(iters)}
+	srv, err := startServer(ctx, c, "", append([]string{"rstream", "-b", c.server}, args...)...)
+	if err != nil {
+		return 0, err
+	}
+	out, err := clientRetrying(ctx, c, func(o string) bool { _, err := parseRstream(o); return err == nil },
+		append([]string{"rstream", "-s", c.server, "-b", c.client}, args...)...)
+	if err != nil {
+		srv.kill()
+		srv.wait()
+		return 0, err
+	}
+	if err := srv.wait(); err != nil {
+		return 0, err
+	}
+	return parseRstream(out)
+}
+
+// parseRstream reads usec/xfer from rstream's result line:
+// "custom 64k 300 1 37m 2.32s 0.14 3873.00".
+func parseRstream(out string) (float64, error) {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 8 && f[0] == "custom" && strings.HasSuffix(f[5], "s") {
+			return strconv.ParseFloat(f[7], 64)
+		}
+	}
+	return 0, errors.New("no rstream result line")
+}
+
+func rstreamBW(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
+	count := max(c.scaled(bwBytes(size), size)/size, 1)
+	us, err := rstream(ctx, c, port, size, count, 1)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]float64{Throughput: float64(size) / us}, nil // bytes/µs = MB/s
+}
+
+func rstreamLat(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
+	us, err := rstream(ctx, c, port, size, 1, c.scaled(latIters(size), 20))
+	if err != nil {
+		return nil, err
+	}
+	return map[string]float64{Latency: 2 * us}, nil
+}
+
+// perftest runs ib_write_bw or ib_write_lat between the two devices and
+// returns the fields of the result line (the one after the "#bytes" header).
+func perftest(ctx context.Context, c *config, tool string, port int, extra ...string) ([]string, error) {
+	common := append([]string{"-x", strconv.Itoa(c.gid), "-F", "-p", strconv.Itoa(port)}, extra...)
+	srv, err := startServer(ctx, c, "", append([]string{tool, "-d", c.sdev}, common...)...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := clientRetrying(ctx, c, func(o string) bool { _, err := parsePerftest(o); return err == nil },
+		append(append([]string{tool, "-d", c.cdev}, common...), c.server)...)
+	if err != nil {
+		srv.kill()
+		srv.wait()
+		return nil, err
+	}
+	if err := srv.wait(); err != nil {
+		return nil, err
+	}
+	return parsePerftest(out)
+}
+
+func parsePerftest(out string) ([]string, error) {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "#bytes") && i+1 < len(lines) {
+			f := strings.Fields(lines[i+1])
+			if len(f) >= 5 {
+				if _, err := strconv.Atoi(f[0]); err == nil {
+					return f, nil
+				}
+			}
+		}
+	}
+	return nil, errors.New("no perftest result line")
+}
+
+func ibWriteBW(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
+	iters := max(c.scaled(bwBytes(size), size)/size, 5)
+	f, err := perftest(ctx, c, "ib_write_bw", port, "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+	if err != nil {
+		return nil, err
+	}
+	// #bytes #iterations BW-peak BW-average MsgRate; perftest's MB is 2^20 bytes.
+	avg, err := strconv.ParseFloat(f[3], 64)
+	if err != nil {
+		return nil, fmt.Errorf("ib_write_bw BW average %q: %w", f[3], err)
+	}
+	return map[string]float64{Throughput: avg * (1 << 20) / 1e6}, nil
+}
+
+func ibWriteLat(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
+	f, err := perftest(ctx, c, "ib_write_lat", port, "-s", strconv.Itoa(size), "-n", strconv.Itoa(c.scaled(latIters(size), 20)))
+	if err != nil {
+		return nil, err
+	}
+	// #bytes #iterations t_min t_max t_typical t_avg ...: half round trips.
+	if len(f) < 6 {
+		return nil, fmt.Errorf("ib_write_lat result %q", f)
+	}
+	typ, err1 := strconv.ParseFloat(f[4], 64)
+	avg, err2 := strconv.ParseFloat(f[5], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("ib_write_lat result %q: %w", f, err)
+	}
+	return map[string]float64{Latency: 2 * avg, LatencyP50: 2 * typ}, nil
+}

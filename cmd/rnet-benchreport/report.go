@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Transports, in the order of tables and legends.
+const (
+	RNet    = "rnet"
+	RStream = "rstream"
+	Verbs   = "ib_write" // ib_write_bw / ib_write_lat: the device's own limit
+	TCP     = "tcp"
+)
+
+var transportOrder = []string{RNet, RStream, Verbs, TCP}
+
+// Kinds of measurement.
+const (
+	Throughput = "throughput"  // MB/s (10^6 bytes/s), higher is better
+	Latency    = "latency"     // mean round trip in µs, lower is better
+	LatencyP50 = "latency-p50" // median round trip in µs (not every tool has it)
+)
+
+// Series is one transport's measurement at one size, over every run.
+type Series struct {
+	Transport string    `json:"transport"`
+	Kind      string    `json:"kind"`
+	Size      int       `json:"size"`
+	Unit      string    `json:"unit"`
+	Statistic string    `json:"statistic"` // what each run's value is
+	Runs      []float64 `json:"runs"`      // one value per successful run
+	Failures  int       `json:"failures,omitempty"`
+	Median    float64   `json:"median"`
+}
+
+// Report is bench.json.
+type Report struct {
+	Date       string    `json:"date"`
+	Runs       int       `json:"runs"`
+	Server     string    `json:"server"`
+	Client     string    `json:"client"`
+	Devices    string    `json:"devices"`
+	Kernel     string    `json:"kernel,omitempty"`
+	Notes      []string  `json:"notes"`
+	Series     []*Series `json:"series"`
+	Extra      []*Series `json:"extra,omitempty"` // figures not plotted (rnet p50 latency, ...)
+	Throughput []int     `json:"throughput_sizes"`
+	Latency    []int     `json:"latency_sizes"`
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (r *Report) find(list []*Series, transport, kind string, size int) *Series {
+	for _, s := range list {
+		if s.Transport == transport && s.Kind == kind && s.Size == size {
+			return s
+		}
+	}
+	return nil
+}
+
+func (r *Report) get(transport, kind string, size int) float64 {
+	if s := r.find(r.Series, transport, kind, size); s != nil {
+		return s.Median
+	}
+	return math.NaN()
+}
+
+// p50 is a transport's median round trip (a figure kept in Extra).
+func (r *Report) p50(transport string, size int) float64 {
+	if e := r.find(r.Extra, transport, LatencyP50, size); e != nil {
+		return e.Median
+	}
+	return math.NaN()
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dM", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dK", n>>10)
+	}
+	return fmt.Sprint(n)
+}
+
+func fmtVal(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func ratio(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// WriteTable prints the medians and rnet's ratios to each other transport.
+func (r *Report) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "rnet benchmark report: medians of %d runs, server %s, client %s (%s)\n", r.Runs, r.Server, r.Client, r.Devices)
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	fmt.Fprintf(w, "\nThroughput, MB/s (higher is better)\n")
+	fmt.Fprintf(w, "%6s %9s %9s %9s %9s   %12s %12s %9s\n", "size", RNet, RStream, Verbs+"_bw", TCP, "rnet/rstream", "rnet/ib_bw", "rnet/tcp")
+	for _, s := range r.Throughput {
+		rn, rs, ib, tc := r.get(RNet, Throughput, s), r.get(RStream, Throughput, s), r.get(Verbs, Throughput, s), r.get(TCP, Throughput, s)
+		fmt.Fprintf(w, "%6s %9s %9s %9s %9s   %12s %12s %9s\n", sizeName(s), fmtVal(rn), fmtVal(rs), fmtVal(ib), fmtVal(tc), ratio(rn, rs), ratio(rn, ib), ratio(rn, tc))
+	}
+	fmt.Fprintf(w, "\nRound-trip latency, µs (lower is better; rnet/rstream compares means, rnet/ib_lat medians)\n")
+	fmt.Fprintf(w, "%6s %9s %9s %9s %9s %9s   %12s %12s %9s\n", "size", "rnet-mean", "rnet-p50", "rstr-mean", "ib-p50", "tcp-p50", "rnet/rstream", "rnet/ib_lat", "rnet/tcp")
+	for _, s := range r.Latency {
+		rn, rs := r.get(RNet, Latency, s), r.get(RStream, Latency, s)
+		p50, ib, tc := r.p50(RNet, s), r.p50(Verbs, s), r.p50(TCP, s)
+		fmt.Fprintf(w, "%6s %9s %9s %9s %9s %9s   %12s %12s %9s\n", sizeName(s), fmtVal(rn), fmtVal(p50), fmtVal(rs), fmtVal(ib), fmtVal(tc), ratio(rn, rs), ratio(p50, ib), ratio(p50, tc))
+	}
+	var fails []string
+	for _, s := range r.Series {
+		if s.Failures > 0 {
+			fails = append(fails, fmt.Sprintf("%s %s %s: %d of %d runs failed", s.Transport, s.Kind, sizeName(s.Size), s.Failures, s.Failures+len(s.Runs)))
+		}
+	}
+	if len(fails) > 0 {
+		fmt.Fprintf(w, "\nfailures (medians are over the runs that worked): %s\n", strings.Join(fails, "; "))
+	}
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"encoding/xml"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{7}, 7}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+	if !math.IsNaN(median(nil)) {
+		t.Error("median of nothing is not NaN")
+	}
+}
+
+func TestParsers(t *testing.T) {
+	us, err := parseRstream("name      bytes   xfers   iters   total       time     Gb/sec    usec/xfer\ncustom    64k     300     1       37m         2.32s      0.14    3873.00\n")
+	if err != nil || us != 3873 {
+		t.Errorf("parseRstream = %v, %v", us, err)
+	}
+	if _, err := parseRstream("rconnect: Connection refused\n"); err == nil {
+		t.Error("parseRstream accepted an error")
+	}
+	out := " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n 65536      1000             52.14              31.31  \t\t   0.000501\n------\n"
+	f, err := parsePerftest(out)
+	if err != nil || f[3] != "31.31" {
+		t.Errorf("parsePerftest = %q, %v", f, err)
+	}
+	if _, err := parsePerftest("Couldn't connect to 10.77.0.2:18515\n"); err == nil || !refused("Couldn't connect to 10.77.0.2:18515") {
+		t.Error("perftest refusal not recognised")
+	}
+}
+
+func sample() *Report {
+	r := &Report{Runs: 3, Server: "10.77.0.2", Client: "10.77.0.1", Devices: "rxe0 → rxe1", Throughput: throughputSizes, Latency: latencySizes}
+	for i, tr := range transportOrder {
+		for _, s := range throughputSizes {
+			v := float64(s) / 1000 * float64(i+1)
+			r.Series = append(r.Series, &Series{Transport: tr, Kind: Throughput, Size: s, Runs: []float64{v}, Median: v})
+		}
+		for _, s := range latencySizes {
+			v := 10 + float64(s)/100*float64(i+1)
+			r.Series = append(r.Series, &Series{Transport: tr, Kind: Latency, Size: s, Runs: []float64{v}, Median: v})
+			r.Extra = append(r.Extra, &Series{Transport: tr, Kind: LatencyP50, Size: s, Runs: []float64{v}, Median: v})
+		}
+	}
+	return r
+}
+
+func TestTable(t *testing.T) {
+	var b strings.Builder
+	sample().WriteTable(&b)
+	s := b.String()
+	// rnet is transport 1, rstream 2: rnet/rstream is 0.50x everywhere.
+	for _, want := range []string{"medians of 3 runs", "64K", "0.50x", "rnet/ib_bw", "rnet/tcp"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("table lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+func TestSVGIsWellFormed(t *testing.T) {
+	var b strings.Builder
+	if err := sample().WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(strings.NewReader(b.String()))
+	lines := 0
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			if err.Error() != "EOF" {
+				t.Fatalf("SVG is not well-formed XML: %v", err)
+			}
+			break
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+			lines++
+		}
+	}
+	if lines != 2*len(transportOrder) {
+		t.Errorf("%d lines, want one per transport in each of two panels (%d)", lines, 2*len(transportOrder))
+	}
+	// An empty report still draws.
+	b.Reset()
+	if err := (&Report{}).WriteSVG(&b); err != nil || !strings.Contains(b.String(), "no data") {
+		t.Errorf("empty report: %v", err)
+	}
+}

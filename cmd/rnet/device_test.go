@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/rnet-dev/rnet/internal/rdmatest"
+)
+
+// rnetCmd runs the rnet command (this test binary, see TestMain) and returns
+// its stdout, stderr and exit status.
+func rnetCmd(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "RNET_CMD_AS_MAIN=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+func TestRXEDevicesJSON(t *testing.T) {
+	p := rdmatest.Require(t)
+	out, errs, code := rnetCmd(t, "devices", "--json")
+	if code != 0 {
+		t.Fatalf("rnet devices --json: exit %d: %s", code, errs)
+	}
+	var devs []Device
+	if err := json.Unmarshal([]byte(out), &devs); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	ips := map[string]string{}
+	for _, d := range devs {
+		if len(d.Ports) == 0 || d.Transport == "unknown" {
+			t.Errorf("device %+v: no ports or transport", d)
+		}
+		for _, port := range d.Ports {
+			if port.State != "ACTIVE" || port.ActiveMTU < 256 {
+				t.Errorf("%s port %d: state %s mtu %d", d.Name, port.Port, port.State, port.ActiveMTU)
+			}
+			for _, g := range port.GIDs {
+				if g.IP != "" {
+					ips[g.IP] = d.Name + " " + d.Transport + " " + g.Netdev
+				}
+			}
+		}
+	}
+	for _, a := range []string{p.Server.String(), p.Client.String()} {
+		if !strings.Contains(ips[a], "RoCE") || !strings.Contains(ips[a], "rvm") && os.Getenv("RNET_VM") != "" {
+			t.Errorf("no RoCE GID with IP %s: %v", a, ips)
+		}
+	}
+	text, _, code := rnetCmd(t, "devices")
+	if code != 0 || !strings.Contains(text, p.Server.String()) || !strings.Contains(text, "GID") {
+		t.Errorf("rnet devices: exit %d:\n%s", code, text)
+	}
+}
+
+func TestRXEPerfAndPing(t *testing.T) {
+	p := rdmatest.Require(t)
+	srv := startCmd(t, "perf", "-s", p.Server.String()+":0")
+	out, errs, code := rnetCmd(t, "perf", "-c", srv.addr, "-from", p.Client.String(), "-n", "2000000", "-size", "65536", "--json", "-i", "50ms")
+	if code != 0 {
+		t.Fatalf("rnet perf -c: exit %d: %s", code, errs)
+	}
+	var pr PerfResult
+	if err := json.Unmarshal([]byte(out), &pr); err != nil || pr.Transport != "rdma" || pr.Bytes != 2000000 || pr.MBps <= 0 || pr.Stats == nil || pr.Stats.BytesWritten != 2000000 {
+		t.Fatalf("perf result %q: %+v, %v", out, pr, err)
+	}
+	if !strings.Contains(errs, "MB/s") {
+		t.Logf("no progress line in %q (the run took %.2f s)", errs, pr.Seconds)
+	}
+	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-n", "200", "-warmup", "10", "--json")
+	if code != 0 {
+		t.Fatalf("rnet ping: exit %d: %s", code, errs)
+	}
+	var pg PingResult
+	if err := json.Unmarshal([]byte(out), &pg); err != nil || pg.Count != 200 || pg.Size != 64 || pg.P50Us <= 0 || pg.P99Us < pg.P50Us {
+		t.Fatalf("ping result %q: %+v, %v", out, pg, err)
+	}
+	// Text forms.
+	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-n", "20", "-size", "4096")
+	if code != 0 || !strings.Contains(out, "p99") {
+		t.Fatalf("rnet ping (text): exit %d: %s %s", code, out, errs)
+	}
+}
+
+func TestRXEErrors(t *testing.T) {
+	p := rdmatest.Require(t)
+	// A refused peer: a port nobody listens on.
+	srv := startCmd(t, "perf", "-s", p.Server.String()+":0")
+	addr := srv.addr
+	srv.stop()
+	_, errs, code := rnetCmd(t, "ping", addr, "-from", p.Client.String())
+	if code != 1 || !strings.Contains(errs, "refused") {
+		t.Errorf("ping to a closed port: exit %d, stderr %q", code, errs)
+	}
+	// Addresses that are not on an RDMA interface.
+	_, errs, code = rnetCmd(t, "perf", "-s", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(errs, "not on an RDMA interface") {
+		t.Errorf("listen on loopback: exit %d, stderr %q", code, errs)
+	}
+	_, errs, code = rnetCmd(t, "ping", addr, "-from", "127.0.0.1")
+	if code != 1 || !strings.Contains(errs, "not on an RDMA interface") {
+		t.Errorf("dial from loopback: exit %d, stderr %q", code, errs)
+	}
+	// A usage error stays a usage error on a device host.
+	if _, _, code = rnetCmd(t, "ping"); code != 2 {
+		t.Errorf("ping without a host: exit %d, want 2", code)
+	}
+}

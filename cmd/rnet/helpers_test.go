@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// child is the test binary run as the rnet command (see TestMain).
+type child struct {
+	cmd   *exec.Cmd
+	addr  string // for servers: the address from "listening on ADDR"
+	lines chan string
+	done  chan error
+	once  sync.Once
+}
+
+// startCmd starts `rnet args...` as a child and, for a server, waits for its
+// "listening on" line.
+func startCmd(t *testing.T, args ...string) *child {
+	t.Helper()
+	c := &child{cmd: exec.Command(os.Args[0], args...), lines: make(chan string, 100), done: make(chan error, 1)}
+	c.cmd.Env = append(os.Environ(), "RNET_CMD_AS_MAIN=1")
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Stderr = os.Stderr
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+		c.done <- c.cmd.Wait()
+	}()
+	t.Cleanup(c.stop)
+	for line := range c.lines {
+		if _, rest, ok := strings.Cut(line, "listening on "); ok {
+			c.addr, _, _ = strings.Cut(rest, " ")
+			return c
+		}
+	}
+	t.Fatalf("rnet %q exited without listening: %v", args, <-c.done)
+	return nil
+}
+
+// stop kills the child (if it still runs) and reaps it.
+func (c *child) stop() {
+	c.once.Do(func() {
+		c.cmd.Process.Kill()
+		for range c.lines {
+		}
+		<-c.done
+	})
+}

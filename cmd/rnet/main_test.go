@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/verbs"
+)
+
+// TestMain lets the test binary act as the rnet command, so device tests run
+// it as a child process in the guest without building anything there.
+func TestMain(m *testing.M) {
+	if os.Getenv("RNET_CMD_AS_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func TestParsePerf(t *testing.T) {
+	cases := []struct {
+		args []string
+		ok   bool
+		want perfOpts
+	}{
+		{[]string{"-s"}, true, perfOpts{server: true, addr: ":7471"}},
+		{[]string{"-s", "10.77.0.2", "--json"}, true, perfOpts{server: true, addr: "10.77.0.2:7471", json: true}},
+		{[]string{"-s", "--json", "10.77.0.2:9000", "-once", "-tcp"}, true, perfOpts{server: true, addr: "10.77.0.2:9000", json: true, once: true, tcp: true}},
+		{[]string{"-s", "[fd77::2]:9000"}, true, perfOpts{server: true, addr: "[fd77::2]:9000"}},
+		{[]string{"-s", "fd77::2"}, true, perfOpts{server: true, addr: "[fd77::2]:7471"}},
+		{[]string{"-c", "10.77.0.2", "-size", "4096", "-n", "1000000", "-from", "10.77.0.1"}, true,
+			perfOpts{addr: "10.77.0.2:7471", client: "10.77.0.2", size: 4096, bytes: 1000000, from: "10.77.0.1"}},
+		{[]string{"-c", "host.example:1234", "-t", "3s", "-tcp"}, true, perfOpts{addr: "host.example:1234", client: "host.example:1234", duration: 3 * time.Second, tcp: true}},
+		{nil, false, perfOpts{}},
+		{[]string{"-s", "-c", "x"}, false, perfOpts{}},
+		{[]string{"-c", "x", "extra"}, false, perfOpts{}},
+		{[]string{"-c", "x", "-size", "0"}, false, perfOpts{}},
+		{[]string{"-c", "x:notaport"}, false, perfOpts{}},
+		{[]string{"-c", "x", "-bogus"}, false, perfOpts{}},
+		{[]string{"-s", "a", "b"}, false, perfOpts{}},
+	}
+	for _, c := range cases {
+		var stderr bytes.Buffer
+		got, err := parsePerf(c.args, &stderr)
+		if (err == nil) != c.ok {
+			t.Errorf("parsePerf(%q) error = %v, want ok=%v", c.args, err, c.ok)
+			continue
+		}
+		if !c.ok {
+			if !errors.Is(err, errUsage) || stderr.Len() == 0 {
+				t.Errorf("parsePerf(%q) = %v with stderr %q, want errUsage and a message", c.args, err, stderr.String())
+			}
+			continue
+		}
+		// Compare the fields the case sets; defaults elsewhere.
+		want := c.want
+		if want.size == 0 {
+			want.size = 64 << 10
+		}
+		if want.duration == 0 {
+			want.duration = 10 * time.Second
+		}
+		want.interval = time.Second
+		if got != want {
+			t.Errorf("parsePerf(%q) = %+v, want %+v", c.args, got, want)
+		}
+	}
+}
+
+func TestParsePing(t *testing.T) {
+	var stderr bytes.Buffer
+	o, err := parsePing([]string{"10.77.0.2", "-size", "4096", "-n", "50", "--json", "-from", "10.77.0.1"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pingOpts{addr: "10.77.0.2:7471", from: "10.77.0.1", size: 4096, count: 50, warmup: 100, json: true}
+	if o != want {
+		t.Errorf("got %+v, want %+v", o, want)
+	}
+	for _, bad := range [][]string{nil, {"a", "b"}, {"a", "-n", "0"}, {"a", "-size", "-1"}} {
+		if _, err := parsePing(bad, &stderr); !errors.Is(err, errUsage) {
+			t.Errorf("parsePing(%q) = %v, want errUsage", bad, err)
+		}
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{nil, 2}, {[]string{"nope"}, 2}, {[]string{"help"}, 0}, {[]string{"perf", "-h"}, 0},
+		{[]string{"perf"}, 2}, {[]string{"ping"}, 2}, {[]string{"devices", "x"}, 2},
+	} {
+		var out, errb bytes.Buffer
+		if got := run(c.args, &out, &errb); got != c.code {
+			t.Errorf("run(%q) = %d, want %d (stderr %q)", c.args, got, c.code, errb.String())
+		}
+	}
+}
+
+func TestHello(t *testing.T) {
+	h := hello{mode: modePing, size: 4096, count: 7}
+	got, err := decodeHello(h.encode())
+	if err != nil || got != h {
+		t.Fatalf("round trip = %+v, %v", got, err)
+	}
+	if _, err := decodeHello([]byte("GET / HTTP/1.1\r\n")); err == nil {
+		t.Error("an HTTP request decoded as a hello")
+	}
+	bad := hello{mode: modePerf, size: maxSize + 1}.encode()
+	if _, err := decodeHello(bad); err == nil {
+		t.Error("oversized hello accepted")
+	}
+}
+
+func TestDevicesJSON(t *testing.T) {
+	var gid [16]byte
+	copy(gid[10:], []byte{0xff, 0xff, 10, 77, 0, 1})
+	infos := []verbs.DeviceInfo{{
+		Name: "rxe0", Transport: verbs.TransportRoCE, MaxQPWR: 1 << 20, MaxInlineData: 512,
+		Ports: []verbs.PortInfo{{Num: 1, State: verbs.PortActive, LinkLayer: verbs.LinkLayerEthernet, ActiveMTU: 1024, MaxMTU: 4096,
+			GIDs: []verbs.GIDEntry{{Index: 1, Type: verbs.GIDTypeRoCEv2, GID: gid, Addr: netip.MustParseAddr("10.77.0.1"), Ifindex: 7}}}},
+	}}
+	devs := describe(infos, func(i int) string { return map[int]string{7: "rvm0"}[i] })
+	data, err := json.Marshal(devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"name":"rxe0","transport":"RoCE","node_guid":"0000:0000:0000:0000","max_qp":0,"max_qp_wr":1048576,"max_sge":0,"max_inline_data":512,` +
+		`"ports":[{"port":1,"state":"ACTIVE","link_layer":"Ethernet","active_mtu":1024,"max_mtu":4096,"max_msg_size":0,` +
+		`"gids":[{"index":1,"gid":"::ffff:10.77.0.1","type":"RoCE v2","ip":"10.77.0.1","netdev":"rvm0"}]}]}]`
+	if string(data) != want {
+		t.Errorf("JSON:\n got %s\nwant %s", data, want)
+	}
+	var text bytes.Buffer
+	printDevices(&text, devs)
+	for _, s := range []string{"rxe0  RoCE", "port 1  ACTIVE  Ethernet  mtu 1024 (max 4096)", "::ffff:10.77.0.1", "10.77.0.1", "rvm0", "RoCE v2"} {
+		if !strings.Contains(text.String(), s) {
+			t.Errorf("text output lacks %q:\n%s", s, text.String())
+		}
+	}
+}
+
+func TestPerfJSON(t *testing.T) {
+	var out bytes.Buffer
+	r := PerfResult{Test: "perf", Transport: "tcp", Size: 64, Writes: 2, Bytes: 128, Seconds: 1, MBps: 0.000128}
+	if err := printPerf(&out, true, r); err != nil {
+		t.Fatal(err)
+	}
+	var back PerfResult
+	if err := json.Unmarshal(out.Bytes(), &back); err != nil || back != r {
+		t.Errorf("JSON round trip = %+v, %v (from %s)", back, err, out.String())
+	}
+	if strings.Contains(out.String(), "stats") || strings.Contains(out.String(), "cgo") {
+		t.Errorf("TCP result carries RDMA fields: %s", out.String())
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i)*time.Microsecond)
+	}
+	r := summarize(d)
+	if r.Count != 100 || r.MinUs != 1 || r.P50Us != 50 || r.P90Us != 90 || r.P99Us != 99 || r.MaxUs != 100 || r.MeanUs != 50.5 {
+		t.Errorf("summarize = %+v", r)
+	}
+}
+
+// Over TCP loopback the whole perf and ping path runs on any host.
+func TestLoopbackTCP(t *testing.T) {
+	srv := startCmd(t, "perf", "-s", "127.0.0.1:0", "-tcp")
+	addr := srv.addr
+	var out, errb bytes.Buffer
+	if code := run([]string{"perf", "-c", addr, "-tcp", "-n", "3000000", "-size", "1000", "--json", "-i", "1ms"}, &out, &errb); code != 0 {
+		t.Fatalf("perf exit %d: %s", code, errb.String())
+	}
+	var pr PerfResult
+	if err := json.Unmarshal(out.Bytes(), &pr); err != nil || pr.Bytes != 3000000 || pr.Writes != 3000 || pr.MBps <= 0 {
+		t.Fatalf("perf result %s: %+v, %v", out.String(), pr, err)
+	}
+	out.Reset()
+	if code := run([]string{"ping", addr, "-tcp", "-n", "20", "-warmup", "2", "-size", "100", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("ping exit %d: %s", code, errb.String())
+	}
+	var pg PingResult
+	if err := json.Unmarshal(out.Bytes(), &pg); err != nil || pg.Count != 20 || pg.P50Us <= 0 || pg.P99Us < pg.P50Us {
+		t.Fatalf("ping result %s: %+v, %v", out.String(), pg, err)
+	}
+}
+
+func TestRefusedTCP(t *testing.T) {
+	srv := startCmd(t, "perf", "-s", "127.0.0.1:0", "-tcp")
+	addr := srv.addr
+	srv.stop() // nothing listens there now
+	var out, errb bytes.Buffer
+	if code := run([]string{"ping", addr, "-tcp"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "refused") {
+		t.Fatalf("ping to a closed port: exit %d, stderr %q; want 1 and a refusal", code, errb.String())
+	}
+}
+
+func TestNoDevice(t *testing.T) {
+	if _, err := verbs.Devices(); !errors.Is(err, verbs.ErrNoDevice) && !errors.Is(err, verbs.ErrNotSupported) {
+		t.Skipf("this machine has RDMA devices (%v)", err)
+	}
+	for _, args := range [][]string{{"devices"}, {"perf", "-s", ":0"}, {"ping", "10.77.0.2"}, {"perf", "-c", "10.77.0.2", "-q"}} {
+		var out, errb bytes.Buffer
+		code := run(args, &out, &errb)
+		msg := errb.String()
+		if code != 1 || !(strings.Contains(msg, "no RDMA device") || strings.Contains(msg, "no RDMA support")) {
+			t.Errorf("rnet %q without a device: exit %d, stderr %q", args, code, msg)
+		}
+	}
+}
