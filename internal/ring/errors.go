@@ -44,6 +44,9 @@ var (
 	ErrBadMessage = errors.New("malformed message")
 	// ErrDataAfterShutdown: DATA after the peer's own SHUTDOWN.
 	ErrDataAfterShutdown = errors.New("DATA after SHUTDOWN")
+	// ErrDataAfterDisconnect: DATA after the peer's own DISCONNECT, which
+	// promised there would be no more.
+	ErrDataAfterDisconnect = errors.New("DATA after DISCONNECT")
 )
 
 // Errors that are not the peer's fault.

@@ -335,6 +335,14 @@ func TestHostileDataAfterShutdown(t *testing.T) {
 	expectFailure(t, s, ring.ErrDataAfterShutdown)
 }
 
+// TestHostileDataAfterDisconnect: DISCONNECT promised no more data.
+func TestHostileDataAfterDisconnect(t *testing.T) {
+	s, p := newHostile(t, ring.Config{})
+	p.msg(ring.MakeMsg(ring.MsgCtrl, ring.CtrlDisconnect))
+	p.data(0, 5, 5)
+	expectFailure(t, s, ring.ErrDataAfterDisconnect)
+}
+
 func TestHostileSendInsteadOfImmediate(t *testing.T) {
 	s, p := newHostile(t, ring.Config{})
 	p.post(ring.OpSend, 0, 0, 0, nil) // a 0-byte SEND fits a receive without buffers

@@ -102,18 +102,18 @@ func (e *Engine) completeRecv(wc *Completion) {
 		return
 	}
 	if e.finished() {
-		return // after DISCONNECT nothing the peer says matters
+		// After DISCONNECT nothing the peer says matters, except that
+		// more data shows it broken: its bytes must not pass for part
+		// of the stream it said was over.
+		if word, ok := e.msgWord(wc, seq); ok && e.err == nil && e.peerDisconnected && Msg(word).Op() == MsgData {
+			e.fail(protoErr(ErrDataAfterDisconnect, Msg(word), ""))
+		}
+		return
 	}
 	e.recvToPost++
 
-	var word uint32
-	switch {
-	case e.cfg.IWARP && wc.Opcode == WCRecv && wc.ByteLen == MsgWordSize:
-		off := e.recvSlotOffset(seq)
-		word = binary.NativeEndian.Uint32(e.recv.Buf[off:])
-	case !e.cfg.IWARP && wc.Opcode == WCRecvRDMAWithImm:
-		word = wc.Imm
-	default:
+	word, ok := e.msgWord(wc, seq)
+	if !ok {
 		e.fail(protoErr(ErrBadMessage, 0, fmt.Sprintf("receive completion opcode %d, %d bytes", wc.Opcode, wc.ByteLen)))
 		return
 	}
@@ -139,6 +139,19 @@ func (e *Engine) completeRecv(wc *Completion) {
 			// rsocket's keepalive carries no immediate; accept one anyway.
 		}
 	}
+}
+
+// msgWord extracts the message word of a successful receive completion:
+// the immediate, or in iWARP mode the 4 bytes the SEND put in the receive's
+// slot. ok is false when the completion cannot carry a message.
+func (e *Engine) msgWord(wc *Completion, seq uint64) (word uint32, ok bool) {
+	switch {
+	case e.cfg.IWARP && wc.Opcode == WCRecv && wc.ByteLen == MsgWordSize:
+		return binary.NativeEndian.Uint32(e.recv.Buf[e.recvSlotOffset(seq):]), true
+	case !e.cfg.IWARP && wc.Opcode == WCRecvRDMAWithImm:
+		return wc.Imm, true
+	}
+	return 0, false
 }
 
 // recvData checks a DATA message against the credits and the rbuf space
