@@ -73,7 +73,7 @@ func TestRXEPerfAndPing(t *testing.T) {
 		t.Fatalf("rnet perf -c: exit %d: %s", code, errs)
 	}
 	var pr PerfResult
-	if err := json.Unmarshal([]byte(out), &pr); err != nil || pr.Transport != "rdma" || pr.Bytes != 2000000 || pr.MBps <= 0 || pr.Stats == nil || pr.Stats.BytesWritten != 2000000 {
+	if err := json.Unmarshal([]byte(out), &pr); err != nil || pr.Transport != "rdma" || pr.Bytes != 2000000 || pr.MBps <= 0 || pr.Stats == nil || pr.Stats.BytesWritten != 2000000+helloLen {
 		t.Fatalf("perf result %q: %+v, %v", out, pr, err)
 	}
 	if !strings.Contains(errs, "MB/s") {
