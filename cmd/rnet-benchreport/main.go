@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,6 +217,11 @@ func measure(c *config) (*Report, error) {
 					start := time.Now()
 					vals, err := t.run(ctx, c, port, size)
 					cancel()
+					for k, v := range vals {
+						if err == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v <= 0) {
+							err = fmt.Errorf("implausible %s %v", k, v)
+						}
+					}
 					if err != nil {
 						series(&r.Series, t.transport, t.kind, size).Failures++
 						fmt.Fprintf(os.Stderr, "   %-8s %-10s %5s: FAILED: %v\n", t.transport, t.kind, sizeName(size), err)
@@ -241,7 +247,9 @@ func measure(c *config) (*Report, error) {
 		}
 	}
 	for _, s := range append(append([]*Series(nil), r.Series...), r.Extra...) {
-		s.Median = median(s.Runs)
+		if len(s.Runs) > 0 {
+			s.Median = median(s.Runs)
+		}
 	}
 	return r, nil
 }
@@ -290,6 +298,17 @@ func startServer(ctx context.Context, c *config, ready string, argv ...string) (
 	return p, nil
 }
 
+// running reports whether the server has not exited yet.
+func (p *proc) running() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err // keep it for wait
+		return false
+	default:
+		return true
+	}
+}
+
 func (p *proc) wait() error {
 	err := <-p.done
 	if err != nil {
@@ -321,7 +340,10 @@ func runClient(ctx context.Context, c *config, argv ...string) (string, error) {
 // clientRetrying runs a C tool's client until it connects: those servers say
 // nothing when they are listening, so the client's refusal is the only sign.
 // Each retry waits for a failed connect, not a fixed time.
-func clientRetrying(ctx context.Context, c *config, ok func(string) bool, argv ...string) (string, error) {
+// With serverUp, any failure is retried while the server still runs
+// (rstream's client reports a connect that raced the server's listen as an
+// rpoll error); otherwise only refusals are.
+func clientRetrying(ctx context.Context, c *config, ok func(string) bool, serverUp func() bool, argv ...string) (string, error) {
 	var last error
 	for attempt := 0; attempt < 50 && ctx.Err() == nil; attempt++ {
 		out, err := runClient(ctx, c, argv...)
@@ -332,7 +354,7 @@ func clientRetrying(ctx context.Context, c *config, ok func(string) bool, argv .
 			err = fmt.Errorf("%s printed no result: %s", argv[0], strings.TrimSpace(out))
 		}
 		last = err
-		if !refused(out) {
+		if !refused(out) && (serverUp == nil || !serverUp()) {
 			return out, err
 		}
 		select { // a refused connect returns at once: pace the retries
@@ -373,7 +395,9 @@ func rnetPerf(tcp bool) measurer {
 		if err := srv.wait(); err != nil {
 			return nil, err
 		}
-		var res struct{ MBps float64 }
+		var res struct {
+			MBps float64 `json:"MBps"`
+		}
 		if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
 			return nil, fmt.Errorf("rnet perf output %q: %w", out, err)
 		}
@@ -402,7 +426,10 @@ func rnetPing(tcp bool) measurer {
 		if err := srv.wait(); err != nil {
 			return nil, err
 		}
-		var res struct{ P50Us, MeanUs float64 }
+		var res struct {
+			P50Us  float64 `json:"p50_us"`
+			MeanUs float64 `json:"mean_us"`
+		}
 		if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
 			return nil, fmt.Errorf("rnet ping output %q: %w", out, err)
 		}
@@ -424,7 +451,7 @@ func rstream(ctx context.Context, c *config, port, size, count, iters int) (floa
 		return 0, err
 	}
 	out, err := clientRetrying(ctx, c, func(o string) bool { _, err := parseRstream(o); return err == nil },
-		append([]string{"rstream", "-s", c.server, "-b", c.client}, args...)...)
+		srv.running, append([]string{"rstream", "-s", c.server, "-b", c.client}, args...)...)
 	if err != nil {
 		srv.kill()
 		srv.wait()
@@ -474,7 +501,7 @@ func perftest(ctx context.Context, c *config, tool string, port int, extra ...st
 		return nil, err
 	}
 	out, err := clientRetrying(ctx, c, func(o string) bool { _, err := parsePerftest(o); return err == nil },
-		append(append([]string{tool, "-d", c.cdev}, common...), c.server)...)
+		nil, append(append([]string{tool, "-d", c.cdev}, common...), c.server)...)
 	if err != nil {
 		srv.kill()
 		srv.wait()
@@ -502,7 +529,7 @@ func parsePerftest(out string) ([]string, error) {
 }
 
 func ibWriteBW(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
-	iters := max(c.scaled(bwBytes(size), size)/size, 5)
+	iters := max(c.scaled(bwBytes(size), size)/size, 20)
 	f, err := perftest(ctx, c, "ib_write_bw", port, "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
 	if err != nil {
 		return nil, err

@@ -38,7 +38,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 func (r *Report) panel(b *strings.Builder, x0, y0, w, h int, kind string, sizes []int, ylabel string) {
 	var lo, hi = math.Inf(1), math.Inf(-1)
 	for _, s := range r.Series {
-		if s.Kind == kind && !math.IsNaN(s.Median) && s.Median > 0 {
+		if s.Kind == kind && len(s.Runs) > 0 && s.Median > 0 {
 			lo, hi = math.Min(lo, s.Median), math.Max(hi, s.Median)
 		}
 	}

@@ -35,7 +35,7 @@ type Series struct {
 	Statistic string    `json:"statistic"` // what each run's value is
 	Runs      []float64 `json:"runs"`      // one value per successful run
 	Failures  int       `json:"failures,omitempty"`
-	Median    float64   `json:"median"`
+	Median    float64   `json:"median"` // of Runs; 0 when every run failed
 }
 
 // Report is bench.json.
@@ -75,7 +75,7 @@ func (r *Report) find(list []*Series, transport, kind string, size int) *Series 
 }
 
 func (r *Report) get(transport, kind string, size int) float64 {
-	if s := r.find(r.Series, transport, kind, size); s != nil {
+	if s := r.find(r.Series, transport, kind, size); s != nil && len(s.Runs) > 0 {
 		return s.Median
 	}
 	return math.NaN()
@@ -83,7 +83,7 @@ func (r *Report) get(transport, kind string, size int) float64 {
 
 // p50 is a transport's median round trip (a figure kept in Extra).
 func (r *Report) p50(transport string, size int) float64 {
-	if e := r.find(r.Extra, transport, LatencyP50, size); e != nil {
+	if e := r.find(r.Extra, transport, LatencyP50, size); e != nil && len(e.Runs) > 0 {
 		return e.Median
 	}
 	return math.NaN()
