@@ -256,13 +256,17 @@ func TestHostileSGLWrongLength(t *testing.T) {
 	s, p := newHostile(t, ring.Config{})
 	bad := p.half(1)
 	bad.Length++
+	// On RoCE the update and its credit message are one write: once the
+	// message completes the update has landed, so it is judged at once.
 	p.sgl(1, bad, 64)
-	// A mismatch might be a write still landing: the engine looks again at
-	// the next credit message before it gives up.
-	if _, err := s.service(100); err != nil {
-		t.Fatalf("rejected on first sight: %v", err)
-	}
-	p.msg(ring.MakeMsg(ring.MsgSGL, 64))
+	expectFailure(t, s, ring.ErrBadSGL)
+}
+
+// A credit message that carries a byte count other than 0 or one rs_sge
+// cannot be an SGL update.
+func TestHostileSGLWrongSize(t *testing.T) {
+	s, p := newHostile(t, ring.Config{})
+	p.post(ring.OpWriteImm, uint32(ring.MakeMsg(ring.MsgSGL, 64)), p.theirs.TargetSGL.Addr, p.theirs.TargetSGL.Key, make([]byte, 8))
 	expectFailure(t, s, ring.ErrBadSGL)
 }
 
@@ -274,15 +278,22 @@ func TestHostileSGLWrongHalf(t *testing.T) {
 }
 
 // TestHostileSGLWhileInUse: entry 0 still holds the unused first half.
-// TestHostileSGLTornRead: an entry read while its write was still landing
-// is taken once it reads right.
+// TestHostileSGLTornRead: the next update may be landing in the mailbox
+// while the engine processes an older credit message (a C peer does this
+// when the engine polls a batch late). Whatever the entry reads then, it is
+// judged only when its own message completes.
 func TestHostileSGLTornRead(t *testing.T) {
 	s, p := newHostile(t, ring.Config{})
 	torn := p.half(1)
-	torn.Key = 0
-	p.sgl(1, torn, 64)
+	torn.Addr &^= 0xffffffff // the low word not yet written
+	b := make([]byte, 16)
+	binary.NativeEndian.PutUint64(b, torn.Addr)
+	binary.NativeEndian.PutUint32(b[8:], torn.Key)
+	binary.NativeEndian.PutUint32(b[12:], torn.Length)
+	p.post(ring.OpWrite, 0, p.theirs.TargetSGL.Addr+16, p.theirs.TargetSGL.Key, b) // no message yet
+	p.msg(ring.MakeMsg(ring.MsgSGL, 64))                                           // an older credit message
 	if _, err := s.service(100); err != nil {
-		t.Fatal(err)
+		t.Fatalf("a torn entry was judged before its message: %v", err)
 	}
 	p.sgl(1, p.half(1), 64)
 	if _, err := s.service(100); err != nil {

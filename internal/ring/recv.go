@@ -126,7 +126,7 @@ func (e *Engine) completeRecv(wc *Completion) {
 	case MsgData:
 		e.recvData(m)
 	case MsgSGL:
-		e.recvCredits(m)
+		e.recvCredits(m, wc)
 	case MsgIOMapSGL:
 		e.fail(protoErr(ErrUnexpectedIOMap, m, "iomap size 0 was advertised"))
 	case MsgCtrl:
@@ -206,7 +206,7 @@ func (e *Engine) recvData(m Msg) {
 
 // recvCredits applies a credit grant and takes any SGL update the peer
 // wrote into our target region.
-func (e *Engine) recvCredits(m Msg) {
+func (e *Engine) recvCredits(m Msg, wc *Completion) {
 	comp := uint16(m.Data()) // rsocket sends rseq_no + rq_size unmasked; only 16 bits count
 	if comp-e.sseqComp > e.peerCredits {
 		e.fail(protoErr(ErrBadCredits, m, fmt.Sprintf("limit %d goes back from %d", comp, e.sseqComp)))
@@ -218,5 +218,18 @@ func (e *Engine) recvCredits(m Msg) {
 	}
 	e.sseqComp = comp
 	e.stats.CreditUpdatesReceived++
-	e.takeSGLUpdates(m)
+	if e.cfg.IWARP {
+		e.takeSGLUpdates(m)
+		return
+	}
+	// On RoCE and InfiniBand an SGL update travels in the same RDMA WRITE
+	// WITH IMMEDIATE as its credit message, so the completion says whether
+	// this message carried one, and that it has landed.
+	switch wc.ByteLen {
+	case 0:
+	case RemoteSGESize:
+		e.takeLandedSGLUpdate(m)
+	default:
+		e.fail(protoErr(ErrBadSGL, m, fmt.Sprintf("credit message wrote %d bytes into the target SGL, want 0 or %d", wc.ByteLen, RemoteSGESize)))
+	}
 }

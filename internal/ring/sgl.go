@@ -16,16 +16,59 @@ import (
 // C rsocket uses the mailbox itself as its live state. The engine instead
 // copies an update into tgt when it takes it and zeroes the mailbox entry,
 // so that a later non-zero entry is always a fresh write it can check.
-// It looks at the mailbox only while processing a credit message. The
-// update that message carried, if any, has landed by then; a later update
-// may have landed too (it is then taken early) or may still be landing.
-// Reading an entry mid-DMA could show a torn value, so an entry that does
-// not match is only rejected if it still reads the same at the next credit
-// message, by which time any write in progress has long completed. The
-// ordering checks need no such care: a correct peer never writes an entry
-// the engine still uses, torn or not.
+//
+// When to read the mailbox is the subtle part: the peer may already be
+// writing the next update while we process an older credit message, and an
+// entry read mid-DMA shows a torn value. On RoCE and InfiniBand the update
+// and its credit message are one RDMA WRITE WITH IMMEDIATE, so the receive
+// completion's byte count tells which messages carried an update, and such
+// an update has landed when its completion is seen: it is judged then, and
+// only then. On iWARP the update is a separate RDMA WRITE before the message
+// SEND, and the completion cannot tell; there an entry that does not match
+// is rejected only if it still reads the same at the next credit message.
 
-// takeSGLUpdates takes every fresh mailbox entry, in protocol order, and
+// takeLandedSGLUpdate takes the update that the credit message m carried
+// (RoCE and InfiniBand, where the two travel in one RDMA WRITE WITH
+// IMMEDIATE). It has landed, so it is judged at once; later updates may be
+// landing while we read, so the mailbox is not searched for them: each is
+// taken when its own message completes.
+func (e *Engine) takeLandedSGLUpdate(m Msg) {
+	i := e.mailboxNext
+	s := e.mailbox(i)
+	if e.tgt[i].Length != 0 {
+		e.fail(protoErr(ErrUnexpectedSGL, m, fmt.Sprintf("entry %d rewritten with %d bytes still unused", i, e.tgt[i].Length)))
+		return
+	}
+	if want := e.expectedSGE(i); s != want {
+		detail := fmt.Sprintf("entry %d = {addr %#x key %#x len %d}, want {addr %#x key %#x len %d}",
+			i, s.Addr, s.Key, s.Length, want.Addr, want.Key, want.Length)
+		if s == (RemoteSGE{}) {
+			if o := e.mailbox(i ^ 1); o != (RemoteSGE{}) {
+				e.fail(protoErr(ErrUnexpectedSGL, m, fmt.Sprintf("entry %d written out of order", i^1)))
+				return
+			}
+		}
+		e.fail(protoErr(ErrBadSGL, m, detail))
+		return
+	}
+	e.tgt[i] = s
+	e.clearMailbox(i)
+	e.mailboxNext ^= 1
+	e.stats.BufferGrantsReceived++
+}
+
+// expectedSGE is the only update entry i can carry: rsocket advertises its
+// first half with the connection, then the second half in entry 1 and the
+// first in entry 0, alternately, so each entry always names the same half.
+func (e *Engine) expectedSGE(i int) RemoteSGE {
+	want := RemoteSGE{Addr: e.peerBuf.Addr, Key: e.peerBuf.Key, Length: e.peerHalf}
+	if i == 1 {
+		want.Addr += uint64(e.peerHalf)
+	}
+	return want
+}
+
+// takeSGLUpdates (iWARP) takes every fresh mailbox entry, in protocol order, and
 // rejects entries that are out of order, early, or not the half expected.
 func (e *Engine) takeSGLUpdates(m Msg) {
 	for {
@@ -38,11 +81,7 @@ func (e *Engine) takeSGLUpdates(m Msg) {
 			e.fail(protoErr(ErrUnexpectedSGL, m, fmt.Sprintf("entry %d rewritten with %d bytes still unused", i, e.tgt[i].Length)))
 			return
 		}
-		want := RemoteSGE{Addr: e.peerBuf.Addr, Key: e.peerBuf.Key, Length: e.peerHalf}
-		if i == 1 {
-			want.Addr += uint64(e.peerHalf)
-		}
-		if s != want {
+		if want := e.expectedSGE(i); s != want {
 			if e.sglSuspect != (sglSuspect{entry: i, sge: s, set: true}) {
 				e.sglSuspect = sglSuspect{entry: i, sge: s, set: true}
 				return // look again at the next credit message
