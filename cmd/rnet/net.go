@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/rnet"
 )
 
@@ -134,8 +135,10 @@ func dial(tcp bool, addr, from string) (net.Conn, error) {
 // explain turns the errors a user can fix into a sentence saying how.
 func explain(err error, addr string) error {
 	switch {
-	case errors.Is(err, rnet.ErrNoDevice):
+	case errors.Is(err, verbs.ErrNoDevice): // rnet.ErrNoDevice, which exists on Linux only
 		return fmt.Errorf("no RDMA device on this machine (rnet devices lists none): %w", err)
+	case errors.Is(err, verbs.ErrNotSupported):
+		return fmt.Errorf("this build has no RDMA support (needs Linux, cgo, libibverbs and librdmacm): %w", err)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("%s refused the connection: nothing listens there (start rnet perf -s on the peer): %w", addr, err)
 	case errors.Is(err, syscall.ENODEV), errors.Is(err, syscall.EADDRNOTAVAIL), errors.Is(err, syscall.ENETUNREACH):
