@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/verbs"
 )
 
 // Errors a connection can end with, besides io.EOF, net.ErrClosed and
@@ -24,6 +25,13 @@ var (
 	ErrPeerGone = errors.New("rdma: peer disconnected abruptly")
 	// ErrDeviceRemoved: the RDMA device under the connection went away.
 	ErrDeviceRemoved = errors.New("rdma: device removed")
+	// ErrNoDevice: this machine has no RDMA device (or its kernel has no
+	// RDMA support), so nothing can be dialled or listened on.
+	ErrNoDevice = verbs.ErrNoDevice
+	// ErrNotSupported: rnet was built for a platform without the RDMA stack
+	// it uses (it needs Linux, cgo, libibverbs and librdmacm). It matches
+	// errors.ErrUnsupported.
+	ErrNotSupported = verbs.ErrNotSupported
 )
 
 // opError wraps err the way package net does, keeping the conventions that

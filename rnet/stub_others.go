@@ -6,17 +6,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"runtime"
 )
-
-// ErrNotSupported is returned on platforms without the RDMA stack rnet uses.
-var ErrNotSupported = &notSupportedError{}
-
-type notSupportedError struct{}
-
-func (*notSupportedError) Error() string {
-	return "rdma: not supported on " + runtime.GOOS + " or without cgo (rnet needs Linux, cgo, libibverbs and librdmacm)"
-}
 
 func dial(ctx context.Context, _ settings, _ netip.Addr, raddr netip.AddrPort) (*Conn, error) {
 	return nil, &net.OpError{Op: "dial", Net: "rdma", Addr: netAddr(raddr), Err: ErrNotSupported}

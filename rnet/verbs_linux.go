@@ -16,9 +16,6 @@ import (
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
 
-// ErrNoDevice reports a machine without any RDMA device.
-var ErrNoDevice = verbs.ErrNoDevice
-
 // verbsQP is a queuePair on a real device: an rdma_cm id with its own event
 // channel, an RC queue pair, one CQ on a completion channel, and the three
 // registered regions the engine works in.

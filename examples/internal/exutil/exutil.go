@@ -4,6 +4,7 @@ package exutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -92,4 +93,9 @@ func MBps(n int64, d time.Duration) string {
 		return "0"
 	}
 	return fmt.Sprintf("%.1f", float64(n)/d.Seconds()/1e6)
+}
+
+// noRDMA reports an error that means this machine cannot do RDMA at all.
+func noRDMA(err error) bool {
+	return errors.Is(err, rnet.ErrNoDevice) || errors.Is(err, rnet.ErrNotSupported)
 }
