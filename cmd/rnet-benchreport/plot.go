@@ -76,7 +76,7 @@ func (r *Report) panel(b *strings.Builder, x0, y0, w, h int, kind string, sizes 
 	for _, s := range sizes {
 		x := px(s)
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>`, x, y0, x, y0+h)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#444">%s</text>`+"\n", x, y0+h+16, sizeName(s)+"B")
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#444">%s</text>`+"\n", x, y0+h+16, axisSize(s))
 	}
 	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">message size (bytes per write)</text>`+"\n", x0+w/2, y0+h+36)
 	fmt.Fprintf(b, `<text transform="translate(%d,%d) rotate(-90)" text-anchor="middle">%s</text>`+"\n", x0-44, y0+h/2, esc(ylabel))
@@ -113,4 +113,13 @@ func tick(v float64) string {
 
 func esc(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+}
+
+// axisSize is 64 B, 1 KiB, 1 MiB.
+func axisSize(n int) string {
+	s := sizeName(n)
+	if strings.HasSuffix(s, "K") || strings.HasSuffix(s, "M") {
+		return s + "iB"
+	}
+	return s + " B"
 }
