@@ -96,7 +96,9 @@ func (c Config) Normalize() Config {
 	case c.InlineThreshold == 0:
 		c.InlineThreshold = DefaultInlineThreshold
 	case c.InlineThreshold < 0:
-		c.InlineThreshold = 0
+		// Stays NoInline, not 0, so that normalising twice cannot turn
+		// "none" into the default.
+		c.InlineThreshold = NoInline
 	case c.InlineThreshold > MaxInlineThreshold:
 		c.InlineThreshold = MaxInlineThreshold
 	}

@@ -269,3 +269,20 @@ func TestDataWorkRequest(t *testing.T) {
 		t.Fatalf("remote address %#x", wrs[1].RemoteAddr)
 	}
 }
+
+// Drivers normalise a Config, adjust it to the device and hand it to New,
+// which normalises again: that must change nothing.
+func TestNormalizeIdempotent(t *testing.T) {
+	for _, c := range []Config{
+		{}, {InlineThreshold: NoInline}, {InlineThreshold: 1}, {InlineThreshold: 1 << 20},
+		{IWARP: true, InlineThreshold: NoInline}, {SendBufSize: 1, RecvBufSize: 3, SQSize: 1, RQSize: 1 << 20},
+	} {
+		once := c.Normalize()
+		if twice := once.Normalize(); twice != once {
+			t.Errorf("Normalize(%+v) = %+v, then %+v", c, once, twice)
+		}
+	}
+	if c := (Config{InlineThreshold: NoInline}).Normalize(); c.InlineThreshold >= 0 {
+		t.Errorf("NoInline normalised to %d: transfers up to that size would go inline", c.InlineThreshold)
+	}
+}
