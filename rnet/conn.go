@@ -1,6 +1,7 @@
 package rnet
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -50,7 +51,16 @@ type Conn struct {
 	readDL    deadline
 	writeDL   deadline
 	keepalive *time.Timer
+	// Keepalive ticks in a row that found sends in flight and not one
+	// send completion since the previous tick, and that count then.
+	kaStalled  int
+	kaSendDone uint64
 }
+
+// keepaliveProbes is how many keepalive periods in a row sends may stay
+// unacknowledged before the peer is declared gone, like TCP's keepalive
+// probe count.
+const keepaliveProbes = 3
 
 // completionBatch is how many completions one poll of the CQ moves, in one
 // crossing into C.
@@ -428,8 +438,27 @@ func (c *Conn) waitLocked(timeout <-chan time.Time, cond func() bool) bool {
 func (c *Conn) sendKeepalive() {
 	c.mu.Lock()
 	if !c.closing && c.fatal == nil {
-		c.eng.Keepalive()
-		c.driveLocked()
+		// A peer that is gone without a word (its link down, its host
+		// dead) shows as sends that never complete. The transport's
+		// retries should end that with a failed completion, but some
+		// devices retry without limit (rxe takes retry_count 7, which
+		// rsocket and rnet use, as "forever"), so give up after
+		// keepaliveProbes idle periods without a single send completion.
+		done := c.eng.Stats().SendCompletions
+		if c.eng.InFlight() > 0 && done == c.kaSendDone {
+			c.kaStalled++
+		} else {
+			c.kaStalled = 0
+		}
+		c.kaSendDone = done
+		if c.kaStalled >= keepaliveProbes {
+			c.failLocked(fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
+				ErrPeerGone, c.kaStalled, c.set.keepAlive))
+			c.signalLocked()
+		} else {
+			c.eng.Keepalive()
+			c.driveLocked()
+		}
 	}
 	t := c.keepalive
 	c.mu.Unlock()

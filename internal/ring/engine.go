@@ -336,6 +336,11 @@ func (e *Engine) Flushed() bool {
 	return e.sPosted == e.sHead && e.closePending == closeNone && !e.keepalivePending
 }
 
+// InFlight is the number of sends posted whose completions have not come
+// back yet. A driver that sees it stay above zero while no completion
+// arrives knows the transport is retrying into the void.
+func (e *Engine) InFlight() int { return e.inflightLen }
+
 // Readable reports that Read would return something: data, io.EOF or an
 // error.
 func (e *Engine) Readable() bool {

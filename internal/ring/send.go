@@ -73,12 +73,15 @@ func (e *Engine) queueClose(k closeKind) {
 }
 
 // Keepalive queues a keepalive, a 0-byte RDMA WRITE without immediate that
-// the peer never sees, if the connection is otherwise idle. Its only
-// purpose is its completion: against a dead peer it fails once the
-// transport's retries are exhausted, and Complete reports that. The driver
-// calls it from its own timer (rsocket uses tcp_keepalive_time, 7200 s).
+// the peer never sees, if nothing is in flight. Its only purpose is its
+// completion: against a dead peer it fails once the transport's retries are
+// exhausted, and Complete reports that. Data waiting for the peer's credits
+// does not count as traffic: a writer stalled on a dead peer needs the
+// probe most. If PostSends posts anything else, that goes instead. The
+// driver calls it from its own timer (rsocket uses tcp_keepalive_time,
+// 7200 s).
 func (e *Engine) Keepalive() {
-	if e.live() && e.inflightLen == 0 && e.sPosted == e.sHead && e.closePending == closeNone {
+	if e.live() && e.inflightLen == 0 && e.closePending == closeNone {
 		e.keepalivePending = true
 	}
 }
@@ -282,6 +285,11 @@ func (e *Engine) postClose(dst []SendWR) []SendWR {
 
 func (e *Engine) postKeepalive(dst []SendWR) []SendWR {
 	if !e.keepalivePending || e.ctrlInFlight >= CtrlSlots {
+		return dst
+	}
+	if e.inflightLen > 0 {
+		// Something else went out: its completion probes the peer.
+		e.keepalivePending = false
 		return dst
 	}
 	e.keepalivePending = false
