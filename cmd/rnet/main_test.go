@@ -218,3 +218,18 @@ func TestNoDevice(t *testing.T) {
 		}
 	}
 }
+
+func TestRDMAConfigBusyPoll(t *testing.T) {
+	t.Setenv("RNET_BUSY_POLL", "")
+	if c := rdmaConfig(); c != nil {
+		t.Errorf("no RNET_BUSY_POLL: Config %+v, want nil (the defaults)", c)
+	}
+	t.Setenv("RNET_BUSY_POLL", "200us")
+	if c := rdmaConfig(); c == nil || c.BusyPoll != 200*time.Microsecond {
+		t.Errorf("RNET_BUSY_POLL=200us: Config %+v", c)
+	}
+	t.Setenv("RNET_BUSY_POLL", "soon")
+	if c := rdmaConfig(); c != nil {
+		t.Errorf("a bad RNET_BUSY_POLL must be ignored, got %+v", c)
+	}
+}

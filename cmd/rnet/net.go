@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"syscall"
 	"time"
@@ -90,7 +91,7 @@ func listen(tcp bool, addr string) (net.Listener, error) {
 			return nil, err
 		}
 	}
-	ln, err := rnet.Listen("rdma", addr)
+	ln, err := (&rnet.ListenConfig{Config: rdmaConfig()}).Listen(context.Background(), "rdma", addr)
 	if err != nil {
 		return nil, explain(err, addr)
 	}
@@ -118,7 +119,7 @@ func dial(tcp bool, addr, from string) (net.Conn, error) {
 		}
 		return c, nil
 	}
-	d := rnet.Dialer{}
+	d := rnet.Dialer{Config: rdmaConfig()}
 	if fromIP.IsValid() {
 		if err := checkRDMAAddr(fromIP, "-from address"); err != nil {
 			return nil, err
@@ -156,4 +157,21 @@ func readAck(c net.Conn) (uint64, error) {
 		return 0, err
 	}
 	return binary.BigEndian.Uint64(b[:]), nil
+}
+
+// rdmaConfig is the connection Config of both ends. RNET_BUSY_POLL (a Go
+// duration, e.g. 200us) overrides how long a blocked Read or Write spins on
+// the completion queue before parking: on machines where waking a parked
+// goroutine is slow (an emulated guest), spinning longer trades CPU for latency.
+func rdmaConfig() *rnet.Config {
+	v := os.Getenv("RNET_BUSY_POLL")
+	if v == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rnet: ignoring RNET_BUSY_POLL=%q: %v\n", v, err)
+		return nil
+	}
+	return &rnet.Config{BusyPoll: d}
 }
