@@ -1,0 +1,15 @@
+//go:build linux && cgo
+
+package rnet
+
+import "github.com/rnet-dev/rnet/internal/verbs"
+
+// registeredAccess returns the access flags of a device connection's memory
+// regions as registered: send ring, receive ring, target SGL.
+func registeredAccess(c *Conn) (send, recv, target verbs.Access, ok bool) {
+	q, ok := c.qp.(*verbsQP)
+	if !ok || len(q.mrs) != 3 {
+		return 0, 0, 0, false
+	}
+	return q.mrs[0].Access(), q.mrs[1].Access(), q.mrs[2].Access(), true
+}
