@@ -4,7 +4,7 @@
 // describes) and check that nothing is lost, nothing leaks and nothing hangs:
 //
 //   - faults: a peer process killed mid-stream, packet loss and delay on the
-//     wire (tc netem), the link down for longer than the transport's retry
+//     wire (tc netem), the wire cut (netem loss 100%) for longer than the transport's retry
 //     budget, Listener.Close during a burst of connects, and dials that cannot
 //     succeed. Each must end the affected connection with a clear error
 //     within a bounded time while another connection keeps working.
@@ -17,9 +17,9 @@
 //     checksummed; the same under packet loss; 1000 connect/close cycles with
 //     nothing leaked; 200 connections moving data at once.
 //
-// Tests that change the lab (netem, link down) restore it with t.Cleanup.
-// Removing the RDMA device is destructive, so it lives in its own package,
-// faults/removal, which gets a guest of its own.
+// Tests that change the lab (netem) restore it with t.Cleanup. Removing
+// the RDMA device under traffic (DEVICE_REMOVAL) is not covered yet: it is
+// destructive and belongs in a package of its own, with a guest of its own.
 //
 // Knobs: RNET_SOAK_BYTES scales the soak (default 1 GiB); -short shrinks
 // every suite.

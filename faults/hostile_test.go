@@ -185,6 +185,11 @@ func (p *fakePeer) sgl(i int, s ring.RemoteSGE, m ring.Msg, size int) {
 	}
 }
 
+// half is half i of our rbuf as an SGL update advertises it.
+func (p *fakePeer) half(i int) ring.RemoteSGE {
+	return ring.RemoteSGE{Addr: p.rbuf.Addr() + uint64(i*fakeRbuf/2), Key: p.rbuf.RKey(), Length: fakeRbuf / 2}
+}
+
 func (p *fakePeer) completion() verbs.Completion {
 	p.t.Helper()
 	var wc [1]verbs.Completion
@@ -244,28 +249,28 @@ func hostileCases() []hostileCase {
 		{"IOMapSGL", ring.ErrUnexpectedIOMap, func(t *testing.T, p *fakePeer) {
 			p.msg(ring.MakeMsg(ring.MsgIOMapSGL, 0), 0, nil)
 		}},
+		// An SGL update advertises a half of the sender's rbuf (ours)
+		// that the rnet side may write next.
 		{"SGLWrongLength", ring.ErrBadSGL, func(t *testing.T, p *fakePeer) {
-			d := p.peer.DataBuf
-			p.sgl(1, ring.RemoteSGE{Addr: d.Addr + uint64(d.Length), Key: d.Key, Length: 12345}, sgl(fakeCredits), 16)
+			h := p.half(1)
+			h.Length = 12345
+			p.sgl(1, h, sgl(fakeCredits), 16)
 		}},
 		{"SGLForeignMemory", ring.ErrBadSGL, func(t *testing.T, p *fakePeer) {
 			// Points the rnet side's next transfer at memory of our choosing.
-			p.sgl(1, ring.RemoteSGE{Addr: 0x1000, Key: 0x1234, Length: p.peer.DataBuf.Length}, sgl(fakeCredits), 16)
+			p.sgl(1, ring.RemoteSGE{Addr: 0x1000, Key: 0x1234, Length: fakeRbuf / 2}, sgl(fakeCredits), 16)
 		}},
 		{"SGLTruncated", ring.ErrBadSGL, func(t *testing.T, p *fakePeer) {
-			d := p.peer.DataBuf
-			p.sgl(1, ring.RemoteSGE{Addr: d.Addr + uint64(d.Length), Key: d.Key, Length: d.Length}, sgl(fakeCredits), 8)
+			p.sgl(1, p.half(1), sgl(fakeCredits), 8)
 		}},
 		{"SGLOutOfOrder", ring.ErrUnexpectedSGL, func(t *testing.T, p *fakePeer) {
-			p.sgl(0, p.peer.DataBuf, sgl(fakeCredits), 16) // entry 1 must come first
+			p.sgl(0, p.half(0), sgl(fakeCredits), 16) // entry 1 must come first
 		}},
 		{"SGLWhileInUse", ring.ErrUnexpectedSGL, func(t *testing.T, p *fakePeer) {
-			d := p.peer.DataBuf
-			second := ring.RemoteSGE{Addr: d.Addr + uint64(d.Length), Key: d.Key, Length: d.Length}
-			p.sgl(1, second, sgl(fakeCredits), 16)
-			// The rnet side has not used that grant yet, nor the first.
-			p.sgl(0, d, sgl(fakeCredits), 16)
-			p.sgl(1, second, sgl(fakeCredits), 16)
+			p.sgl(1, p.half(1), sgl(fakeCredits), 16) // correct
+			// The rnet side has not written a byte into the first half
+			// yet: it cannot have been freed.
+			p.sgl(0, p.half(0), sgl(fakeCredits), 16)
 		}},
 		{"CreditsTakenBack", ring.ErrBadCredits, func(t *testing.T, p *fakePeer) {
 			p.msg(sgl(fakeCredits-1), 0, nil)
