@@ -159,19 +159,35 @@ func readAck(c net.Conn) (uint64, error) {
 	return binary.BigEndian.Uint64(b[:]), nil
 }
 
-// rdmaConfig is the connection Config of both ends. RNET_BUSY_POLL (a Go
-// duration, e.g. 200us) overrides how long a blocked Read or Write spins on
-// the completion queue before parking: on machines where waking a parked
-// goroutine is slow (an emulated guest), spinning longer trades CPU for latency.
+// rdmaConfig is the connection Config of both ends, from the environment:
+//
+//	RNET_BUSY_POLL    how long a blocked Read or Write spins on the completion
+//	                  queue before parking (a Go duration, e.g. 200us); on
+//	                  machines where waking a parked goroutine is slow (an
+//	                  emulated guest) spinning longer trades CPU for latency.
+//	RNET_BUFFER_SIZE  bytes in each of the send and receive rings (rstream
+//	                  uses 1 MiB; rnet's default is rsocket's 128 KiB).
 func rdmaConfig() *rnet.Config {
-	v := os.Getenv("RNET_BUSY_POLL")
-	if v == "" {
+	var c rnet.Config
+	set := false
+	if v := os.Getenv("RNET_BUSY_POLL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "rnet: ignoring RNET_BUSY_POLL=%q: %v\n", v, err)
+		} else {
+			c.BusyPoll, set = d, true
+		}
+	}
+	if v := os.Getenv("RNET_BUFFER_SIZE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "rnet: ignoring RNET_BUFFER_SIZE=%q: want a number of bytes\n", v)
+		} else {
+			c.SendBufferSize, c.RecvBufferSize, set = n, n, true
+		}
+	}
+	if !set {
 		return nil
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "rnet: ignoring RNET_BUSY_POLL=%q: %v\n", v, err)
-		return nil
-	}
-	return &rnet.Config{BusyPoll: d}
+	return &c
 }
