@@ -18,8 +18,8 @@
 //     nothing leaked; 200 connections moving data at once.
 //
 // Tests that change the lab (netem) restore it with t.Cleanup. Removing
-// the RDMA device under traffic (DEVICE_REMOVAL) is not covered yet: it is
-// destructive and belongs in a package of its own, with a guest of its own.
+// the RDMA device under traffic (DEVICE_REMOVAL) is destructive, so it lives
+// in faults/removal, which gets a guest of its own.
 //
 // Knobs: RNET_SOAK_BYTES scales the soak (default 1 GiB); -short shrinks
 // every suite.
