@@ -40,7 +40,10 @@ type Config struct {
 	Linger time.Duration
 	// HandshakeTimeout bounds a listener's handshake with one incoming
 	// connection, so a peer that vanishes mid-handshake costs nothing
-	// lasting. 0 means 10 s.
+	// lasting. The dialer already counts itself connected while the
+	// listener waits for the connection manager's last message (RTU), which
+	// the CM retries over seconds when it is lost, so a short bound drops
+	// connections the peer is already using. 0 means 30 s.
 	HandshakeTimeout time.Duration
 }
 
@@ -69,7 +72,7 @@ func (c *Config) settings() settings {
 		busyPoll:         orDefault(cfg.BusyPoll, 10*time.Microsecond),
 		keepAlive:        orDefault(cfg.KeepAlive, 15*time.Second),
 		linger:           orDefault(cfg.Linger, 10*time.Second),
-		handshakeTimeout: orDefault(cfg.HandshakeTimeout, 10*time.Second),
+		handshakeTimeout: orDefault(cfg.HandshakeTimeout, 30*time.Second),
 	}
 	if cfg.InlineThreshold < 0 {
 		s.ring.InlineThreshold = ring.NoInline
