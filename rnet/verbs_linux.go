@@ -393,9 +393,6 @@ func (a *acceptor) handshake(ev cm.Event) {
 	defer a.wg.Done()
 	defer func() { <-a.slots }()
 	id := ev.ID
-	ctx, cancel := context.WithTimeout(a.ctx, a.set.handshakeTimeout)
-	defer cancel()
-
 	// rsocket refuses a request whose private data it cannot use; so do
 	// we, before spending any memory on it.
 	if _, err := ring.DecodeConnData(ev.Param.PrivateData); err != nil {
@@ -444,6 +441,11 @@ func (a *acceptor) handshake(ev cm.Event) {
 		drop()
 		return
 	}
+	// The clock starts at the reply, not at the request: setting up many
+	// connections at once takes a while under load, and the dialer counts
+	// itself connected as soon as it has our reply.
+	ctx, cancel := context.WithTimeout(a.ctx, a.set.handshakeTimeout)
+	defer cancel()
 	if _, err := id.Await(ctx, cm.EventEstablished); err != nil {
 		drop()
 		return
