@@ -38,19 +38,34 @@ type Conn struct {
 
 	readMu, writeMu sync.Mutex
 
+	// polling: one blocked caller (Read, Write or Close) owns the wait on
+	// the completion channel and drives the engine when it wakes, so the
+	// goroutine that needs the data is the one the netpoller wakes. Other
+	// blocked callers park on their channel below; queued counts them.
+	polling bool
+	queued  int
+	// pusher is the connection's background goroutine: it polls the CQ
+	// while the engine holds work that waits for a completion (bytes a
+	// returned Write left in the send ring, a credit update the peer
+	// needs) and no caller is blocked. pushing says it is (about to be)
+	// at work; pushWake starts it.
+	pushing    bool
+	pushWake   chan struct{}
+	pusherDone chan struct{}
+
 	// Wakeups, each with room for one pending signal so none is lost
 	// between checking the engine and parking.
-	readable chan struct{}
-	writable chan struct{}
-	changed  chan struct{} // anything happened: for Close's waits
+	readable   chan struct{}
+	writable   chan struct{}
+	changed    chan struct{} // anything happened: for Close's waits
+	pollerFree chan struct{} // the completion channel wait is free to take
 
 	closed    chan struct{} // closed when Close begins
 	closeOnce sync.Once
 	closeErr  error
-	loopDone  chan struct{}
 	readDL    deadline
 	writeDL   deadline
-	keepalive *time.Timer
+	keepalive *time.Timer // keepalives and housekeeping, see tick
 	// Keepalive ticks in a row that found sends in flight and not one
 	// send completion since the previous tick, and that count then.
 	kaStalled  int
@@ -66,69 +81,215 @@ const keepaliveProbes = 3
 // crossing into C.
 const completionBatch = 64
 
+// housekeepingPeriod is how often an idle connection with keepalives off
+// still drives its engine. Nothing polls the CQ while no call is blocked
+// (as in rsocket), and the peer's control messages each use a posted
+// receive; this reposts them long before the headroom runs out.
+const housekeepingPeriod = 15 * time.Second
+
 // newConn starts driving an established engine over qp.
 func newConn(qp queuePair, eng *ring.Engine, set settings) *Conn {
 	layout := eng.Layout()
 	c := &Conn{
-		qp:       qp,
-		laddr:    qp.localAddr(),
-		raddr:    qp.remoteAddr(),
-		set:      set,
-		eng:      eng,
-		sends:    make([]ring.SendWR, 0, layout.SendDepth),
-		recvs:    make([]ring.RecvWR, 0, layout.RecvDepth),
-		wcs:      make([]ring.Completion, completionBatch),
-		readable: make(chan struct{}, 1),
-		writable: make(chan struct{}, 1),
-		changed:  make(chan struct{}, 1),
-		closed:   make(chan struct{}),
-		loopDone: make(chan struct{}),
-		readDL:   newDeadline(),
-		writeDL:  newDeadline(),
+		qp:         qp,
+		laddr:      qp.localAddr(),
+		raddr:      qp.remoteAddr(),
+		set:        set,
+		eng:        eng,
+		sends:      make([]ring.SendWR, 0, layout.SendDepth),
+		recvs:      make([]ring.RecvWR, 0, layout.RecvDepth),
+		wcs:        make([]ring.Completion, completionBatch),
+		readable:   make(chan struct{}, 1),
+		writable:   make(chan struct{}, 1),
+		changed:    make(chan struct{}, 1),
+		pollerFree: make(chan struct{}, 1),
+		pushWake:   make(chan struct{}, 1),
+		pusherDone: make(chan struct{}),
+		closed:     make(chan struct{}),
+		readDL:     newDeadline(qp.kick),
+		writeDL:    newDeadline(qp.kick),
 	}
 	c.mu.Lock()
 	c.driveLocked()
 	c.mu.Unlock()
 	qp.start(c)
-	go c.progressLoop()
-	if set.keepAlive > 0 {
-		// Under c.mu: the timer's callback reads the field under c.mu, and
-		// nothing else orders it after this write.
-		c.mu.Lock()
-		c.keepalive = time.AfterFunc(set.keepAlive, c.sendKeepalive)
-		c.mu.Unlock()
-	}
+	go c.pusher()
+	// Under c.mu: the timer's callback reads the field under c.mu, and
+	// nothing else orders it after this write.
+	c.mu.Lock()
+	c.keepalive = time.AfterFunc(c.tickPeriod(), c.tick)
+	c.mu.Unlock()
 	return c
 }
 
-// progressLoop is the connection's one goroutine. It parks in the netpoller
-// until the completion queue has news, then lets the engine account it, so
-// credits and acknowledgements flow even while nobody calls Read or Write.
-func (c *Conn) progressLoop() {
-	defer close(c.loopDone)
-	for {
-		// Arm before polling: a completion that lands after the poll
-		// then still wakes wait.
-		if err := c.qp.arm(); err != nil {
-			c.mu.Lock()
-			c.failLocked(err)
+// block parks the caller until ready (called with c.mu held) may have become
+// true, stop or cancel is closed (either may be nil), or the connection
+// fails. The first blocked
+// caller waits on the completion channel itself and drives the engine when
+// the netpoller wakes it: one wakeup per event, not a wakeup of a progress
+// goroutine followed by a wakeup of the reader. Later callers park on wake
+// (signalled by whoever drives) until the wait is theirs to take. The caller
+// re-checks its condition after block returns; wakeups may be spurious.
+func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan struct{}) {
+	c.mu.Lock()
+	if c.polling {
+		// Look again under the lock that signalLocked holds: from here on
+		// a change is signalled to us, since queued is no longer 0.
+		if ready() || c.fatal != nil || c.eng.Err() != nil {
 			c.mu.Unlock()
 			return
 		}
-		c.mu.Lock()
-		c.driveLocked()
+		c.queued++
 		c.mu.Unlock()
-		if err := c.qp.wait(); err != nil {
+		select {
+		case <-wake:
+		case <-c.pollerFree:
+		case <-stop:
+		case <-cancel:
+		}
+		c.mu.Lock()
+		c.queued--
+		c.mu.Unlock()
+		return
+	}
+	c.polling = true
+	c.mu.Unlock()
+
+	// Arm before polling: a completion that lands after the poll then
+	// still produces an event for wait.
+	err := c.qp.arm()
+	c.mu.Lock()
+	if err != nil {
+		c.failLocked(err)
+	} else {
+		c.driveLocked()
+	}
+	done := ready() || c.fatal != nil || c.eng.Err() != nil || isClosed(stop) || isClosed(cancel)
+	c.mu.Unlock()
+	if !done {
+		// A deadline, Close or a transport event kicks this wait; after
+		// shutdown it fails for good, and the caller then sees why.
+		if err := c.qp.wait(); err == nil {
+			c.mu.Lock()
+			c.driveLocked()
+			c.mu.Unlock()
+		}
+	}
+	c.release()
+}
+
+// release gives up the completion channel wait: to a queued caller if there
+// is one, else to the pusher if the engine needs it.
+func (c *Conn) release() {
+	c.mu.Lock()
+	c.polling = false
+	handOff := c.queued > 0
+	if !handOff {
+		c.pushIfBlockedLocked()
+	}
+	c.mu.Unlock()
+	if handOff {
+		notify(c.pollerFree)
+	}
+}
+
+// pushIfBlockedLocked starts the pusher when the engine waits for a
+// completion and no caller is waiting on the completion channel.
+func (c *Conn) pushIfBlockedLocked() {
+	if !c.polling && !c.pushing && !c.closing && c.fatal == nil && c.eng.Blocked() {
+		c.pushing = true
+		notify(c.pushWake)
+	}
+}
+
+// pusher polls for completions on behalf of nobody in particular, while the
+// engine has work that waits for one (see Engine.Blocked) and no Read, Write
+// or Close is blocked. It is parked on pushWake the rest of the time, so a
+// busy connection's events wake the caller that waits for them, not it.
+func (c *Conn) pusher() {
+	defer close(c.pusherDone)
+	for {
+		select {
+		case <-c.pushWake:
+		case <-c.closed:
 			return
+		}
+		for {
+			c.mu.Lock()
+			if c.polling || c.closing || c.fatal != nil || !c.eng.Blocked() {
+				c.pushing = false
+				c.mu.Unlock()
+				break
+			}
+			c.polling = true
+			c.mu.Unlock()
+			err := c.qp.arm()
+			c.mu.Lock()
+			if err != nil {
+				c.failLocked(err)
+			} else {
+				c.driveLocked()
+			}
+			wait := c.fatal == nil && c.eng.Blocked() && c.queued == 0 && !c.closing
+			c.mu.Unlock()
+			if wait {
+				if err := c.qp.wait(); err == nil {
+					c.mu.Lock()
+					c.driveLocked()
+					c.mu.Unlock()
+				}
+			}
+			c.mu.Lock()
+			c.polling = false
+			handOff := c.queued > 0
+			c.mu.Unlock()
+			if handOff {
+				// A caller blocked meanwhile: the wait is its now.
+				notify(c.pollerFree)
+				c.mu.Lock()
+				c.pushing = false
+				c.mu.Unlock()
+				break
+			}
 		}
 	}
 }
 
-// driveLocked polls completions into the engine and posts whatever work the
-// engine then has, until the CQ is empty, and wakes whoever can now proceed.
-func (c *Conn) driveLocked() {
+// kickLocked wakes the caller waiting on the completion channel, for news
+// that does not come through the CQ (Close, CloseRead, a transport event).
+func (c *Conn) kickLocked() {
+	if c.polling {
+		c.qp.kick()
+	}
+}
+
+// driveLocked posts whatever work the engine has and polls completions into
+// it, until the CQ is empty and nothing is left to post, and wakes whoever
+// can now proceed. Each round is one crossing into C (see postPoll).
+func (c *Conn) driveLocked() { c.stepLocked(true) }
+
+// flushLocked is driveLocked for a caller that needs no news from the CQ
+// (a Read that found data): it crosses into C only when there is work to
+// post.
+func (c *Conn) flushLocked() { c.stepLocked(false) }
+
+func (c *Conn) stepLocked(poll bool) {
 	for {
-		n, err := c.qp.poll(c.wcs)
+		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
+		if c.fatal == nil {
+			// Receives go first: the engine only grants credits for
+			// receives that are back on the queue.
+			c.recvs = c.eng.PostRecvs(c.recvs)
+			c.sends = c.eng.PostSends(c.sends)
+		}
+		if !poll && len(c.recvs) == 0 && len(c.sends) == 0 {
+			break
+		}
+		wcs := c.wcs
+		if c.fatal != nil {
+			wcs = c.wcs[:0] // a failed QP only flushes; the engine has failed too
+		}
+		n, err := c.qp.postPoll(c.recvs, c.sends, wcs)
 		c.polls++
 		if err != nil {
 			c.failLocked(err)
@@ -140,27 +301,12 @@ func (c *Conn) driveLocked() {
 		if c.closing || c.readShut {
 			c.discardInboundLocked()
 		}
-		if c.fatal == nil {
-			// Receives go first: the engine only grants credits for
-			// receives that are back on the queue.
-			if c.recvs = c.eng.PostRecvs(c.recvs[:0]); len(c.recvs) > 0 {
-				if err := c.qp.postRecv(c.recvs); err != nil {
-					c.failLocked(err)
-				}
-			}
-		}
-		if c.fatal == nil {
-			if c.sends = c.eng.PostSends(c.sends[:0]); len(c.sends) > 0 {
-				if err := c.qp.postSend(c.sends); err != nil {
-					c.failLocked(err)
-				}
-			}
-		}
-		if n < len(c.wcs) || c.fatal != nil {
-			break
-		}
+		// A full batch may have left more behind; otherwise go round
+		// again only if the completions freed work to post.
+		poll = n == len(wcs) && n > 0
 	}
 	c.signalLocked()
+	c.pushIfBlockedLocked()
 }
 
 // discardInboundLocked consumes received bytes nobody will read, so the peer
@@ -184,10 +330,14 @@ func (c *Conn) failLocked(err error) {
 	if c.fatal == nil {
 		c.fatal = err
 		c.eng.Fail(err)
+		c.kickLocked()
 	}
 }
 
 func (c *Conn) signalLocked() {
+	if c.queued == 0 {
+		return // nobody parked on a channel (see block)
+	}
 	failed := c.fatal != nil || c.eng.Err() != nil
 	if failed || c.eng.Readable() || c.readShut {
 		notify(c.readable)
@@ -197,6 +347,12 @@ func (c *Conn) signalLocked() {
 	}
 	notify(c.changed)
 }
+
+// readReadyLocked reports whether a blocked Read has something to return.
+func (c *Conn) readReadyLocked() bool { return c.eng.Readable() || c.readShut || c.closing }
+
+// writeReadyLocked reports whether a blocked Write can make progress.
+func (c *Conn) writeReadyLocked() bool { return c.eng.Writable() || c.closing }
 
 func notify(ch chan struct{}) {
 	select {
@@ -218,9 +374,10 @@ func (c *Conn) busyPoll(ready func() bool) {
 		c.driveLocked()
 		ok := ready() || c.fatal != nil || c.closing
 		c.mu.Unlock()
-		// Reading the clock costs more than a poll of the CQ: look at it
-		// only every few spins.
-		if ok || spin%8 == 0 && time.Now().After(end) {
+		// Reading the clock costs more than a poll of the CQ (on a device
+		// too, where a poll is one crossing into C): look at it only every
+		// few spins.
+		if ok || spin%32 == 0 && time.Now().After(end) {
 			return
 		}
 	}
@@ -254,8 +411,8 @@ func (c *Conn) Read(b []byte) (int, error) {
 		}
 		n, err := c.eng.Read(b)
 		if n > 0 {
-			// Consuming earns the peer credits: send them now.
-			c.driveLocked()
+			// Consuming may earn the peer a credit update: send it now.
+			c.flushLocked()
 			c.mu.Unlock()
 			return n, nil
 		}
@@ -271,11 +428,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.busyPoll(c.eng.Readable)
 			continue
 		}
-		select {
-		case <-c.readable:
-		case <-c.readDL.wait():
-		case <-c.closed:
-		}
+		c.block(c.readReadyLocked, c.readable, c.readDL.wait(), c.closed)
 	}
 }
 
@@ -324,11 +477,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			c.busyPoll(c.eng.Writable)
 			continue
 		}
-		select {
-		case <-c.writable:
-		case <-c.writeDL.wait():
-		case <-c.closed:
-		}
+		c.block(c.writeReadyLocked, c.writable, c.writeDL.wait(), c.closed)
 	}
 }
 
@@ -355,6 +504,7 @@ func (c *Conn) CloseRead() error {
 	}
 	c.readShut = true
 	c.driveLocked()
+	c.kickLocked()
 	return nil
 }
 
@@ -379,18 +529,21 @@ func (c *Conn) close() error {
 	c.closing = true
 	close(c.closed)
 	c.driveLocked()
+	c.kickLocked() // a Read or Write parked on the completion channel returns
+	c.keepalive.Stop()
 	c.mu.Unlock()
-	if c.keepalive != nil {
-		c.keepalive.Stop()
-	}
 	c.readDL.stop()
 	c.writeDL.stop()
 
-	linger := time.NewTimer(c.set.linger)
+	lingered := make(chan struct{})
+	linger := time.AfterFunc(c.set.linger, func() {
+		close(lingered)
+		c.qp.kick()
+	})
 	defer linger.Stop()
 	// First the data already written, like a TCP FIN after the send
 	// buffer drains.
-	sent := c.waitLocked(linger.C, func() bool {
+	sent := c.closeWait(lingered, func() bool {
 		return c.eng.Flushed() || c.eng.Finished() || c.transDown || c.fatal != nil
 	})
 	c.mu.Lock()
@@ -406,20 +559,25 @@ func (c *Conn) close() error {
 	c.mu.Unlock()
 	// Then our DISCONNECT, so the peer sees an orderly close rather than
 	// a torn-down queue pair.
-	c.waitLocked(linger.C, func() bool {
+	c.closeWait(lingered, func() bool {
 		return c.eng.Flushed() || c.transDown || c.fatal != nil || c.eng.Err() != nil
 	})
 	c.qp.disconnect()
 	c.qp.shutdown()
-	<-c.loopDone
+	<-c.pusherDone
+	// Take the completion channel for good: once a caller still parked
+	// there has left (shutdown failed its wait), nothing touches the
+	// queue pair again and it can be released.
+	c.takePoller()
 	if err := c.qp.release(); err != nil {
 		return c.opError("close", err)
 	}
 	return nil
 }
 
-// waitLocked waits until cond (called with c.mu held) holds or timeout fires.
-func (c *Conn) waitLocked(timeout <-chan time.Time, cond func() bool) bool {
+// closeWait drives the connection until cond (called with c.mu held) holds
+// or timeout is closed, and reports whether cond held.
+func (c *Conn) closeWait(timeout <-chan struct{}, cond func() bool) bool {
 	for {
 		c.mu.Lock()
 		ok := cond()
@@ -427,46 +585,84 @@ func (c *Conn) waitLocked(timeout <-chan time.Time, cond func() bool) bool {
 		if ok {
 			return true
 		}
-		select {
-		case <-c.changed:
-		case <-timeout:
+		if isClosed(timeout) {
 			return false
 		}
+		c.block(cond, c.changed, timeout, nil)
 	}
 }
 
-func (c *Conn) sendKeepalive() {
+// takePoller makes the caller the owner of the completion channel wait and
+// never gives it back.
+func (c *Conn) takePoller() {
+	for {
+		c.mu.Lock()
+		if !c.polling {
+			c.polling = true
+			c.mu.Unlock()
+			return
+		}
+		c.queued++
+		c.mu.Unlock()
+		<-c.pollerFree
+		c.mu.Lock()
+		c.queued--
+		c.mu.Unlock()
+	}
+}
+
+// tickPeriod is the keepalive period, or the housekeeping period when
+// keepalives are off.
+func (c *Conn) tickPeriod() time.Duration {
+	if c.set.keepAlive > 0 {
+		return c.set.keepAlive
+	}
+	return housekeepingPeriod
+}
+
+// tick runs every tickPeriod: it sends a keepalive (when they are on) and
+// drives the engine, which on an idle connection is the only thing that
+// reposts the receives the peer's control messages used.
+func (c *Conn) tick() {
 	c.mu.Lock()
-	if !c.closing && c.fatal == nil {
-		// A peer that is gone without a word (its link down, its host
-		// dead) shows as sends that never complete. The transport's
-		// retries should end that with a failed completion, but some
-		// devices retry without limit (rxe takes retry_count 7, which
-		// rsocket and rnet use, as "forever"), so give up after
-		// keepaliveProbes idle periods without a single send completion.
-		done := c.eng.Stats().SendCompletions
-		if c.eng.InFlight() > 0 && done == c.kaSendDone {
-			c.kaStalled++
-		} else {
-			c.kaStalled = 0
-		}
-		c.kaSendDone = done
-		if c.kaStalled >= keepaliveProbes {
-			c.failLocked(fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
-				ErrPeerGone, c.kaStalled, c.set.keepAlive))
-			c.signalLocked()
-		} else {
-			c.eng.Keepalive()
-			c.driveLocked()
-		}
+	defer c.mu.Unlock()
+	if c.closing {
+		return
 	}
-	t := c.keepalive
-	c.mu.Unlock()
-	select {
-	case <-c.closed:
+	switch {
+	case c.fatal != nil:
+		return // nothing left to keep alive
+	case c.set.keepAlive > 0:
+		c.keepaliveLocked()
 	default:
-		t.Reset(c.set.keepAlive)
+		c.driveLocked()
 	}
+	c.keepalive.Reset(c.tickPeriod())
+}
+
+func (c *Conn) keepaliveLocked() {
+	// A peer that is gone without a word (its link down, its host dead)
+	// shows as sends that never complete. The transport's retries should
+	// end that with a failed completion, but some devices retry without
+	// limit (rxe takes retry_count 7, which rsocket and rnet use, as
+	// "forever"), so give up after keepaliveProbes idle periods without a
+	// single send completion.
+	c.driveLocked()
+	done := c.eng.Stats().SendCompletions
+	if c.eng.InFlight() > 0 && done == c.kaSendDone {
+		c.kaStalled++
+	} else {
+		c.kaStalled = 0
+	}
+	c.kaSendDone = done
+	if c.kaStalled >= keepaliveProbes {
+		c.failLocked(fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
+			ErrPeerGone, c.kaStalled, c.set.keepAlive))
+		c.signalLocked()
+		return
+	}
+	c.eng.Keepalive()
+	c.driveLocked()
 }
 
 // transportDisconnected is called when the connection manager reports the
@@ -480,6 +676,7 @@ func (c *Conn) transportDisconnected() {
 		c.eng.Fail(ErrPeerGone)
 	}
 	c.signalLocked()
+	c.kickLocked()
 	c.mu.Unlock()
 	// Answer the peer's disconnect request so its side completes promptly.
 	c.qp.disconnect()
@@ -490,6 +687,7 @@ func (c *Conn) transportFailed(err error) {
 	c.transDown = true
 	c.failLocked(err)
 	c.signalLocked()
+	c.kickLocked()
 	c.mu.Unlock()
 }
 

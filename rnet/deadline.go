@@ -9,12 +9,18 @@ import (
 // goroutine parked in select wakes when a deadline set from another goroutine
 // passes, as with *net.TCPConn.
 type deadline struct {
+	// expired is called when the deadline passes, to wake a goroutine
+	// parked somewhere a channel cannot reach (the completion channel).
+	expired func()
+
 	mu     sync.Mutex
 	timer  *time.Timer
 	cancel chan struct{} // closed once the deadline has passed
 }
 
-func newDeadline() deadline { return deadline{cancel: make(chan struct{})} }
+func newDeadline(expired func()) deadline {
+	return deadline{expired: expired, cancel: make(chan struct{})}
+}
 
 // set arms the deadline; the zero time disarms it.
 func (d *deadline) set(t time.Time) {
@@ -36,11 +42,16 @@ func (d *deadline) set(t time.Time) {
 			d.cancel = make(chan struct{})
 		}
 		cancel := d.cancel
-		d.timer = time.AfterFunc(dur, func() { close(cancel) })
+		expired := d.expired
+		d.timer = time.AfterFunc(dur, func() {
+			close(cancel)
+			expired()
+		})
 		return
 	}
 	if !closed {
 		close(d.cancel)
+		d.expired()
 	}
 }
 

@@ -18,6 +18,7 @@ type simQP struct {
 	peer         *simQP
 
 	stop       chan struct{}
+	kicked     chan struct{}
 	stopOnce   sync.Once
 	peerGone   chan struct{} // closed when the peer disconnects, like CM's DISCONNECTED
 	goneOnce   sync.Once
@@ -28,14 +29,33 @@ type simQP struct {
 func (q *simQP) postSend(wrs []ring.SendWR) error        { return q.ep.PostSend(wrs) }
 func (q *simQP) postRecv(wrs []ring.RecvWR) error        { return q.ep.PostRecv(wrs) }
 func (q *simQP) poll(out []ring.Completion) (int, error) { return q.ep.PollCQ(out), nil }
-func (q *simQP) arm() error                              { return nil }
+func (q *simQP) postPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error) {
+	if err := q.ep.PostRecv(recvs); err != nil {
+		return 0, err
+	}
+	if err := q.ep.PostSend(sends); err != nil {
+		return 0, err
+	}
+	return q.ep.PollCQ(out), nil
+}
+
+func (q *simQP) arm() error { return nil }
 
 func (q *simQP) wait() error {
 	select {
 	case <-q.ep.Notify():
 		return nil
+	case <-q.kicked:
+		return nil
 	case <-q.stop:
 		return net.ErrClosed
+	}
+}
+
+func (q *simQP) kick() {
+	select {
+	case q.kicked <- struct{}{}:
+	default:
 	}
 }
 
@@ -72,6 +92,7 @@ func newSimQP(ep *simfabric.Endpoint, local, remote string) *simQP {
 		laddr:      netAddr(netip.MustParseAddrPort(local)),
 		raddr:      netAddr(netip.MustParseAddrPort(remote)),
 		stop:       make(chan struct{}),
+		kicked:     make(chan struct{}, 1),
 		peerGone:   make(chan struct{}),
 		eventsDone: make(chan struct{}),
 	}

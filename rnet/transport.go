@@ -11,17 +11,25 @@ import (
 // verbs implementation runs on real devices; tests also run Conn over the
 // simulated fabric through it.
 //
-// Contract: post and poll calls are serialised by the Conn's mutex. wait is
-// called by one goroutine only (the Conn's progress loop) and must park it
-// (not an OS thread) until a completion may be available after arm, or until
-// shutdown, after which it returns net.ErrClosed for good.
+// Contract: post and poll calls are serialised by the Conn's mutex. At most
+// one goroutine at a time calls arm and wait (the Conn's blocked caller that
+// owns the completion channel). wait must park that goroutine (not an OS
+// thread) until a completion may be available after arm, or kick is called,
+// and then return nil; wakeups may be spurious. After shutdown it returns
+// net.ErrClosed for good. kick may be called from any goroutine at any time,
+// also after release, and is never lost: a kick with no wait in progress
+// makes the next wait return at once.
 type queuePair interface {
 	postSend(wrs []ring.SendWR) error
 	postRecv(wrs []ring.RecvWR) error
 	poll(out []ring.Completion) (int, error)
+	// postPoll posts recvs, then sends, then polls up to len(out)
+	// completions: the connection's usual step, in one crossing into C.
+	postPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error)
 	// arm asks for one wakeup of wait at the next completion.
 	arm() error
 	wait() error
+	kick()
 	// start begins delivering connection events (the peer's disconnect, a
 	// removed device) to h, from a goroutine of the queuePair's own.
 	start(h eventHandler)

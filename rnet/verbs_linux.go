@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/rnet-dev/rnet/internal/cm"
@@ -31,6 +34,7 @@ type verbsQP struct {
 
 	laddr, raddr net.Addr
 
+	kicked         atomic.Bool
 	eventsDone     chan struct{}
 	startOnce      sync.Once
 	disconnectOnce sync.Once
@@ -65,12 +69,37 @@ func (q *verbsQP) poll(out []ring.Completion) (int, error) {
 	return q.cq.Poll(asVerbsCompletions(out))
 }
 
+func (q *verbsQP) postPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error) {
+	return q.qp.PostAndPoll(q.cq, asVerbsRecvs(recvs), asVerbsSends(sends), asVerbsCompletions(out))
+}
+
 func (q *verbsQP) arm() error { return q.cq.ReqNotify(false) }
 
 func (q *verbsQP) wait() error {
+	if q.kicked.Swap(false) {
+		q.cc.SetDeadline(time.Time{})
+		return nil
+	}
 	_, err := q.cc.Wait(context.Background())
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// kick's way in: a past deadline on the channel's fd.
+		q.cc.SetDeadline(time.Time{})
+		q.kicked.Store(false)
+		return nil
+	}
 	return err
 }
+
+// kick sets the flag before the deadline, and wait clears the deadline before
+// the flag, so a kick racing with a wait either finds the wait parked or is
+// seen by its caller's next look at the connection.
+func (q *verbsQP) kick() {
+	if !q.kicked.Swap(true) {
+		q.cc.SetDeadline(aLongTimeAgo)
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
 
 func (q *verbsQP) start(h eventHandler) {
 	q.startOnce.Do(func() {

@@ -336,6 +336,33 @@ func (e *Engine) Flushed() bool {
 	return e.sPosted == e.sHead && e.closePending == closeNone && !e.keepalivePending
 }
 
+// Blocked reports that the engine holds work it could not post for want of a
+// completion (a credit, a send queue entry, a control slot): written bytes,
+// a queued SHUTDOWN, DISCONNECT or keepalive, or a credit update that is due.
+// While it holds, the driver must keep polling the CQ even if nobody waits on
+// the connection, or the peer may wait for ever.
+func (e *Engine) Blocked() bool {
+	if !e.established || e.finished() || e.disconnectPosted {
+		return false
+	}
+	if e.sPosted != e.sHead || e.closePending != closeNone || e.keepalivePending {
+		return true
+	}
+	return e.creditsDue()
+}
+
+// creditsDue reports that postCredits has an update to send, leaving aside
+// whether a control slot is free.
+func (e *Engine) creditsDue() bool {
+	if e.peerShutdown || e.readClosed {
+		return false
+	}
+	if e.recvToPost > 0 {
+		return true
+	}
+	return e.rbufAvail >= e.half && e.nGrants < len(e.grants) || int16(e.rseqNo-e.rseqComp) >= 0
+}
+
 // InFlight is the number of sends posted whose completions have not come
 // back yet. A driver that sees it stay above zero while no completion
 // arrives knows the transport is retrying into the void.

@@ -7,7 +7,10 @@ package verbs
 */
 import "C"
 
-import "unsafe"
+import (
+	"syscall"
+	"unsafe"
+)
 
 // The C mirrors in shim.h must match wr.go exactly: these index expressions
 // fail to compile unless each Go size and offset equals the C one.
@@ -77,4 +80,66 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 		n += k
 	}
 	return n, nil
+}
+
+// PostAndPoll posts recvs, then sends, then polls cq for up to len(out)
+// completions, and returns how many it moved: a connection's usual step, in
+// one crossing into C when each list fits in MaxBatch (longer lists are
+// posted ahead in batches). On failure the error names the step that
+// failed; nothing after it was done, and some WRs of a failed post may be on
+// the queue.
+func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+	if len(recvs) > MaxBatch {
+		if _, err := qp.PostRecv(recvs[:len(recvs)-MaxBatch]); err != nil {
+			return 0, err
+		}
+		recvs = recvs[len(recvs)-MaxBatch:]
+	}
+	if len(sends) > MaxBatch {
+		if _, err := qp.PostSend(sends[:len(sends)-MaxBatch]); err != nil {
+			return 0, err
+		}
+		sends = sends[len(sends)-MaxBatch:]
+	}
+	qp.mu.RLock()
+	defer qp.mu.RUnlock()
+	cq.mu.RLock()
+	defer cq.mu.RUnlock()
+	if qp.c == nil {
+		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Err: errClosed}
+	}
+	if cq.c == nil {
+		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Err: errClosed}
+	}
+	var (
+		rp *C.struct_rnet_recv_wr
+		sp *C.struct_rnet_send_wr
+		wp *C.struct_rnet_wc
+	)
+	if len(recvs) > 0 {
+		rp = (*C.struct_rnet_recv_wr)(unsafe.Pointer(&recvs[0]))
+	}
+	if len(sends) > 0 {
+		sp = (*C.struct_rnet_send_wr)(unsafe.Pointer(&sends[0]))
+	}
+	if len(out) > 0 {
+		wp = (*C.struct_rnet_wc)(unsafe.Pointer(&out[0]))
+	}
+	CountCgoCall()
+	r := int64(C.rnet_post_poll(qp.c, cq.c, rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30))))
+	if r >= 0 {
+		return int(r), nil
+	}
+	r = -r
+	stage, code := r>>40, C.int(r&(1<<40-1))
+	switch stage {
+	case 1:
+		errno, _ := errnoFromPost(code)
+		return 0, &Error{Op: "ibv_post_recv", Device: qp.dev, Errno: errno}
+	case 2:
+		errno, _ := errnoFromPost(code)
+		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Errno: errno}
+	default:
+		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
+	}
 }

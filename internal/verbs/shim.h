@@ -189,6 +189,30 @@ static inline int rnet_poll_cq(struct ibv_cq *cq, struct rnet_wc *out, int n)
 	return total;
 }
 
+// rnet_post_poll is a connection's usual step in one crossing: post the
+// receive WRs, then the send WRs, then poll up to n_wc completions. It
+// returns the number of completions, or -(stage << 40 | errno << 8 | index)
+// when stage 1 (post_recv), 2 (post_send) or 3 (poll_cq) failed; nothing
+// after a failed stage is done.
+static inline long long rnet_post_poll(struct ibv_qp *qp, struct ibv_cq *cq,
+	const struct rnet_recv_wr *recvs, int n_recv,
+	const struct rnet_send_wr *sends, int n_send,
+	struct rnet_wc *out, int n_wc)
+{
+	int r;
+
+	if (n_recv > 0 && (r = rnet_post_recv(qp, recvs, n_recv)) != 0)
+		return -((1LL << 40) | (long long)r);
+	if (n_send > 0 && (r = rnet_post_send(qp, sends, n_send)) != 0)
+		return -((2LL << 40) | (long long)r);
+	if (n_wc <= 0)
+		return 0;
+	r = rnet_poll_cq(cq, out, n_wc);
+	if (r < 0)
+		return -((3LL << 40) | ((long long)-r << 8));
+	return r;
+}
+
 static inline int rnet_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
 	return ibv_req_notify_cq(cq, solicited_only);

@@ -72,3 +72,6 @@ func (qp *QP) SetError() error                    { return unsupported("ibv_modi
 func (qp *QP) Close() error                       { return nil }
 func (qp *QP) PostSend(wrs []SendWR) (int, error) { return 0, unsupported("ibv_post_send") }
 func (qp *QP) PostRecv(wrs []RecvWR) (int, error) { return 0, unsupported("ibv_post_recv") }
+func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+	return 0, unsupported("ibv_post_send")
+}
