@@ -28,8 +28,18 @@ type Config struct {
 	InlineThreshold int
 	// BusyPoll is how long a Read or Write that would block spins on the
 	// completion queue before parking the goroutine, trading CPU for
-	// latency like rsocket's polling_time. 0 means 10 µs; negative disables.
+	// latency like rsocket's polling_time. 0 means 10 µs; negative disables
+	// spinning (and BusyPollLimit with it).
 	BusyPoll time.Duration
+	// BusyPollLimit lets the spin grow past BusyPoll on a connection whose
+	// waits are short: a Read (or Write) spins for up to twice the recent
+	// average wait on its side, but never longer than this. Where a park
+	// and wakeup costs more than the wait itself (request/response traffic,
+	// slow or virtualised machines) this keeps the goroutine off the
+	// netpoller; a connection whose waits are longer than half the limit
+	// spins only BusyPoll. 0 means 250 µs; negative keeps the spin at
+	// BusyPoll.
+	BusyPollLimit time.Duration
 	// KeepAlive is the idle period after which a keepalive (a zero-byte
 	// RDMA write the peer's software never sees) probes the peer; a dead
 	// peer then fails the connection once the transport's retries run out.
@@ -51,6 +61,7 @@ type Config struct {
 type settings struct {
 	ring             ring.Config
 	busyPoll         time.Duration
+	busyPollLimit    time.Duration
 	keepAlive        time.Duration
 	linger           time.Duration
 	handshakeTimeout time.Duration
@@ -70,6 +81,7 @@ func (c *Config) settings() settings {
 			InlineThreshold: cfg.InlineThreshold,
 		},
 		busyPoll:         orDefault(cfg.BusyPoll, 10*time.Microsecond),
+		busyPollLimit:    orDefault(cfg.BusyPollLimit, 250*time.Microsecond),
 		keepAlive:        orDefault(cfg.KeepAlive, 15*time.Second),
 		linger:           orDefault(cfg.Linger, 10*time.Second),
 		handshakeTimeout: orDefault(cfg.HandshakeTimeout, 30*time.Second),

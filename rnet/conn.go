@@ -70,7 +70,16 @@ type Conn struct {
 	// send completion since the previous tick, and that count then.
 	kaStalled  int
 	kaSendDone uint64
+
+	// How long recent Reads and Writes waited, for the adaptive spin;
+	// guarded by readMu and writeMu.
+	readWait, writeWait waitEstimate
 }
+
+// waitEstimate is a running average of how long blocked calls waited.
+type waitEstimate struct{ avg time.Duration }
+
+func (w *waitEstimate) observe(d time.Duration) { w.avg += (d - w.avg) / 8 }
 
 // keepaliveProbes is how many keepalive periods in a row sends may stay
 // unacknowledged before the peer is declared gone, like TCP's keepalive
@@ -361,14 +370,28 @@ func notify(ch chan struct{}) {
 	}
 }
 
-// busyPoll drives the connection for up to the busy-poll window or until
-// ready reports true, so a reply that is microseconds away does not cost a
-// park and a wakeup through the completion channel.
-func (c *Conn) busyPoll(ready func() bool) {
-	if c.set.busyPoll <= 0 {
+// spinWindow is how long a blocked call spins before parking: BusyPoll,
+// or twice the recent average wait when that is longer and within
+// BusyPollLimit (see Config).
+func (c *Conn) spinWindow(w *waitEstimate) time.Duration {
+	d := c.set.busyPoll
+	if d <= 0 {
+		return 0 // spinning is off
+	}
+	if a := 2 * w.avg; a > d && a <= c.set.busyPollLimit {
+		d = a
+	}
+	return d
+}
+
+// busyPoll drives the connection for up to window or until ready reports
+// true, so a reply that is microseconds away does not cost a park and a
+// wakeup through the completion channel.
+func (c *Conn) busyPoll(window time.Duration, ready func() bool) {
+	if window <= 0 {
 		return
 	}
-	end := time.Now().Add(c.set.busyPoll)
+	end := time.Now().Add(window)
 	for spin := 1; ; spin++ {
 		c.mu.Lock()
 		c.driveLocked()
@@ -389,6 +412,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	spun := false
+	var waitStart time.Time // set once Read finds nothing to return
 	for {
 		if isClosed(c.readDL.wait()) {
 			if isClosed(c.closed) {
@@ -414,6 +438,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 			// Consuming may earn the peer a credit update: send it now.
 			c.flushLocked()
 			c.mu.Unlock()
+			if spun {
+				c.readWait.observe(time.Since(waitStart))
+			}
 			return n, nil
 		}
 		if err == nil && c.fatal != nil {
@@ -425,7 +452,8 @@ func (c *Conn) Read(b []byte) (int, error) {
 		}
 		if !spun {
 			spun = true
-			c.busyPoll(c.eng.Readable)
+			waitStart = time.Now()
+			c.busyPoll(c.spinWindow(&c.readWait), c.eng.Readable)
 			continue
 		}
 		c.block(c.readReadyLocked, c.readable, c.readDL.wait(), c.closed)
@@ -440,6 +468,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	defer c.writeMu.Unlock()
 	written := 0
 	spun := false
+	var waitStart time.Time
 	for {
 		if isClosed(c.writeDL.wait()) {
 			if isClosed(c.closed) {
@@ -466,6 +495,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if err != nil {
 			return written, c.opError("write", err)
 		}
+		if n > 0 && spun {
+			c.writeWait.observe(time.Since(waitStart))
+		}
 		if written == len(b) {
 			return written, nil
 		}
@@ -474,7 +506,8 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 		if !spun {
 			spun = true
-			c.busyPoll(c.eng.Writable)
+			waitStart = time.Now()
+			c.busyPoll(c.spinWindow(&c.writeWait), c.eng.Writable)
 			continue
 		}
 		c.block(c.writeReadyLocked, c.writable, c.writeDL.wait(), c.closed)

@@ -38,6 +38,7 @@ type config struct {
 	scale          float64
 	port           int
 	verbose        bool
+	rnetBuffer     int
 }
 
 func main() {
@@ -54,6 +55,7 @@ func main() {
 	flag.Float64Var(&c.scale, "scale", 1, "scale the bytes and iterations of every test")
 	flag.IntVar(&c.port, "port", 18100, "first TCP/RDMA port to use")
 	flag.BoolVar(&c.verbose, "v", false, "print every command and its output")
+	flag.IntVar(&c.rnetBuffer, "rnet-buffer", 1<<20, "rnet's ring size in bytes (RNET_BUFFER_SIZE); the default matches rstream, which asks for 512 KiB SO_SNDBUF/SO_RCVBUF and rsocket doubles that; 0 keeps rnet's default")
 	flag.Parse()
 	if *replot != "" {
 		if err := replotFile(*replot); err != nil {
@@ -162,6 +164,22 @@ func (c *config) scaled(n, min int) int {
 // keyed by kind (Throughput, Latency, LatencyP50).
 type measurer func(ctx context.Context, c *config, port, size int) (map[string]float64, error)
 
+// rnetConfigNote says how the rnet processes are configured, and sets it up:
+// they read RNET_* from the environment (see cmd/rnet).
+func rnetConfigNote(c *config) string {
+	note := "rnet runs with its default Config (rsocket's defaults: 64 B inline, 10 µs busy polling)"
+	if c.rnetBuffer > 0 {
+		os.Setenv("RNET_BUFFER_SIZE", strconv.Itoa(c.rnetBuffer))
+		note += fmt.Sprintf(" but %d-byte rings, the size rstream's rings get (it asks for 512 KiB SO_SNDBUF/SO_RCVBUF, which rsocket doubles)", c.rnetBuffer)
+	} else {
+		note += " and 128 KiB rings (rstream's are 1 MiB)"
+	}
+	if v := os.Getenv("RNET_BUSY_POLL"); v != "" {
+		note += "; RNET_BUSY_POLL=" + v
+	}
+	return note
+}
+
 func measure(c *config) (*Report, error) {
 	if _, err := exec.LookPath(c.rnet); err != nil {
 		return nil, fmt.Errorf("the rnet command: %w (build it with go build ./cmd/rnet, pass -rnet)", err)
@@ -173,7 +191,8 @@ func measure(c *config) (*Report, error) {
 		Notes: []string{
 			"throughput: MB/s = 10^6 bytes/s of payload; rnet and tcp from rnet perf (one way, until the server has counted every byte); rstream from its usec/xfer (-S size -C count -I 1, data goes one way then back); ib_write_bw's BW average (MiB/s) converted to MB/s",
 			"latency: round trip of size bytes each way; rnet and tcp from rnet ping (-warmup 50); rstream's usec/xfer (-C 1 -I iters) is half a round trip, so doubled; ib_write_lat's t_avg and t_typical are half round trips, so doubled",
-			"rnet runs with its default Config (rsocket's defaults: 128 KiB rings, 64 B inline, 10 µs busy polling); tcp is Go's net package on the same addresses",
+			rnetConfigNote(c),
+			"tcp is Go's net package on the same addresses",
 		},
 	}
 	if out, err := exec.Command("uname", "-r").Output(); err == nil {
