@@ -76,10 +76,16 @@ type Conn struct {
 	readWait, writeWait waitEstimate
 }
 
-// waitEstimate is a running average of how long blocked calls waited.
+// waitEstimate is a running average of how long blocked calls waited, each
+// wait counted as at most the spin limit: one long wait (a pause in the
+// traffic, or a park and wakeup, which costs more than the spin would have)
+// must not push the window past the limit and so stop the spinning that
+// serves the usual short waits.
 type waitEstimate struct{ avg time.Duration }
 
-func (w *waitEstimate) observe(d time.Duration) { w.avg += (d - w.avg) / 8 }
+func (w *waitEstimate) observe(d, limit time.Duration) {
+	w.avg += (min(d, limit) - w.avg) / 8
+}
 
 // keepaliveProbes is how many keepalive periods in a row sends may stay
 // unacknowledged before the peer is declared gone, like TCP's keepalive
@@ -439,7 +445,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.flushLocked()
 			c.mu.Unlock()
 			if spun {
-				c.readWait.observe(time.Since(waitStart))
+				c.readWait.observe(time.Since(waitStart), c.set.busyPollLimit)
 			}
 			return n, nil
 		}
@@ -496,7 +502,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			return written, c.opError("write", err)
 		}
 		if n > 0 && spun {
-			c.writeWait.observe(time.Since(waitStart))
+			c.writeWait.observe(time.Since(waitStart), c.set.busyPollLimit)
 		}
 		if written == len(b) {
 			return written, nil

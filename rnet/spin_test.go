@@ -13,14 +13,27 @@ func TestSpinWindow(t *testing.T) {
 	if got := c.spinWindow(&w); got != 10*time.Microsecond {
 		t.Fatalf("no history: window %v, want BusyPoll's 10µs", got)
 	}
+	limit := c.set.busyPollLimit
 	for range 64 {
-		w.observe(100 * time.Microsecond)
+		w.observe(100*time.Microsecond, limit)
 	}
 	if got := c.spinWindow(&w); got < 190*time.Microsecond || got > 200*time.Microsecond {
 		t.Fatalf("waits of 100µs: window %v, want about 200µs", got)
 	}
+	// One wait in eight parked (5 ms): the window must still cover the
+	// short ones, or spinning collapses into parking.
+	for i := range 64 {
+		d := 100 * time.Microsecond
+		if i%8 == 0 {
+			d = 5 * time.Millisecond
+		}
+		w.observe(d, limit)
+	}
+	if got := c.spinWindow(&w); got < 200*time.Microsecond || got > limit {
+		t.Fatalf("mostly 100µs waits, some 5ms: window %v, want 200µs..%v", got, limit)
+	}
 	for range 64 {
-		w.observe(5 * time.Millisecond)
+		w.observe(5*time.Millisecond, limit)
 	}
 	if got := c.spinWindow(&w); got != 10*time.Microsecond {
 		t.Fatalf("waits of 5ms (past the 250µs limit): window %v, want BusyPoll's 10µs", got)
@@ -29,7 +42,7 @@ func TestSpinWindow(t *testing.T) {
 	off := &Conn{set: (&Config{BusyPoll: -1}).settings()}
 	var short waitEstimate
 	for range 64 {
-		short.observe(50 * time.Microsecond)
+		short.observe(50*time.Microsecond, limit)
 	}
 	if got := off.spinWindow(&short); got != 0 {
 		t.Fatalf("BusyPoll off: window %v, want 0", got)

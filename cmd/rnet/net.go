@@ -165,6 +165,9 @@ func readAck(c net.Conn) (uint64, error) {
 //	                  queue before parking (a Go duration, e.g. 200us); on
 //	                  machines where waking a parked goroutine is slow (an
 //	                  emulated guest) spinning longer trades CPU for latency.
+//	RNET_BUSY_POLL_LIMIT  how far the spin may grow on a connection whose
+//	                  waits are short (Config.BusyPollLimit; -1 turns the
+//	                  adaptive spin off).
 //	RNET_BUFFER_SIZE  bytes in each of the send and receive rings (rstream
 //	                  uses 1 MiB; rnet's default is rsocket's 128 KiB).
 func rdmaConfig() *rnet.Config {
@@ -176,6 +179,14 @@ func rdmaConfig() *rnet.Config {
 			fmt.Fprintf(os.Stderr, "rnet: ignoring RNET_BUSY_POLL=%q: %v\n", v, err)
 		} else {
 			c.BusyPoll, set = d, true
+		}
+	}
+	if v := os.Getenv("RNET_BUSY_POLL_LIMIT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "rnet: ignoring RNET_BUSY_POLL_LIMIT=%q: %v\n", v, err)
+		} else {
+			c.BusyPollLimit, set = d, true
 		}
 	}
 	if v := os.Getenv("RNET_BUFFER_SIZE"); v != "" {
