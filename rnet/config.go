@@ -31,9 +31,10 @@ type Config struct {
 	// latency like rsocket's polling_time. 0 means 10 µs; negative disables
 	// spinning (and BusyPollLimit with it).
 	BusyPoll time.Duration
-	// BusyPollLimit lets the spin grow past BusyPoll on a connection whose
-	// waits are short: a Read (or Write) spins for up to twice the recent
-	// average wait on its side, but never longer than this. Where a park
+	// BusyPollLimit lets a Read's spin grow past BusyPoll on a connection
+	// whose replies come quickly: a Read that waits for the answer to a
+	// Write (request and response) spins for up to twice the recent
+	// average of such waits, but never longer than this. Where a park
 	// and wakeup costs more than the wait itself (request/response traffic,
 	// slow or virtualised machines) this keeps the goroutine off the
 	// netpoller; a connection whose waits are longer than half the limit

@@ -71,9 +71,11 @@ type Conn struct {
 	kaStalled  int
 	kaSendDone uint64
 
-	// How long recent Reads and Writes waited, for the adaptive spin;
-	// guarded by readMu and writeMu.
-	readWait, writeWait waitEstimate
+	// How long recent Reads waited for replies, for the adaptive spin;
+	// guarded by readMu. wroteSinceRead (guarded by mu) says a Write came
+	// after the last Read that returned data: the next wait is for a reply.
+	readWait       waitEstimate
+	wroteSinceRead bool
 }
 
 // waitEstimate is a running average of how long blocked calls waited, each
@@ -418,7 +420,10 @@ func (c *Conn) Read(b []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	spun := false
-	var waitStart time.Time // set once Read finds nothing to return
+	var (
+		waitStart time.Time // set once Read finds nothing to return
+		reply     bool      // this Read waits for the answer to a Write
+	)
 	for {
 		if isClosed(c.readDL.wait()) {
 			if isClosed(c.closed) {
@@ -443,8 +448,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 		if n > 0 {
 			// Consuming may earn the peer a credit update: send it now.
 			c.flushLocked()
+			c.wroteSinceRead = false
 			c.mu.Unlock()
-			if spun {
+			if spun && reply {
 				c.readWait.observe(time.Since(waitStart), c.set.busyPollLimit)
 			}
 			return n, nil
@@ -452,14 +458,22 @@ func (c *Conn) Read(b []byte) (int, error) {
 		if err == nil && c.fatal != nil {
 			err = c.fatal
 		}
+		reply = c.wroteSinceRead
 		c.mu.Unlock()
 		if err != nil {
 			return 0, c.opError("read", err)
 		}
 		if !spun {
 			spun = true
-			waitStart = time.Now()
-			c.busyPoll(c.spinWindow(&c.readWait), c.eng.Readable)
+			// Only a Read that waits for the answer to our own Write
+			// (request and response) spins adaptively: a streaming
+			// reader's long spin would only take CPU from the writer.
+			window := c.set.busyPoll
+			if reply {
+				waitStart = time.Now()
+				window = c.spinWindow(&c.readWait)
+			}
+			c.busyPoll(window, c.eng.Readable)
 			continue
 		}
 		c.block(c.readReadyLocked, c.readable, c.readDL.wait(), c.closed)
@@ -474,7 +488,6 @@ func (c *Conn) Write(b []byte) (int, error) {
 	defer c.writeMu.Unlock()
 	written := 0
 	spun := false
-	var waitStart time.Time
 	for {
 		if isClosed(c.writeDL.wait()) {
 			if isClosed(c.closed) {
@@ -495,15 +508,17 @@ func (c *Conn) Write(b []byte) (int, error) {
 		n, err := c.eng.Write(b[written:])
 		written += n
 		if n > 0 {
+			c.wroteSinceRead = true
+		}
+		if n > 0 {
 			c.driveLocked()
 		}
 		c.mu.Unlock()
 		if err != nil {
 			return written, c.opError("write", err)
 		}
-		if n > 0 && spun {
-			c.writeWait.observe(time.Since(waitStart), c.set.busyPollLimit)
-		}
+		// Like TCP, return once every byte is in the send buffer; what
+		// waits there for credits the pusher sends.
 		if written == len(b) {
 			return written, nil
 		}
@@ -512,8 +527,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 		if !spun {
 			spun = true
-			waitStart = time.Now()
-			c.busyPoll(c.spinWindow(&c.writeWait), c.eng.Writable)
+			// A writer waits for the peer's reader to free room; spinning
+			// longer than BusyPoll would only take CPU from that reader.
+			c.busyPoll(c.set.busyPoll, c.eng.Writable)
 			continue
 		}
 		c.block(c.writeReadyLocked, c.writable, c.writeDL.wait(), c.closed)
