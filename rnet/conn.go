@@ -22,8 +22,8 @@ type Conn struct {
 	laddr, raddr net.Addr
 	set          settings
 
-	// mu guards the engine and everything the progress loop shares with
-	// Read, Write and Close.
+	// mu guards the engine and everything Read, Write, Close and the
+	// pusher share.
 	mu        sync.Mutex
 	eng       *ring.Engine
 	sends     []ring.SendWR

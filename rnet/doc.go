@@ -19,9 +19,14 @@
 //
 // # Being a good Go citizen
 //
-// A blocked Read, Write or Accept parks its goroutine: one goroutine per
-// connection waits in the runtime netpoller on the completion channel's file
-// descriptor, so idle connections cost no OS thread. Deadlines, CloseWrite,
+// A blocked Read, Write or Accept parks its goroutine in the runtime
+// netpoller: the first blocked caller of a connection waits on the
+// completion channel's file descriptor itself, so the netpoller wakes the
+// goroutine that needs the data (one wakeup per event), and idle
+// connections cost no OS thread. A Read that waits for the reply to a Write
+// first spins on the completion queue for about twice the recent reply
+// time (Config.BusyPoll, Config.BusyPollLimit), because a park and wakeup
+// can cost more than the reply takes. Deadlines, CloseWrite,
 // *net.OpError, net.ErrClosed and io.EOF behave as they do for *net.TCPConn,
 // which is what lets gRPC, net/http and yamux run over rnet unchanged.
 //

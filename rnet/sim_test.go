@@ -11,7 +11,7 @@ import (
 )
 
 // simQP runs a Conn over the simulated fabric, so the whole Conn (engine,
-// progress loop, deadlines, close) is exercised on machines without RDMA.
+// completion waits, pusher, deadlines, close) is exercised on machines without RDMA.
 type simQP struct {
 	ep           *simfabric.Endpoint
 	laddr, raddr net.Addr

@@ -40,7 +40,7 @@ type queuePair interface {
 	// it returns once the event goroutine has exited.
 	shutdown()
 	// release frees every resource. It is called once, after shutdown and
-	// after the progress loop has exited.
+	// once no goroutine waits on the completion channel or polls any more.
 	release() error
 	localAddr() net.Addr
 	remoteAddr() net.Addr
