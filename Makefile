@@ -75,6 +75,8 @@ demo:
 # bytes and iterations of every test. Natively with RNET_NATIVE=1 (pass addresses and
 # devices through BENCH_ARGS, e.g. -server 192.168.1.10 -client 192.168.1.11 -sdev mlx5_0
 # -cdev mlx5_1 -gid 3). `make bench-go` runs the go test benchmarks in the guest.
+# In the guest only the current directory is shared with the host: keep BENCH_OUT inside it
+# (a /tmp path is the guest's own and vanishes with it).
 BENCH_RUNS  ?= 3
 BENCH_SCALE ?= 1
 BENCH_OUT   ?= bench-results

@@ -22,9 +22,27 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 )
 
 func main() {
+	// RNET_CPUPROFILE=file writes a CPU profile of the whole run, for
+	// finding where a benchmark's time goes (go tool pprof file).
+	if path := os.Getenv("RNET_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rnet: RNET_CPUPROFILE:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "rnet: RNET_CPUPROFILE:", err)
+			os.Exit(1)
+		}
+		code := run(os.Args[1:], os.Stdout, os.Stderr)
+		pprof.StopCPUProfile()
+		f.Close()
+		os.Exit(code)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

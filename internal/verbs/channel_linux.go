@@ -63,17 +63,12 @@ func (ctx *Context) NewCompChannel() (*CompChannel, error) {
 // closed, also from another goroutine during the wait.
 func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	for {
-		var (
-			cq    *C.struct_ibv_cq
-			errno C.int
-		)
-		err := ch.poll.Wait(ctx, func() bool {
-			// ch.c stays valid here: it is destroyed only after
-			// PollFD.Close, which waits for running callbacks.
-			CountCgoCall()
-			errno = C.rnet_get_cq_event(ch.c, &cq)
-			return errno != C.EAGAIN
-		})
+		w := cqEventWaits.Get().(*cqEventWait)
+		w.ch = ch
+		err := ch.poll.WaitFunc(ctx, w.try)
+		cq, errno := w.cq, w.errno
+		w.ch, w.cq = nil, nil
+		cqEventWaits.Put(w)
 		if err != nil {
 			return nil, &Error{Op: "ibv_get_cq_event", Device: ch.dev, Err: err}
 		}
@@ -99,6 +94,30 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 		ch.mu.Unlock()
 		return g, nil
 	}
+}
+
+// cqEventWait is the state of one Wait, pooled so that waiting does not
+// allocate: the function the netpoller calls is bound once, when the waiter
+// is made, and the C out-parameter lives in it.
+type cqEventWait struct {
+	ch    *CompChannel
+	cq    *C.struct_ibv_cq
+	errno C.int
+	try   func(uintptr) bool
+}
+
+var cqEventWaits = sync.Pool{New: func() any {
+	w := new(cqEventWait)
+	w.try = w.getEvent
+	return w
+}}
+
+func (w *cqEventWait) getEvent(uintptr) bool {
+	// ch.c stays valid here: it is destroyed only after PollFD.Close,
+	// which waits for running callbacks.
+	CountCgoCall()
+	w.errno = C.rnet_get_cq_event(w.ch.c, &w.cq)
+	return w.errno != C.EAGAIN
 }
 
 // SetDeadline sets the deadline for Wait; the zero time means none. A past

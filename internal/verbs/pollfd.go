@@ -63,12 +63,19 @@ var aLongTimeAgo = time.Unix(1, 0)
 // Close happens during the wait). A context wait temporarily moves the
 // deadline, so run at most one context wait at a time per PollFD.
 func (p *PollFD) Wait(ctx context.Context, try func() bool) error {
+	return p.WaitFunc(ctx, func(uintptr) bool { return try() })
+}
+
+// WaitFunc is Wait for a try function in the shape the runtime calls it
+// with; a caller that keeps such a function around waits without
+// allocating (with a context that cannot end).
+func (p *PollFD) WaitFunc(ctx context.Context, try func(fd uintptr) bool) error {
 	if p.closed.Load() {
 		return net.ErrClosed
 	}
 	done := ctx.Done()
 	if done == nil {
-		return p.translate(p.rc.Read(func(uintptr) bool { return try() }))
+		return p.translate(p.rc.Read(try))
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -78,7 +85,7 @@ func (p *PollFD) Wait(ctx context.Context, try func() bool) error {
 		p.f.SetReadDeadline(aLongTimeAgo)
 		close(fired)
 	})
-	err := p.rc.Read(func(uintptr) bool { return try() })
+	err := p.rc.Read(try)
 	if !stop() {
 		<-fired
 		p.mu.Lock()
