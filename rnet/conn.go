@@ -141,10 +141,9 @@ func newConn(qp queuePair, eng *ring.Engine, set settings) *Conn {
 
 // block parks the caller until ready (called with c.mu held) may have become
 // true, stop or cancel is closed (either may be nil), or the connection
-// fails. The first blocked
-// caller waits on the completion channel itself and drives the engine when
-// the netpoller wakes it: one wakeup per event, not a wakeup of a progress
-// goroutine followed by a wakeup of the reader. Later callers park on wake
+// fails. The first blocked caller waits on the completion channel itself and
+// drives the engine when the netpoller wakes it: one wakeup per event, not a
+// wakeup of a progress goroutine followed by a wakeup of the reader. Later callers park on wake
 // (signalled by whoever drives) until the wait is theirs to take. The caller
 // re-checks its condition after block returns; wakeups may be spurious.
 func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan struct{}) {
