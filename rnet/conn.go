@@ -170,7 +170,18 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 	}
 	c.polling = true
 	c.mu.Unlock()
+	c.awaitEvent(func() bool {
+		return ready() || c.fatal != nil || c.eng.Err() != nil || isClosed(stop) || isClosed(cancel)
+	})
+	c.release()
+}
 
+// awaitEvent is one round of the owner of the completion channel wait: arm
+// the CQ, drive the engine, and unless done (called with c.mu held) now
+// holds, wait for the next event and drive again. A deadline, Close or a
+// transport event kicks the wait; after shutdown it fails for good, and the
+// caller then sees why.
+func (c *Conn) awaitEvent(done func() bool) {
 	// Arm before polling: a completion that lands after the poll then
 	// still produces an event for wait.
 	err := c.qp.arm()
@@ -180,18 +191,16 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 	} else {
 		c.driveLocked()
 	}
-	done := ready() || c.fatal != nil || c.eng.Err() != nil || isClosed(stop) || isClosed(cancel)
+	finished := done()
 	c.mu.Unlock()
-	if !done {
-		// A deadline, Close or a transport event kicks this wait; after
-		// shutdown it fails for good, and the caller then sees why.
-		if err := c.qp.wait(); err == nil {
-			c.mu.Lock()
-			c.driveLocked()
-			c.mu.Unlock()
-		}
+	if finished {
+		return
 	}
-	c.release()
+	if err := c.qp.wait(); err == nil {
+		c.mu.Lock()
+		c.driveLocked()
+		c.mu.Unlock()
+	}
 }
 
 // release gives up the completion channel wait: to a queued caller if there
@@ -239,22 +248,9 @@ func (c *Conn) pusher() {
 			}
 			c.polling = true
 			c.mu.Unlock()
-			err := c.qp.arm()
-			c.mu.Lock()
-			if err != nil {
-				c.failLocked(err)
-			} else {
-				c.driveLocked()
-			}
-			wait := c.fatal == nil && c.eng.Blocked() && c.queued == 0 && !c.closing
-			c.mu.Unlock()
-			if wait {
-				if err := c.qp.wait(); err == nil {
-					c.mu.Lock()
-					c.driveLocked()
-					c.mu.Unlock()
-				}
-			}
+			c.awaitEvent(func() bool {
+				return c.fatal != nil || !c.eng.Blocked() || c.queued > 0 || c.closing
+			})
 			c.mu.Lock()
 			c.polling = false
 			handOff := c.queued > 0
