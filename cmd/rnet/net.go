@@ -173,20 +173,18 @@ func readAck(c net.Conn) (uint64, error) {
 func rdmaConfig() *rnet.Config {
 	var c rnet.Config
 	set := false
-	if v := os.Getenv("RNET_BUSY_POLL"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "rnet: ignoring RNET_BUSY_POLL=%q: %v\n", v, err)
-		} else {
-			c.BusyPoll, set = d, true
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"RNET_BUSY_POLL", &c.BusyPoll}, {"RNET_BUSY_POLL_LIMIT", &c.BusyPollLimit}} {
+		v := os.Getenv(d.name)
+		if v == "" {
+			continue
 		}
-	}
-	if v := os.Getenv("RNET_BUSY_POLL_LIMIT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "rnet: ignoring RNET_BUSY_POLL_LIMIT=%q: %v\n", v, err)
+		if t, err := time.ParseDuration(v); err != nil {
+			fmt.Fprintf(os.Stderr, "rnet: ignoring %s=%q: %v\n", d.name, v, err)
 		} else {
-			c.BusyPollLimit, set = d, true
+			*d.dst, set = t, true
 		}
 	}
 	if v := os.Getenv("RNET_BUFFER_SIZE"); v != "" {
