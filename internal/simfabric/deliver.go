@@ -13,7 +13,7 @@ func (f *Fabric) pump(src *Endpoint) bool {
 		}
 		// Pop first: a failure flushes the rest of the wire, not this one.
 		op := src.wire.pop()
-		if !f.deliver(src, &op) {
+		if !f.deliver(src, &op, nil) {
 			src.wire.pushFront(op)
 			break
 		}
@@ -22,9 +22,11 @@ func (f *Fabric) pump(src *Endpoint) bool {
 	return progress
 }
 
-// deliver carries out one request at the peer. It returns false if the
-// request has to wait for a receive.
-func (f *Fabric) deliver(src *Endpoint, op *wireOp) bool {
+// deliver carries out one request at the peer. It returns false, having
+// changed nothing but a counter, if the request has to wait for a receive.
+// A payload given here is copied into the peer's memory at once; without
+// one the bytes wait in the peer's inbound FIFO until it polls.
+func (f *Fabric) deliver(src *Endpoint, op *wireOp, payload *[2][]byte) bool {
 	dst := src.peer
 	status := ring.WCSuccess
 	var target []byte // where the payload lands, nil if nowhere
@@ -82,7 +84,13 @@ func (f *Fabric) deliver(src *Endpoint, op *wireOp) bool {
 	} else {
 		target = nil
 	}
-	dst.landing.push(landing{dst: target, start: op.payStart, end: op.payEnd})
+	switch {
+	case payload == nil:
+		dst.landing.push(landing{dst: target, start: op.payStart, end: op.payEnd})
+	case target != nil:
+		n := copy(target, payload[0])
+		copy(target[n:], payload[1])
+	}
 	if haveRecv {
 		dst.addRecvCompletion(recvWC, false)
 	}

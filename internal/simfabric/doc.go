@@ -36,4 +36,7 @@
 // once its completion is seen). This keeps every access to an endpoint's
 // memory on the goroutine that polls it, so tests stay clean under -race
 // provided an endpoint is polled under the same lock as its engine.
+// Options.DirectLanding trades that for speed and a stricter check: bytes
+// land as they are posted, and -race reports a protocol that reads them
+// before their completion.
 package simfabric

@@ -1,6 +1,8 @@
 package simfabric
 
 import (
+	"sync/atomic"
+
 	"github.com/rnet-dev/rnet/internal/ring"
 )
 
@@ -12,7 +14,7 @@ type region struct {
 }
 
 // wireOp is a posted send work request on its way to the peer. Its payload
-// already sits in the peer's landing buffer at [payStart, payEnd).
+// already sits in the peer's inbound FIFO at [payStart, payEnd).
 type wireOp struct {
 	id         uint64
 	op         ring.Opcode
@@ -67,8 +69,12 @@ type Endpoint struct {
 	landing       queue[landing] // inbound payloads, in delivery order
 	inbound       byteFIFO       // their bytes
 
-	sendCQ        queue[cqEntry]
-	recvCQ        queue[cqEntry]
+	sendCQ queue[cqEntry]
+	recvCQ queue[cqEntry]
+	// cqLen counts the entries of sendCQ and recvCQ, so that polling an
+	// empty CQ takes no lock: on hardware it is a read of the CQ's next
+	// entry, and a spinning poller must not slow the peer down.
+	cqLen         atomic.Int64
 	lastSendVis   int64
 	cqSeq         uint64
 	sendsInFlight int // posted sends whose completion has not been polled
@@ -189,11 +195,19 @@ func (e *Endpoint) PostSend(wrs []ring.SendWR) error {
 			remoteAddr: wr.RemoteAddr,
 			rkey:       wr.RKey,
 			length:     total,
-			payStart:   e.peer.inbound.head,
 		}
+		var payload [2][]byte
 		for j := 0; j < wr.NumSGE; j++ {
-			b, _ := e.local(wr.SGE[j], wr.Inline)
-			e.peer.inbound.push(b)
+			payload[j], _ = e.local(wr.SGE[j], wr.Inline)
+		}
+		// Only with nothing ahead of it, on the wire or waiting to land,
+		// may a request land now without overtaking another.
+		if f.opts.DirectLanding && e.wire.len() == 0 && e.peer.landing.len() == 0 && f.deliver(e, &op, &payload) {
+			continue
+		}
+		op.payStart = e.peer.inbound.head
+		for j := 0; j < wr.NumSGE; j++ {
+			e.peer.inbound.push(payload[j])
 		}
 		op.payEnd = e.peer.inbound.head
 		op.deliverAt = max(e.lastDeliverAt, f.now+f.delay(f.opts.MaxWireDelay))
@@ -243,6 +257,9 @@ func (e *Endpoint) PostRecv(wrs []ring.RecvWR) error {
 // PollCQ copies up to len(out) visible completions into out, oldest first,
 // and returns how many. Payloads delivered so far land in memory first.
 func (e *Endpoint) PollCQ(out []ring.Completion) int {
+	if e.cqLen.Load() == 0 {
+		return 0 // what has landed unannounced can wait for the next poll
+	}
 	f := e.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -270,6 +287,7 @@ func (e *Endpoint) PollCQ(out []ring.Completion) int {
 			return n
 		}
 		ent := q.pop()
+		e.cqLen.Add(-1)
 		if q == s {
 			e.sendsInFlight--
 		}
@@ -347,6 +365,7 @@ func (e *Endpoint) completeSend(id uint64, opc ring.WCOpcode, status ring.WCStat
 	e.lastSendVis = vis
 	e.cqSeq++
 	e.sendCQ.push(cqEntry{wc: ring.Completion{ID: id, Status: status, Opcode: opc}, visibleAt: vis, seq: e.cqSeq})
+	e.cqLen.Add(1)
 	if status != ring.WCSuccess {
 		f.stats.Errors++
 	}
@@ -363,6 +382,7 @@ func (e *Endpoint) addRecvCompletion(wc ring.Completion, flush bool) {
 	}
 	e.cqSeq++
 	e.recvCQ.push(cqEntry{wc: wc, visibleAt: f.now, seq: e.cqSeq})
+	e.cqLen.Add(1)
 	if wc.Status != ring.WCSuccess {
 		f.stats.Errors++
 	}

@@ -28,6 +28,19 @@ type Options struct {
 	// MaxCompletionDelay is the largest number of steps a send completion
 	// waits after delivery before it can be polled (deterministic mode).
 	MaxCompletionDelay int
+	// DirectLanding (with Auto) copies a request's bytes into the peer's
+	// memory as it is posted, on the posting goroutine, as a NIC's DMA
+	// lands them while the peer's CPU runs: one copy instead of two. The
+	// fabric's mutex orders that copy before the peer's PollCQ that returns
+	// the completion announcing it, so under -race it is clean exactly for
+	// a protocol that reads its memory only after that completion and
+	// reuses memory only after the peer says it is done, and any other read
+	// is reported as the race it would be on hardware. rsocket over RoCE
+	// and InfiniBand keeps that promise; its iWARP SGL updates do not
+	// (they are read when they may be in flight), so leave it off there.
+	// Requests that must wait (behind others, or for a receive) still land
+	// when the peer polls.
+	DirectLanding bool
 	// RNRRetry makes a message that finds no posted receive wait for one,
 	// like rnr_retry_count=7, instead of failing with WCRNRRetryExcErr.
 	RNRRetry bool
@@ -77,6 +90,8 @@ type Fabric struct {
 func New(seed uint64, opts Options) *Fabric {
 	if opts.Auto {
 		opts.MaxWireDelay, opts.MaxCompletionDelay = 0, 0
+	} else {
+		opts.DirectLanding = false
 	}
 	return &Fabric{
 		opts:    opts,
@@ -177,6 +192,7 @@ func (f *Fabric) Kill(e *Endpoint) {
 	}
 	e.sendCQ = queue[cqEntry]{}
 	e.recvCQ = queue[cqEntry]{}
+	e.cqLen.Store(0)
 	e.recvQ = queue[ring.RecvWR]{}
 	e.signal()
 	if f.opts.Auto {

@@ -307,3 +307,46 @@ func TestAutoConcurrent(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// TestDirectLanding checks both halves of Options.DirectLanding: a request
+// with nothing ahead of it is in the peer's memory as PostSend returns, and
+// one that has to wait for a receive keeps the bytes it had when posted and
+// lands, in order, when the peer polls.
+func TestDirectLanding(t *testing.T) {
+	p := newPair(t, Options{Auto: true, RNRRetry: true, DirectLanding: true})
+	if err := p.b.PostRecv([]ring.RecvWR{{ID: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(p.aMem.Buf, "direct")
+	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 6, true)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(p.bMem.Buf[:6]); got != "direct" {
+		t.Fatalf("peer memory after post: %q, want the bytes already landed", got)
+	}
+
+	// No receive is posted now: the second write waits, and so must the
+	// third, which needs no receive but must not overtake it.
+	copy(p.aMem.Buf[8:], "waits")
+	copy(p.aMem.Buf[16:], "after")
+	if err := p.a.PostSend([]ring.SendWR{p.write(2, 8, 5, true), p.write(3, 16, 5, false)}); err != nil {
+		t.Fatal(err)
+	}
+	copy(p.aMem.Buf[8:], "XXXXXXXXXXXXX") // taken at post time
+	if got := string(p.bMem.Buf[8:21]); got != "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" {
+		t.Fatalf("waiting writes landed early: %q", got)
+	}
+	if err := p.b.PostRecv([]ring.RecvWR{{ID: 101}}); err != nil {
+		t.Fatal(err)
+	}
+	recvs := poll(p.b)
+	if len(recvs) != 2 || recvs[0].ID != 100 || recvs[1].ID != 101 || recvs[1].Imm != 2 {
+		t.Fatalf("receive completions %+v", recvs)
+	}
+	if got := string(p.bMem.Buf[8:13]) + string(p.bMem.Buf[16:21]); got != "waitsafter" {
+		t.Fatalf("peer memory %q", got)
+	}
+	if sends := poll(p.a); len(sends) != 3 {
+		t.Fatalf("send completions %+v", sends)
+	}
+}
