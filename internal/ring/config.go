@@ -2,11 +2,18 @@ package ring
 
 // Protocol constants of rsocket (librdmacm/rsocket.c).
 const (
-	// StartTransfer is the size of the first transfer of a burst
-	// (RS_OLAP_START_SIZE). Starting small gets the first bytes to the peer
-	// early; transfers then double so that large bursts amortise work requests.
-	StartTransfer = 2048
 	// MaxTransfer caps one transfer (RS_MAX_TRANSFER).
+	//
+	// rsocket starts each send call at 2 KiB (RS_OLAP_START_SIZE) and
+	// doubles up to this cap, because it copies one transfer's bytes into
+	// sbuf and posts them before copying the next: the device moves the
+	// first bytes while the CPU copies the rest. A Write here copies
+	// everything before anything is posted, so there is no copy to overlap
+	// and the ramp would only split each 64 KiB Write into six transfers,
+	// each costing a work request, a completion on both sides, a posted
+	// receive and a credit. Over Soft-RoCE that split cost a third of the
+	// 64 KiB throughput. So a transfer takes all pending bytes, up to this
+	// cap and the room in the target entry; the receiver accepts either.
 	MaxTransfer = 65536
 	// SendLowWater is how much sbuf space must be free before Writable
 	// reports true (RS_SNDLOWAT), so a blocked writer is not woken per byte.

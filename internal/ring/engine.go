@@ -72,7 +72,6 @@ type Engine struct {
 	sTail   uint64
 	sPosted uint64
 	sHead   uint64
-	olen    uint32 // size of the next transfer of this burst
 
 	// Send-side credits and the peer's buffer space.
 	sseqNo       uint16       // DATA messages sent
@@ -186,7 +185,6 @@ func New(cfg Config, send, recv, target Region) (*Engine, error) {
 		target: target,
 
 		sbuf: send.Buf[:cfg.SendBufSize],
-		olen: StartTransfer,
 
 		mailboxNext: 1, // the peer advertises its second half first
 		sqAvail:     cfg.SQSize - CtrlSlots,

@@ -249,8 +249,8 @@ func TestDataWorkRequest(t *testing.T) {
 	if len(wrs) != 1 || wrs[0] != want {
 		t.Fatalf("got %+v\nwant %+v", wrs, want)
 	}
-	// Fill sbuf so the next transfers wrap: sizes follow 2 KiB doubling,
-	// capped by what was written; a wrapped transfer uses two SGEs.
+	// Fill sbuf so the next transfer wraps: it takes all 4096 bytes in one
+	// transfer with two SGEs.
 	if err := e.Complete([]Completion{{ID: 0, Opcode: WCRDMAWrite}}); err != nil {
 		t.Fatal(err)
 	}
@@ -258,15 +258,15 @@ func TestDataWorkRequest(t *testing.T) {
 		t.Fatal(n)
 	}
 	wrs = e.PostSends(wrs[:0])
-	if len(wrs) != 2 || wrs[0].Len() != 2048 || wrs[1].Len() != 2048 {
+	if len(wrs) != 1 || wrs[0].Len() != 4096 || wrs[0].Imm != uint32(MakeMsg(MsgData, 4096)) {
 		t.Fatalf("%+v", wrs)
 	}
-	if wrs[1].NumSGE != 2 || wrs[1].SGE[0].Addr != 0x10000+2053 || wrs[1].SGE[0].Length != 4096-2053 ||
-		wrs[1].SGE[1].Addr != 0x10000 || wrs[1].SGE[1].Length != 5 || wrs[1].Inline {
-		t.Fatalf("wrapped transfer %+v", wrs[1])
+	if wrs[0].NumSGE != 2 || wrs[0].SGE[0].Addr != 0x10000+5 || wrs[0].SGE[0].Length != 4096-5 ||
+		wrs[0].SGE[1].Addr != 0x10000 || wrs[0].SGE[1].Length != 5 || wrs[0].Inline {
+		t.Fatalf("wrapped transfer %+v", wrs[0])
 	}
-	if wrs[1].RemoteAddr != 0xb00000+5+2048 {
-		t.Fatalf("remote address %#x", wrs[1].RemoteAddr)
+	if wrs[0].RemoteAddr != 0xb00000+5 {
+		t.Fatalf("remote address %#x", wrs[0].RemoteAddr)
 	}
 }
 
@@ -284,5 +284,42 @@ func TestNormalizeIdempotent(t *testing.T) {
 	}
 	if c := (Config{InlineThreshold: NoInline}).Normalize(); c.InlineThreshold >= 0 {
 		t.Errorf("NoInline normalised to %d: transfers up to that size would go inline", c.InlineThreshold)
+	}
+}
+
+// A Write is copied whole before anything is posted, so its bytes go out in
+// transfers as large as rsocket allows (MaxTransfer, and never across the
+// end of the peer's target entry), not in rsocket's 2 KiB ramp, which would
+// cost six work requests, completions and credits per 64 KiB.
+func TestLargeWriteTransfers(t *testing.T) {
+	e := newTestEngine(t, Config{SendBufSize: 1 << 20})
+	peer := ConnData{Version: 1, Flags: FlagIOMap, Credits: 16,
+		TargetSGL: RemoteSGE{Addr: 0xa00000, Key: 0xaa, Length: 2},
+		DataBuf:   RemoteSGE{Addr: 0xb00000, Key: 0xbb, Length: 150 << 10}}
+	pd := peer.Encode()
+	if err := e.Establish(pd[:]); err != nil {
+		t.Fatal(err)
+	}
+	e.recvToPost = 0 // no credit update in the way
+	e.rbufAvail = 0
+	if n, err := e.Write(make([]byte, 200<<10)); n != 200<<10 || err != nil {
+		t.Fatal(n, err)
+	}
+	wrs := e.PostSends(nil)
+	// 150 KiB of target room: two full transfers, then the 22 KiB left in
+	// the entry; the last 50 KiB wait for the peer's next entry.
+	want := []uint32{64 << 10, 64 << 10, 22 << 10}
+	if len(wrs) != len(want) {
+		t.Fatalf("%d transfers, want %d: %+v", len(wrs), len(want), wrs)
+	}
+	addr := uint64(0xb00000)
+	for i, wr := range wrs {
+		if wr.Len() != want[i] || wr.Imm != uint32(MakeMsg(MsgData, want[i])) || wr.RemoteAddr != addr {
+			t.Fatalf("transfer %d: %d bytes to %#x, want %d to %#x", i, wr.Len(), wr.RemoteAddr, want[i], addr)
+		}
+		addr += uint64(want[i])
+	}
+	if s := e.Stats(); s.BufferStalls == 0 {
+		t.Fatalf("50 KiB left behind without a buffer stall: %+v", s)
 	}
 }

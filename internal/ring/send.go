@@ -21,11 +21,6 @@ func (e *Engine) Write(p []byte) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	if e.sHead == e.sTail {
-		// The send side is idle: a new burst starts small again so its
-		// first bytes reach the peer without waiting behind a large copy.
-		e.olen = StartTransfer
-	}
 	size := uint64(len(e.sbuf))
 	pos := int(e.sHead % size)
 	c := copy(e.sbuf[pos:], p[:n])
@@ -103,9 +98,9 @@ func (e *Engine) PostSends(dst []SendWR) []SendWR {
 
 // postData turns written bytes into transfers. rsocket's rules: a transfer
 // needs a send queue entry (two in iWARP mode), a credit and room in the
-// current target SGL entry; it is at most olen bytes (2 KiB doubling to
-// 64 KiB within a burst) and never crosses a target entry; a wrapped sbuf
-// is sent with two SGEs.
+// current target SGL entry; it is at most MaxTransfer bytes (see there for
+// why without rsocket's 2 KiB ramp) and never crosses a target entry; a
+// wrapped sbuf is sent with two SGEs.
 func (e *Engine) postData(dst []SendWR) []SendWR {
 	need := 1
 	if e.cfg.IWARP {
@@ -127,17 +122,7 @@ func (e *Engine) postData(dst []SendWR) []SendWR {
 			break
 		}
 
-		left := e.sHead - e.sPosted
-		var x uint64
-		if uint64(e.olen) < left {
-			x = uint64(e.olen)
-			if e.olen < MaxTransfer {
-				e.olen <<= 1
-			}
-		} else {
-			x = left
-		}
-		x = min(x, uint64(t.Length))
+		x := min(e.sHead-e.sPosted, MaxTransfer, uint64(t.Length))
 		n := uint32(x)
 
 		wr := SendWR{
