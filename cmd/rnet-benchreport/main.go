@@ -198,6 +198,12 @@ func measure(c *config) (*Report, error) {
 	if out, err := exec.Command("uname", "-r").Output(); err == nil {
 		r.Kernel = strings.TrimSpace(string(out))
 	}
+	// The clock source moves Go's figures more than C's: Go's scheduler
+	// reads the clock several times per wakeup, and on the emulated HPET
+	// every read is a system call (see BENCH_VM_APPEND in the Makefile).
+	if b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil {
+		r.Clock = strings.TrimSpace(string(b))
+	}
 	type test struct {
 		transport string
 		kind      string // Throughput or Latency

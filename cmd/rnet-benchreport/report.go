@@ -46,6 +46,7 @@ type Report struct {
 	Client     string    `json:"client"`
 	Devices    string    `json:"devices"`
 	Kernel     string    `json:"kernel,omitempty"`
+	Clock      string    `json:"clocksource,omitempty"` // the kernel's clock source: tsc, hpet, ...
 	Notes      []string  `json:"notes"`
 	Series     []*Series `json:"series"`
 	Extra      []*Series `json:"extra,omitempty"` // figures not plotted (rnet p50 latency, ...)
@@ -121,6 +122,9 @@ func ratio(a, b float64) string {
 // WriteTable prints the medians and rnet's ratios to each other transport.
 func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "rnet benchmark report: medians of %d runs, server %s, client %s (%s)\n", r.Runs, r.Server, r.Client, r.Devices)
+	if r.Kernel != "" || r.Clock != "" {
+		fmt.Fprintf(w, "  kernel %s, clock source %s\n", r.Kernel, r.Clock)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
