@@ -249,8 +249,8 @@ func TestDataWorkRequest(t *testing.T) {
 	if len(wrs) != 1 || wrs[0] != want {
 		t.Fatalf("got %+v\nwant %+v", wrs, want)
 	}
-	// Fill sbuf so the next transfer wraps: it takes all 4096 bytes in one
-	// transfer with two SGEs.
+	// Fill sbuf so the next transfers wrap: the first after an idle spell
+	// is 2 KiB, the next takes the rest and wraps, with two SGEs.
 	if err := e.Complete([]Completion{{ID: 0, Opcode: WCRDMAWrite}}); err != nil {
 		t.Fatal(err)
 	}
@@ -258,15 +258,15 @@ func TestDataWorkRequest(t *testing.T) {
 		t.Fatal(n)
 	}
 	wrs = e.PostSends(wrs[:0])
-	if len(wrs) != 1 || wrs[0].Len() != 4096 || wrs[0].Imm != uint32(MakeMsg(MsgData, 4096)) {
+	if len(wrs) != 2 || wrs[0].Len() != 2048 || wrs[1].Len() != 2048 {
 		t.Fatalf("%+v", wrs)
 	}
-	if wrs[0].NumSGE != 2 || wrs[0].SGE[0].Addr != 0x10000+5 || wrs[0].SGE[0].Length != 4096-5 ||
-		wrs[0].SGE[1].Addr != 0x10000 || wrs[0].SGE[1].Length != 5 || wrs[0].Inline {
-		t.Fatalf("wrapped transfer %+v", wrs[0])
+	if wrs[1].NumSGE != 2 || wrs[1].SGE[0].Addr != 0x10000+2053 || wrs[1].SGE[0].Length != 4096-2053 ||
+		wrs[1].SGE[1].Addr != 0x10000 || wrs[1].SGE[1].Length != 5 || wrs[1].Inline {
+		t.Fatalf("wrapped transfer %+v", wrs[1])
 	}
-	if wrs[0].RemoteAddr != 0xb00000+5 {
-		t.Fatalf("remote address %#x", wrs[0].RemoteAddr)
+	if wrs[1].RemoteAddr != 0xb00000+5+2048 {
+		t.Fatalf("remote address %#x", wrs[1].RemoteAddr)
 	}
 }
 
@@ -287,9 +287,9 @@ func TestNormalizeIdempotent(t *testing.T) {
 	}
 }
 
-// A Write is copied whole before anything is posted, so its bytes go out in
-// transfers as large as rsocket allows (MaxTransfer, and never across the
-// end of the peer's target entry), not in rsocket's 2 KiB ramp, which would
+// After a 2 KiB first transfer (the send side was idle), a Write's bytes go
+// out in transfers as large as rsocket allows: MaxTransfer, never across the
+// end of the peer's target entry. rsocket's ramp (2, 4, 8, 16, 32 KiB) would
 // cost six work requests, completions and credits per 64 KiB.
 func TestLargeWriteTransfers(t *testing.T) {
 	e := newTestEngine(t, Config{SendBufSize: 1 << 20})
@@ -306,9 +306,9 @@ func TestLargeWriteTransfers(t *testing.T) {
 		t.Fatal(n, err)
 	}
 	wrs := e.PostSends(nil)
-	// 150 KiB of target room: two full transfers, then the 22 KiB left in
-	// the entry; the last 50 KiB wait for the peer's next entry.
-	want := []uint32{64 << 10, 64 << 10, 22 << 10}
+	// 150 KiB of target room: 2 KiB, two full transfers, then the 20 KiB
+	// left in the entry; the last 50 KiB wait for the peer's next entry.
+	want := []uint32{2 << 10, 64 << 10, 64 << 10, 20 << 10}
 	if len(wrs) != len(want) {
 		t.Fatalf("%d transfers, want %d: %+v", len(wrs), len(want), wrs)
 	}

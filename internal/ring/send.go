@@ -98,9 +98,10 @@ func (e *Engine) PostSends(dst []SendWR) []SendWR {
 
 // postData turns written bytes into transfers. rsocket's rules: a transfer
 // needs a send queue entry (two in iWARP mode), a credit and room in the
-// current target SGL entry; it is at most MaxTransfer bytes (see there for
-// why without rsocket's 2 KiB ramp) and never crosses a target entry; a
-// wrapped sbuf is sent with two SGEs.
+// current target SGL entry; it is at most StartTransfer bytes when nothing
+// is in flight and MaxTransfer otherwise (see StartTransfer for why not
+// rsocket's doubling), and never crosses a target entry; a wrapped sbuf is
+// sent with two SGEs.
 func (e *Engine) postData(dst []SendWR) []SendWR {
 	need := 1
 	if e.cfg.IWARP {
@@ -123,6 +124,9 @@ func (e *Engine) postData(dst []SendWR) []SendWR {
 		}
 
 		x := min(e.sHead-e.sPosted, MaxTransfer, uint64(t.Length))
+		if e.sPosted == e.sTail {
+			x = min(x, StartTransfer) // nothing in flight: see StartTransfer
+		}
 		n := uint32(x)
 
 		wr := SendWR{
