@@ -229,17 +229,26 @@ func TestCreditUpdateGolden(t *testing.T) {
 	}
 }
 
-func TestDataWorkRequest(t *testing.T) {
-	e := newTestEngine(t, Config{SendBufSize: 4096})
+// dataOnlyEngine is an established engine with a sendBuf-byte sbuf whose
+// peer granted its first dataBuf bytes at 0xb00000 (rkey 0xbb), with nothing
+// but data to post: no credit update is due.
+func dataOnlyEngine(t *testing.T, sendBuf int, dataBuf uint32) *Engine {
+	t.Helper()
+	e := newTestEngine(t, Config{SendBufSize: sendBuf})
 	peer := ConnData{Version: 1, Flags: FlagIOMap, Credits: 16,
 		TargetSGL: RemoteSGE{Addr: 0xa00000, Key: 0xaa, Length: 2},
-		DataBuf:   RemoteSGE{Addr: 0xb00000, Key: 0xbb, Length: 1 << 20}}
+		DataBuf:   RemoteSGE{Addr: 0xb00000, Key: 0xbb, Length: dataBuf}}
 	pd := peer.Encode()
 	if err := e.Establish(pd[:]); err != nil {
 		t.Fatal(err)
 	}
-	e.recvToPost = 0 // no credit update in the way
+	e.recvToPost = 0
 	e.rbufAvail = 0
+	return e
+}
+
+func TestDataWorkRequest(t *testing.T) {
+	e := dataOnlyEngine(t, 4096, 1<<20)
 	if n, err := e.Write([]byte("hello")); n != 5 || err != nil {
 		t.Fatal(n, err)
 	}
@@ -292,16 +301,7 @@ func TestNormalizeIdempotent(t *testing.T) {
 // end of the peer's target entry. rsocket's ramp (2, 4, 8, 16, 32 KiB) would
 // cost six work requests, completions and credits per 64 KiB.
 func TestLargeWriteTransfers(t *testing.T) {
-	e := newTestEngine(t, Config{SendBufSize: 1 << 20})
-	peer := ConnData{Version: 1, Flags: FlagIOMap, Credits: 16,
-		TargetSGL: RemoteSGE{Addr: 0xa00000, Key: 0xaa, Length: 2},
-		DataBuf:   RemoteSGE{Addr: 0xb00000, Key: 0xbb, Length: 150 << 10}}
-	pd := peer.Encode()
-	if err := e.Establish(pd[:]); err != nil {
-		t.Fatal(err)
-	}
-	e.recvToPost = 0 // no credit update in the way
-	e.rbufAvail = 0
+	e := dataOnlyEngine(t, 1<<20, 150<<10)
 	if n, err := e.Write(make([]byte, 200<<10)); n != 200<<10 || err != nil {
 		t.Fatal(n, err)
 	}
