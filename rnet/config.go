@@ -29,7 +29,10 @@ type Config struct {
 	// BusyPoll is how long a Read or Write that would block spins on the
 	// completion queue before parking the goroutine, trading CPU for
 	// latency like rsocket's polling_time. 0 means 10 µs; negative disables
-	// spinning (and BusyPollLimit with it).
+	// spinning (and BusyPollLimit with it). A very long BusyPoll (a minute,
+	// say) polls until the data comes, as rstream's default nonblocking
+	// loop does: the lowest latency, for one core per waiting call. Spins
+	// still end at the call's deadline and at Close.
 	BusyPoll time.Duration
 	// BusyPollLimit lets a Read's spin grow past BusyPoll on a connection
 	// whose replies come quickly: a Read that waits for the answer to a

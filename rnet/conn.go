@@ -396,10 +396,12 @@ func (c *Conn) spinWindow(w *waitEstimate) time.Duration {
 	return d
 }
 
-// busyPoll drives the connection for up to window or until ready reports
-// true, so a reply that is microseconds away does not cost a park and a
-// wakeup through the completion channel.
-func (c *Conn) busyPoll(window time.Duration, ready func() bool) {
+// busyPoll drives the connection for up to window, until ready reports
+// true or until deadline is closed, so a reply that is microseconds away
+// does not cost a park and a wakeup through the completion channel. The
+// deadline matters once BusyPoll is long (polling the way rstream does):
+// a spin must not outlive the caller's deadline.
+func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}) {
 	if window <= 0 {
 		return
 	}
@@ -412,7 +414,7 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool) {
 		// Reading the clock costs more than a poll of the CQ (on a device
 		// too, where a poll is one crossing into C): look at it only every
 		// few spins.
-		if ok || spin%32 == 0 && time.Now().After(end) {
+		if ok || spin%32 == 0 && (time.Now().After(end) || isClosed(deadline)) {
 			return
 		}
 		// A goroutine that this caller woke (the peer's reader over the
@@ -489,7 +491,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 				waitStart = time.Now()
 				window = c.spinWindow(&c.readWait)
 			}
-			c.busyPoll(window, c.eng.Readable)
+			c.busyPoll(window, c.eng.Readable, c.readDL.wait())
 			continue
 		}
 		c.block(c.readReadyLocked, c.readable, c.readDL.wait(), c.closed)
@@ -545,7 +547,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			spun = true
 			// A writer waits for the peer's reader to free room; spinning
 			// longer than BusyPoll would only take CPU from that reader.
-			c.busyPoll(c.set.busyPoll, c.eng.Writable)
+			c.busyPoll(c.set.busyPoll, c.eng.Writable, c.writeDL.wait())
 			continue
 		}
 		c.block(c.writeReadyLocked, c.writable, c.writeDL.wait(), c.closed)

@@ -1,6 +1,9 @@
 package rnet
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func simMaker(cfg *Config) pipeMaker {
 	return func(t *testing.T) (*Conn, *Conn) { return simPipe(t, cfg) }
@@ -15,3 +18,13 @@ func TestSimNettestSmallRings(t *testing.T) {
 }
 
 func TestSimContract(t *testing.T) { testContract(t, simMaker(nil)) }
+
+// Polling without end (as rstream does) must still honour deadlines, Close
+// and the peer's shutdown: the spin is where every blocked call waits.
+func TestSimNettestBusyPoll(t *testing.T) {
+	testNettest(t, simMaker(&Config{BusyPoll: time.Hour}))
+}
+
+func TestSimContractBusyPoll(t *testing.T) {
+	testContract(t, simMaker(&Config{BusyPoll: time.Hour}))
+}
