@@ -180,6 +180,9 @@ func rnetConfigNote(c *config) string {
 	return note
 }
 
+// pollForever is rnet-poll's BusyPoll: longer than any wait in a run.
+const pollForever = "1m"
+
 func measure(c *config) (*Report, error) {
 	if _, err := exec.LookPath(c.rnet); err != nil {
 		return nil, fmt.Errorf("the rnet command: %w (build it with go build ./cmd/rnet, pass -rnet)", err)
@@ -192,6 +195,7 @@ func measure(c *config) (*Report, error) {
 			"throughput: MB/s = 10^6 bytes/s of payload; rnet and tcp from rnet perf (one way, until the server has counted every byte); rstream from its usec/xfer (-S size -C count -I 1, data goes one way then back); ib_write_bw's BW average (MiB/s) converted to MB/s",
 			"latency: round trip of size bytes each way; rnet and tcp from rnet ping (-warmup 50); rstream's usec/xfer (-C 1 -I iters) is half a round trip, so doubled; ib_write_lat's t_avg and t_typical are half round trips, so doubled",
 			rnetConfigNote(c),
+			"rstream polls: its default loop retries rsend/rrecv with MSG_DONTWAIT and never sleeps; rnet-poll does the same (RNET_BUSY_POLL=" + pollForever + ": spin until the data comes). rstream-block is rstream -T b: blocking calls, where rsocket polls 10 µs and then sleeps on the completion channel, as rnet's default Config does. rnet/rstream-block and rnet-poll/rstream compare like with like",
 			"tcp is Go's net package on the same addresses",
 		},
 	}
@@ -209,8 +213,23 @@ func measure(c *config) (*Report, error) {
 		kind      string // Throughput or Latency
 		run       measurer
 	}
-	bw := []test{{RNet, Throughput, rnetPerf(false)}, {RStream, Throughput, rstreamBW}, {Verbs, Throughput, ibWriteBW}, {TCP, Throughput, rnetPerf(true)}}
-	lat := []test{{RNet, Latency, rnetPing(false)}, {RStream, Latency, rstreamLat}, {Verbs, Latency, ibWriteLat}, {TCP, Latency, rnetPing(true)}}
+	// Two pairs compare like with like. rstream's default loop calls
+	// rsend/rrecv with MSG_DONTWAIT and retries at once, so it never
+	// sleeps: rnet-poll does the same (BusyPoll long enough to cover any
+	// wait). rstream -T b makes blocking calls, where rsocket polls for its
+	// polling_time (10 µs) and then sleeps on the completion channel: what
+	// rnet does with its default Config.
+	poll := "RNET_BUSY_POLL=" + pollForever
+	bw := []test{
+		{RNet, Throughput, rnetPerf(false)}, {RNetPoll, Throughput, rnetPerf(false, poll)},
+		{RStream, Throughput, rstreamBW()}, {RStreamBlock, Throughput, rstreamBW("-T", "b")},
+		{Verbs, Throughput, ibWriteBW}, {TCP, Throughput, rnetPerf(true)},
+	}
+	lat := []test{
+		{RNet, Latency, rnetPing(false)}, {RNetPoll, Latency, rnetPing(false, poll)},
+		{RStream, Latency, rstreamLat()}, {RStreamBlock, Latency, rstreamLat("-T", "b")},
+		{Verbs, Latency, ibWriteLat}, {TCP, Latency, rnetPing(true)},
+	}
 	series := func(list *[]*Series, transport, kind string, size int) *Series {
 		if s := r.find(*list, transport, kind, size); s != nil {
 			return s
@@ -288,10 +307,10 @@ type proc struct {
 
 // startServer starts argv and, if ready is not empty, waits until a line of
 // its stdout contains ready.
-func startServer(ctx context.Context, c *config, ready string, argv ...string) (*proc, error) {
-	p := &proc{cmd: exec.CommandContext(ctx, argv[0], argv[1:]...), done: make(chan error, 1)}
+func startServer(ctx context.Context, c *config, ready string, env []string, argv ...string) (*proc, error) {
+	p := &proc{cmd: command(ctx, env, argv), done: make(chan error, 1)}
 	if c.verbose {
-		fmt.Fprintln(os.Stderr, "   $", strings.Join(argv, " "), "&")
+		fmt.Fprintln(os.Stderr, "   $", strings.Join(append(env, argv...), " "), "&")
 	}
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
@@ -348,11 +367,20 @@ func (p *proc) kill() {
 	}
 }
 
-func runClient(ctx context.Context, c *config, argv ...string) (string, error) {
-	if c.verbose {
-		fmt.Fprintln(os.Stderr, "   $", strings.Join(argv, " "))
+// command is argv with env added to this process's environment.
+func command(ctx context.Context, env, argv []string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...) // the last of a repeated key wins
 	}
-	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	return cmd
+}
+
+func runClient(ctx context.Context, c *config, env []string, argv ...string) (string, error) {
+	if c.verbose {
+		fmt.Fprintln(os.Stderr, "   $", strings.Join(append(env, argv...), " "))
+	}
+	out, err := command(ctx, env, argv).CombinedOutput()
 	if c.verbose {
 		fmt.Fprint(os.Stderr, string(out))
 	}
@@ -371,7 +399,7 @@ func runClient(ctx context.Context, c *config, argv ...string) (string, error) {
 func clientRetrying(ctx context.Context, c *config, ok func(string) bool, serverUp func() bool, argv ...string) (string, error) {
 	var last error
 	for attempt := 0; attempt < 50 && ctx.Err() == nil; attempt++ {
-		out, err := runClient(ctx, c, argv...)
+		out, err := runClient(ctx, c, nil, argv...)
 		if err == nil && ok(out) {
 			return out, nil
 		}
@@ -399,7 +427,9 @@ func refused(out string) bool {
 	return false
 }
 
-func rnetPerf(tcp bool) measurer {
+// rnetPerf measures rnet perf; env is added to both processes' environment
+// (RNET_BUSY_POLL for rnet-poll).
+func rnetPerf(tcp bool, env ...string) measurer {
 	return func(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
 		addr := c.server + ":" + strconv.Itoa(port)
 		sargs, cargs := []string{c.rnet, "perf", "-s", addr, "-once"}, []string{c.rnet, "perf", "-c", addr, "-from", c.client,
@@ -407,11 +437,11 @@ func rnetPerf(tcp bool) measurer {
 		if tcp {
 			sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
 		}
-		srv, err := startServer(ctx, c, "listening on", sargs...)
+		srv, err := startServer(ctx, c, "listening on", env, sargs...)
 		if err != nil {
 			return nil, err
 		}
-		out, err := runClient(ctx, c, cargs...)
+		out, err := runClient(ctx, c, env, cargs...)
 		if err != nil {
 			srv.kill()
 			srv.wait()
@@ -430,7 +460,7 @@ func rnetPerf(tcp bool) measurer {
 	}
 }
 
-func rnetPing(tcp bool) measurer {
+func rnetPing(tcp bool, env ...string) measurer {
 	return func(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
 		addr := c.server + ":" + strconv.Itoa(port)
 		sargs, cargs := []string{c.rnet, "perf", "-s", addr, "-once"}, []string{c.rnet, "ping", addr, "-from", c.client,
@@ -438,11 +468,11 @@ func rnetPing(tcp bool) measurer {
 		if tcp {
 			sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
 		}
-		srv, err := startServer(ctx, c, "listening on", sargs...)
+		srv, err := startServer(ctx, c, "listening on", env, sargs...)
 		if err != nil {
 			return nil, err
 		}
-		out, err := runClient(ctx, c, cargs...)
+		out, err := runClient(ctx, c, env, cargs...)
 		if err != nil {
 			srv.kill()
 			srv.wait()
@@ -468,10 +498,10 @@ func lastLine(s string) string {
 }
 
 // rstream runs C rstream's server and client with -S size -C count -I iters
-// and returns the client's usec/xfer.
-func rstream(ctx context.Context, c *config, port, size, count, iters int) (float64, error) {
-	args := []string{"-p", strconv.Itoa(port), "-S", strconv.Itoa(size), "-C", strconv.Itoa(count), "-I", strconv.Itoa(iters)}
-	srv, err := startServer(ctx, c, "", append([]string{"rstream", "-b", c.server}, args...)...)
+// and the extra options, and returns the client's usec/xfer.
+func rstream(ctx context.Context, c *config, port, size, count, iters int, extra ...string) (float64, error) {
+	args := append([]string{"-p", strconv.Itoa(port), "-S", strconv.Itoa(size), "-C", strconv.Itoa(count), "-I", strconv.Itoa(iters)}, extra...)
+	srv, err := startServer(ctx, c, "", nil, append([]string{"rstream", "-b", c.server}, args...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -500,28 +530,34 @@ func parseRstream(out string) (float64, error) {
 	return 0, errors.New("no rstream result line")
 }
 
-func rstreamBW(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
-	count := max(c.scaled(bwBytes(size), size)/size, 1)
-	us, err := rstream(ctx, c, port, size, count, 1)
-	if err != nil {
-		return nil, err
+// rstreamBW measures rstream's throughput; extra is "-T b" for
+// rstream-block.
+func rstreamBW(extra ...string) measurer {
+	return func(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
+		count := max(c.scaled(bwBytes(size), size)/size, 1)
+		us, err := rstream(ctx, c, port, size, count, 1, extra...)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]float64{Throughput: float64(size) / us}, nil // bytes/µs = MB/s
 	}
-	return map[string]float64{Throughput: float64(size) / us}, nil // bytes/µs = MB/s
 }
 
-func rstreamLat(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
-	us, err := rstream(ctx, c, port, size, 1, c.scaled(latIters(size), 20))
-	if err != nil {
-		return nil, err
+func rstreamLat(extra ...string) measurer {
+	return func(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
+		us, err := rstream(ctx, c, port, size, 1, c.scaled(latIters(size), 20), extra...)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]float64{Latency: 2 * us}, nil
 	}
-	return map[string]float64{Latency: 2 * us}, nil
 }
 
 // perftest runs ib_write_bw or ib_write_lat between the two devices and
 // returns the fields of the result line (the one after the "#bytes" header).
 func perftest(ctx context.Context, c *config, tool string, port int, extra ...string) ([]string, error) {
 	common := append([]string{"-x", strconv.Itoa(c.gid), "-F", "-p", strconv.Itoa(port)}, extra...)
-	srv, err := startServer(ctx, c, "", append([]string{tool, "-d", c.sdev}, common...)...)
+	srv, err := startServer(ctx, c, "", nil, append([]string{tool, "-d", c.sdev}, common...)...)
 	if err != nil {
 		return nil, err
 	}

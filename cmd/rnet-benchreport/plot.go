@@ -7,15 +7,30 @@ import (
 	"strings"
 )
 
-// colors of the transports' lines.
-var colors = map[string]string{RNet: "#d62728", RStream: "#1f77b4", Verbs: "#2ca02c", TCP: "#7f7f7f"}
+// colors of the transports' lines: a polling and a sleeping variant share
+// a colour, the sleeping one dashed.
+var colors = map[string]string{RNet: "#d62728", RNetPoll: "#d62728", RStream: "#1f77b4", RStreamBlock: "#1f77b4", Verbs: "#2ca02c", TCP: "#7f7f7f"}
 
-var labels = map[string]string{RNet: "rnet", RStream: "rstream (C rsocket)", Verbs: "ib_write_bw / ib_write_lat", TCP: "TCP (Go)"}
+var dashed = map[string]bool{RNet: true, RStreamBlock: true}
+
+var labels = map[string]string{
+	RNet: "rnet (default: spin, then sleep)", RNetPoll: "rnet, polling", RStream: "rstream (C rsocket, polling)",
+	RStreamBlock: "rstream -T b (spin, then sleep)", Verbs: "ib_write_bw / ib_write_lat", TCP: "TCP (Go)",
+}
+
+// stroke is the SVG stroke attributes of a transport's line.
+func stroke(t string) string {
+	a := fmt.Sprintf(`stroke="%s" stroke-width="2.5"`, colors[t])
+	if dashed[t] {
+		a += ` stroke-dasharray="7,4"`
+	}
+	return a
+}
 
 // WriteSVG draws two panels, throughput against message size and mean round
 // trip against message size, one line per transport, both axes logarithmic.
 func (r *Report) WriteSVG(w io.Writer) error {
-	const W, H = 1000, 470
+	const W, H = 1000, 490
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
@@ -23,12 +38,16 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		esc(fmt.Sprintf("rnet vs rstream, ib_write and TCP — %s, medians of %d runs", r.Devices, r.Runs)))
 	r.panel(&b, 60, 50, 400, 330, Throughput, r.Throughput, "throughput (MB/s)")
 	r.panel(&b, 560, 50, 400, 330, Latency, r.Latency, "mean round trip (µs)")
-	// Legend.
-	x := 70
+	// Legend, in rows that fit the width.
+	x, y := 70, 436
 	for _, t := range transportOrder {
-		fmt.Fprintf(&b, `<line x1="%d" y1="440" x2="%d" y2="440" stroke="%s" stroke-width="3"/>`, x, x+28, colors[t])
-		fmt.Fprintf(&b, `<text x="%d" y="444">%s</text>`+"\n", x+34, esc(labels[t]))
-		x += 34 + 8*len(labels[t]) + 30
+		wide := 34 + 7*len(labels[t]) + 24
+		if x+wide > W-20 {
+			x, y = 70, y+22
+		}
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" %s/>`, x, y, x+28, y, stroke(t))
+		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", x+34, y+4, esc(labels[t]))
+		x += wide
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
@@ -92,7 +111,7 @@ func (r *Report) panel(b *strings.Builder, x0, y0, w, h int, kind string, sizes 
 		if len(pts) == 0 {
 			continue
 		}
-		fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2.5"/>`+"\n", strings.Join(pts, " "), colors[t])
+		fmt.Fprintf(b, `<polyline points="%s" fill="none" %s/>`+"\n", strings.Join(pts, " "), stroke(t))
 		for _, p := range pts {
 			xy := strings.Split(p, ",")
 			fmt.Fprintf(b, `<circle cx="%s" cy="%s" r="3.5" fill="%s"/>`, xy[0], xy[1], colors[t])

@@ -11,13 +11,15 @@ import (
 
 // Transports, in the order of tables and legends.
 const (
-	RNet    = "rnet"
-	RStream = "rstream"
-	Verbs   = "ib_write" // ib_write_bw / ib_write_lat: the device's own limit
-	TCP     = "tcp"
+	RNet         = "rnet"          // default Config: spin briefly, then sleep
+	RNetPoll     = "rnet-poll"     // BusyPoll without end, as rstream polls
+	RStream      = "rstream"       // rstream's default: nonblocking calls in a loop
+	RStreamBlock = "rstream-block" // rstream -T b: rsocket's blocking calls
+	Verbs        = "ib_write"      // ib_write_bw / ib_write_lat: the device's own limit
+	TCP          = "tcp"
 )
 
-var transportOrder = []string{RNet, RStream, Verbs, TCP}
+var transportOrder = []string{RNet, RNetPoll, RStream, RStreamBlock, Verbs, TCP}
 
 // Kinds of measurement.
 const (
@@ -128,18 +130,25 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
+	// Ratios: rnet/rstream as the targets are stated; rnet/rstr-b and
+	// poll/rstream with both sides sleeping, and both polling.
 	fmt.Fprintf(w, "\nThroughput, MB/s (higher is better)\n")
-	fmt.Fprintf(w, "%6s %9s %9s %9s %9s   %12s %12s %9s\n", "size", RNet, RStream, Verbs+"_bw", TCP, "rnet/rstream", "rnet/ib_bw", "rnet/tcp")
+	fmt.Fprintf(w, "%6s %8s %9s %8s %9s %8s %8s  %12s %11s %12s %10s %8s\n", "size", RNet, RNetPoll, RStream, "rstream-b", Verbs+"_bw", TCP,
+		"rnet/rstream", "rnet/rstr-b", "poll/rstream", "rnet/ib_bw", "rnet/tcp")
 	for _, s := range r.Throughput {
-		rn, rs, ib, tc := r.get(RNet, Throughput, s), r.get(RStream, Throughput, s), r.get(Verbs, Throughput, s), r.get(TCP, Throughput, s)
-		fmt.Fprintf(w, "%6s %9s %9s %9s %9s   %12s %12s %9s\n", sizeName(s), fmtVal(rn), fmtVal(rs), fmtVal(ib), fmtVal(tc), ratio(rn, rs), ratio(rn, ib), ratio(rn, tc))
+		rn, rp, rs, rb := r.get(RNet, Throughput, s), r.get(RNetPoll, Throughput, s), r.get(RStream, Throughput, s), r.get(RStreamBlock, Throughput, s)
+		ib, tc := r.get(Verbs, Throughput, s), r.get(TCP, Throughput, s)
+		fmt.Fprintf(w, "%6s %8s %9s %8s %9s %8s %8s  %12s %11s %12s %10s %8s\n", sizeName(s), fmtVal(rn), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc),
+			ratio(rn, rs), ratio(rn, rb), ratio(rp, rs), ratio(rn, ib), ratio(rn, tc))
 	}
-	fmt.Fprintf(w, "\nRound-trip latency, µs (lower is better; rnet/rstream compares means, rnet/ib_lat medians)\n")
-	fmt.Fprintf(w, "%6s %9s %9s %9s %9s %9s   %12s %12s %9s\n", "size", "rnet-mean", "rnet-p50", "rstr-mean", "ib-p50", "tcp-p50", "rnet/rstream", "rnet/ib_lat", "rnet/tcp")
+	fmt.Fprintf(w, "\nRound-trip latency, µs (lower is better; ratios to rstream compare means, rnet/ib_lat and rnet/tcp medians)\n")
+	fmt.Fprintf(w, "%6s %9s %8s %9s %9s %10s %7s %7s  %12s %11s %12s %11s %8s\n", "size", "rnet-mean", "rnet-p50", "poll-mean", "rstr-mean", "rstrb-mean", "ib-p50", "tcp-p50",
+		"rnet/rstream", "rnet/rstr-b", "poll/rstream", "rnet/ib_lat", "rnet/tcp")
 	for _, s := range r.Latency {
-		rn, rs := r.get(RNet, Latency, s), r.get(RStream, Latency, s)
+		rn, rp, rs, rb := r.get(RNet, Latency, s), r.get(RNetPoll, Latency, s), r.get(RStream, Latency, s), r.get(RStreamBlock, Latency, s)
 		p50, ib, tc := r.p50(RNet, s), r.p50(Verbs, s), r.p50(TCP, s)
-		fmt.Fprintf(w, "%6s %9s %9s %9s %9s %9s   %12s %12s %9s\n", sizeName(s), fmtVal(rn), fmtVal(p50), fmtVal(rs), fmtVal(ib), fmtVal(tc), ratio(rn, rs), ratio(p50, ib), ratio(p50, tc))
+		fmt.Fprintf(w, "%6s %9s %8s %9s %9s %10s %7s %7s  %12s %11s %12s %11s %8s\n", sizeName(s), fmtVal(rn), fmtVal(p50), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc),
+			ratio(rn, rs), ratio(rn, rb), ratio(rp, rs), ratio(p50, ib), ratio(p50, tc))
 	}
 	var fails []string
 	for _, s := range r.Series {

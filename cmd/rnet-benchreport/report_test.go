@@ -59,8 +59,10 @@ func TestTable(t *testing.T) {
 	var b strings.Builder
 	sample().WriteTable(&b)
 	s := b.String()
-	// rnet is transport 1, rstream 2: rnet/rstream is 0.50x everywhere.
-	for _, want := range []string{"medians of 3 runs", "64K", "0.50x", "rnet/ib_bw", "rnet/tcp"} {
+	// Throughput is size/1000 times the transport's place in
+	// transportOrder: rnet/rstream 1/3, rnet/rstream-block 1/4,
+	// rnet-poll/rstream 2/3, in that order on every row.
+	for _, want := range []string{"medians of 3 runs", "64K", "0.33x       0.25x        0.67x", "rnet/rstr-b", "poll/rstream", "rnet/ib_bw", "rnet/tcp", "rstrb-mean"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("table lacks %q:\n%s", want, s)
 		}
