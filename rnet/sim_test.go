@@ -47,6 +47,8 @@ func (q *simQP) postPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Co
 
 func (q *simQP) arm() error { return nil }
 
+func (q *simQP) wakesPeer() bool { return true }
+
 func (q *simQP) wait() error {
 	select {
 	case <-q.ep.Notify():

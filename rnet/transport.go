@@ -30,6 +30,10 @@ type queuePair interface {
 	arm() error
 	wait() error
 	kick()
+	// wakesPeer reports whether posting readies a goroutine of this
+	// process directly (the simulated fabric's peer), which a spinning
+	// caller must then yield to. A device's peer is woken by the kernel.
+	wakesPeer() bool
 	// start begins delivering connection events (the peer's disconnect, a
 	// removed device) to h, from a goroutine of the queuePair's own.
 	start(h eventHandler)

@@ -75,6 +75,8 @@ func (q *verbsQP) postPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.
 
 func (q *verbsQP) arm() error { return q.cq.ReqNotify(false) }
 
+func (q *verbsQP) wakesPeer() bool { return false }
+
 func (q *verbsQP) wait() error {
 	if q.kicked.Swap(false) {
 		q.cc.SetDeadline(time.Time{})
