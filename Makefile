@@ -69,7 +69,8 @@ demo:
 	fi
 
 # make bench: rnet against C rstream (rsocket), ib_write_bw/ib_write_lat (the device's own
-# limit) and TCP, side by side on the lab's rxe pair (client rxe0 10.77.0.1, server rxe1
+# limit) and TCP, side by side; rnet and rstream each twice, polling (rnet-poll, rstream's
+# default loop) and sleeping when idle (rnet's default, rstream -T b) on the lab's rxe pair (client rxe0 10.77.0.1, server rxe1
 # 10.77.0.2), each measurement repeated BENCH_RUNS times; prints a table of medians and
 # ratios and writes $(BENCH_OUT)/bench.json, bench.txt and bench.svg. BENCH_SCALE scales the
 # bytes and iterations of every test. Natively with RNET_NATIVE=1 (pass addresses and
