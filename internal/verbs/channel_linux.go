@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // ackBatch is how many CQ events are acknowledged per ibv_ack_cq_events
@@ -27,7 +28,7 @@ type CompChannel struct {
 	dev  string
 
 	mu     sync.Mutex
-	cqs    map[*C.struct_ibv_cq]*CQ // live CQs on this channel, to turn an event into a *CQ
+	cqs    map[C.uintptr_t]*CQ // live CQs on this channel by handle, to turn an event into a *CQ
 	closed bool
 }
 
@@ -50,7 +51,7 @@ func (ctx *Context) NewCompChannel() (*CompChannel, error) {
 		C.ibv_destroy_comp_channel(c)
 		return nil, perr
 	}
-	return &CompChannel{c: c, poll: p, dev: ctx.name, cqs: make(map[*C.struct_ibv_cq]*CQ)}, nil
+	return &CompChannel{c: c, poll: p, dev: ctx.name, cqs: make(map[C.uintptr_t]*CQ)}, nil
 }
 
 // Wait parks the goroutine until a CQ on this channel reports an event and
@@ -67,7 +68,7 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 		w.ch = ch
 		err := ch.poll.WaitFunc(ctx, w.try)
 		cq, errno := w.cq, w.errno
-		w.ch, w.cq = nil, nil
+		w.ch, w.cq = nil, 0
 		cqEventWaits.Put(w)
 		if err != nil {
 			return nil, &Error{Op: "ibv_get_cq_event", Device: ch.dev, Err: err}
@@ -81,14 +82,14 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 			// The CQ is being destroyed, and ibv_destroy_cq waits
 			// until this event is acknowledged: do it now.
 			CountCgoCall()
-			C.ibv_ack_cq_events(cq, 1)
+			C.rnet_ack_cq_events(cq, 1)
 			ch.mu.Unlock()
 			continue
 		}
 		g.unacked++
 		if g.unacked >= ackBatch {
 			CountCgoCall()
-			C.ibv_ack_cq_events(cq, C.uint(g.unacked))
+			C.rnet_ack_cq_events(cq, C.uint(g.unacked))
 			g.unacked = 0
 		}
 		ch.mu.Unlock()
@@ -101,7 +102,7 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 // is made, and the C out-parameter lives in it.
 type cqEventWait struct {
 	ch    *CompChannel
-	cq    *C.struct_ibv_cq
+	cq    C.uintptr_t // handle of the CQ that reported the event
 	errno C.int
 	try   func(uintptr) bool
 }
@@ -116,7 +117,7 @@ func (w *cqEventWait) getEvent(uintptr) bool {
 	// ch.c stays valid here: it is destroyed only after PollFD.Close,
 	// which waits for running callbacks.
 	CountCgoCall()
-	w.errno = C.rnet_get_cq_event(w.ch.c, &w.cq)
+	w.errno = C.rnet_get_cq_event(handle(unsafe.Pointer(w.ch.c)), &w.cq)
 	return w.errno != C.EAGAIN
 }
 

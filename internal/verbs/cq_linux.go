@@ -51,7 +51,7 @@ func (ctx *Context) NewCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	}
 	cq := &CQ{c: c, ch: ch, dev: ctx.name, cqe: int(c.cqe)}
 	if ch != nil {
-		ch.cqs[c] = cq
+		ch.cqs[handle(unsafe.Pointer(c))] = cq
 	}
 	return cq, nil
 }
@@ -78,7 +78,7 @@ func (cq *CQ) Poll(out []Completion) (int, error) {
 		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Err: errClosed}
 	}
 	CountCgoCall()
-	n := C.rnet_poll_cq(cq.c, (*C.struct_rnet_wc)(unsafe.Pointer(&out[0])), C.int(min(len(out), 1<<30)))
+	n := C.rnet_poll(handle(unsafe.Pointer(cq.c)), (*C.struct_rnet_wc)(unsafe.Pointer(&out[0])), C.int(min(len(out), 1<<30)))
 	if n < 0 {
 		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Errno: syscall.Errno(-n)}
 	}
@@ -98,7 +98,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 		so = 1
 	}
 	CountCgoCall()
-	if r := C.rnet_req_notify_cq(cq.c, so); r != 0 {
+	if r := C.rnet_req_notify_cq(handle(unsafe.Pointer(cq.c)), so); r != 0 {
 		return &Error{Op: "ibv_req_notify_cq", Device: cq.dev, Errno: retErrno(r, nil)}
 	}
 	return nil
@@ -138,8 +138,8 @@ func (cq *CQ) Close() error {
 		return &Error{Op: "ibv_destroy_cq", Device: cq.dev, Errno: retErrno(r, err)}
 	}
 	if ch != nil {
-		if ch.cqs[cq.c] == cq {
-			delete(ch.cqs, cq.c)
+		if h := handle(unsafe.Pointer(cq.c)); ch.cqs[h] == cq {
+			delete(ch.cqs, h)
 		}
 		cq.c = nil
 		return ch.destroyIfUnusedLocked()

@@ -40,6 +40,10 @@ var (
 	_ = [1]int{}[C.RNET_MAX_BATCH-MaxBatch]
 )
 
+// handle passes a verbs object (C memory) to the shim's hot-path functions
+// as an integer, which cgo does not check for Go pointers (see shim.h).
+func handle(p unsafe.Pointer) C.uintptr_t { return C.uintptr_t(uintptr(p)) }
+
 // PostSend posts the work requests in order, as chains of up to MaxBatch
 // per crossing, and returns how many were posted. On failure the first
 // unposted one is wrs[n]; those before it are on the send queue.
@@ -135,7 +139,7 @@ func (qp *QP) postPollLocked(cq *CQ, recvs []RecvWR, sends []SendWR, out []Compl
 		wp = (*C.struct_rnet_wc)(unsafe.Pointer(&out[0]))
 	}
 	CountCgoCall()
-	r := int64(C.rnet_post_poll(qp.c, cq.c, rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30))))
+	r := int64(C.rnet_post_poll(handle(unsafe.Pointer(qp.c)), handle(unsafe.Pointer(cq.c)), rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30))))
 	if r >= 0 {
 		return int(r), nil
 	}
