@@ -88,10 +88,43 @@ type Conn struct {
 // traffic, or a park and wakeup, which costs more than the spin would have)
 // must not push the window past the limit and so stop the spinning that
 // serves the usual short waits.
-type waitEstimate struct{ avg time.Duration }
+//
+// Once the average passes half the limit, spinning is off: waits spin only
+// BusyPoll, then park. A parked wait lasts as long as the park and wakeup
+// take, whatever the reply time was, so those waits cannot show that
+// replies got quick again; left to them, a connection whose spinning went
+// off after a run of slow replies never spins again. (Under emulation a
+// park costs 0.6-1 ms: in the Soft-RoCE lab, 64 B round trips then sat at
+// a p50 of 580-730 µs instead of 65-83 µs.) So while spinning is off,
+// only probes are counted: a probe spins the whole limit, and if its reply
+// comes within the limit, the average restarts from it. The first wait
+// after spinning goes off probes, then the gaps double up to probeEvery,
+// so that one slow spell costs little and a slow peer one long spin per
+// probeEvery waits.
+type waitEstimate struct {
+	avg     time.Duration
+	skipped int // waits since the last probe, while spinning is off
+	gap     int // waits from one probe to the next; 0 while spinning is on
+}
 
-func (w *waitEstimate) observe(d, limit time.Duration) {
-	w.avg += (min(d, limit) - w.avg) / 8
+// probeEvery is the longest gap between probes (see waitEstimate).
+const probeEvery = 16
+
+// spinOff reports that recent waits were too long for spinning to pay.
+func (w *waitEstimate) spinOff(limit time.Duration) bool { return 2*w.avg > limit }
+
+// observe counts a wait of d, with the spin window it had.
+func (w *waitEstimate) observe(d, window, limit time.Duration) {
+	if !w.spinOff(limit) {
+		w.avg += (min(d, limit) - w.avg) / 8
+		return
+	}
+	if window < limit {
+		return // not a probe: it parked after BusyPoll, and says nothing new
+	}
+	if d <= limit {
+		w.avg = d // the probe caught a reply: spinning pays again
+	}
 }
 
 // keepaliveProbes is how many keepalive periods in a row sends may stay
@@ -388,18 +421,28 @@ func notify(ch chan struct{}) {
 	}
 }
 
-// spinWindow is how long a blocked call spins before parking: BusyPoll,
-// or twice the recent average wait when that is longer and within
-// BusyPollLimit (see Config).
+// spinWindow is how long a Read that waits for a reply spins before
+// parking: BusyPoll, or twice the recent average wait when that is longer
+// and within BusyPollLimit (see Config), or the whole limit for a probe
+// while spinning is off (see waitEstimate).
 func (c *Conn) spinWindow(w *waitEstimate) time.Duration {
-	d := c.set.busyPoll
+	d, limit := c.set.busyPoll, c.set.busyPollLimit
 	if d <= 0 {
 		return 0 // spinning is off
 	}
-	if a := 2 * w.avg; a > d && a <= c.set.busyPollLimit {
-		d = a
+	if limit <= d {
+		return d // no adaptive spin
 	}
-	return d
+	if w.spinOff(limit) {
+		if w.skipped++; w.skipped >= w.gap {
+			w.skipped = 0
+			w.gap = min(max(2*w.gap, 1), probeEvery)
+			return limit
+		}
+		return d
+	}
+	w.skipped, w.gap = 0, 0
+	return max(d, 2*w.avg)
 }
 
 // busyPoll drives the connection for up to window, until ready reports
@@ -412,8 +455,16 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 	if window <= 0 {
 		return
 	}
-	end := time.Now().Add(window)
+	start := time.Now()
+	end := start.Add(window)
 	wakesPeer := c.qp.wakesPeer()
+	// The clock is read only every few rounds where a round is much
+	// shorter than the window, because a clock read can cost more than a
+	// poll (2.2 µs on an emulated HPET). A fixed stride of 32 rounds made
+	// a 10 µs spin last 100-200 µs under emulation, where a round takes
+	// several µs, so the stride follows the measured round time: about
+	// eight looks per window, at most 32 rounds apart.
+	look, lastLook, lastSpin := 1, start, 0
 	for spin := 1; ; spin++ {
 		c.mu.Lock()
 		moved := c.driveMovedLocked()
@@ -423,11 +474,17 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 			c.readied = false
 		}
 		c.mu.Unlock()
-		// Reading the clock costs more than a poll of the CQ (on a device
-		// too, where a poll is one crossing into C): look at it only every
-		// few spins.
-		if ok || spin%32 == 0 && (time.Now().After(end) || isClosed(deadline)) {
+		if ok {
 			return
+		}
+		if spin == look {
+			now := time.Now()
+			if !now.Before(end) || isClosed(deadline) {
+				return
+			}
+			perRound := max(now.Sub(lastLook)/time.Duration(spin-lastSpin), 1)
+			look += int(min(max(window/8/perRound, 1), 32))
+			lastLook, lastSpin = now, spin
 		}
 		// A goroutine that this caller woke (the peer's reader over the
 		// simulated fabric, our pusher, a queued caller) sits in this P's
@@ -462,8 +519,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 	defer c.readMu.Unlock()
 	spun := false
 	var (
-		waitStart time.Time // set once Read finds nothing to return
-		reply     bool      // this Read waits for the answer to a Write
+		waitStart time.Time     // set once Read finds nothing to return
+		window    time.Duration // the spin window of this wait
+		reply     bool          // this Read waits for the answer to a Write
 	)
 	for {
 		if isClosed(c.readDL.wait()) {
@@ -492,7 +550,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.wroteSinceRead = false
 			c.mu.Unlock()
 			if spun && reply {
-				c.readWait.observe(time.Since(waitStart), c.set.busyPollLimit)
+				c.readWait.observe(time.Since(waitStart), window, c.set.busyPollLimit)
 			}
 			return n, nil
 		}
@@ -509,7 +567,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			// Only a Read that waits for the answer to our own Write
 			// (request and response) spins adaptively: a streaming
 			// reader's long spin would only take CPU from the writer.
-			window := c.set.busyPoll
+			window = c.set.busyPoll
 			if reply {
 				waitStart = time.Now()
 				window = c.spinWindow(&c.readWait)
