@@ -41,8 +41,9 @@ type Config struct {
 	// and wakeup costs more than the wait itself (request/response traffic,
 	// slow or virtualised machines) this keeps the goroutine off the
 	// netpoller; a connection whose waits are longer than half the limit
-	// spins only BusyPoll. 0 means 250 µs; negative keeps the spin at
-	// BusyPoll.
+	// spins only BusyPoll, except that now and then (at most every 16th
+	// wait) it spins the whole limit to find out whether replies got
+	// quicker. 0 means 250 µs; negative keeps the spin at BusyPoll.
 	BusyPollLimit time.Duration
 	// KeepAlive is the idle period after which a keepalive (a zero-byte
 	// RDMA write the peer's software never sees) probes the peer; a dead
