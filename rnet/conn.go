@@ -220,15 +220,10 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 // transport event kicks the wait; after shutdown it fails for good, and the
 // caller then sees why.
 func (c *Conn) awaitEvent(done func() bool) {
-	// Arm before polling: a completion that lands after the poll then
-	// still produces an event for wait.
-	err := c.qp.arm()
+	// Arm before polling (in the first round's crossing): a completion
+	// that lands after the poll then still produces an event for wait.
 	c.mu.Lock()
-	if err != nil {
-		c.failLocked(err)
-	} else {
-		c.driveLocked()
-	}
+	c.stepLocked(true, true)
 	finished := done()
 	c.mu.Unlock()
 	if finished {
@@ -317,18 +312,20 @@ func (c *Conn) kickLocked() {
 // driveLocked posts whatever work the engine has and polls completions into
 // it, until the CQ is empty and nothing is left to post, and wakes whoever
 // can now proceed. Each round is one crossing into C (see postPoll).
-func (c *Conn) driveLocked() { c.stepLocked(true) }
+func (c *Conn) driveLocked() { c.stepLocked(true, false) }
 
 // driveMovedLocked is driveLocked that reports whether anything moved:
 // work posted or completions polled.
-func (c *Conn) driveMovedLocked() bool { return c.stepLocked(true) }
+func (c *Conn) driveMovedLocked() bool { return c.stepLocked(true, false) }
 
 // flushLocked is driveLocked for a caller that needs no news from the CQ
 // (a Read that found data): it crosses into C only when there is work to
 // post.
-func (c *Conn) flushLocked() { c.stepLocked(false) }
+func (c *Conn) flushLocked() { c.stepLocked(false, false) }
 
-func (c *Conn) stepLocked(poll bool) (moved bool) {
+// stepLocked is driveLocked (poll) or flushLocked; arm arms the CQ in the
+// first round's crossing, for a caller about to wait on the channel.
+func (c *Conn) stepLocked(poll, arm bool) (moved bool) {
 	for {
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
 		if c.fatal == nil {
@@ -344,7 +341,14 @@ func (c *Conn) stepLocked(poll bool) (moved bool) {
 		if c.fatal != nil {
 			wcs = c.wcs[:0] // a failed QP only flushes; the engine has failed too
 		}
-		n, err := c.qp.postPoll(c.recvs, c.sends, wcs)
+		var n int
+		var err error
+		if arm {
+			n, err = c.qp.armPostPoll(c.recvs, c.sends, wcs)
+			arm = false
+		} else {
+			n, err = c.qp.postPoll(c.recvs, c.sends, wcs)
+		}
 		c.polls++
 		if err != nil {
 			c.failLocked(err)

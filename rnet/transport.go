@@ -26,8 +26,9 @@ type queuePair interface {
 	// postPoll posts recvs, then sends, then polls up to len(out)
 	// completions: the connection's usual step, in one crossing into C.
 	postPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error)
-	// arm asks for one wakeup of wait at the next completion.
-	arm() error
+	// armPostPoll is postPoll that first asks for one wakeup of wait at
+	// the next completion, in the same crossing.
+	armPostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error)
 	wait() error
 	kick()
 	// wakesPeer reports whether posting readies a goroutine of this

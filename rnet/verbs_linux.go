@@ -73,7 +73,9 @@ func (q *verbsQP) postPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.
 	return q.qp.PostAndPoll(q.cq, asVerbsRecvs(recvs), asVerbsSends(sends), asVerbsCompletions(out))
 }
 
-func (q *verbsQP) arm() error { return q.cq.ReqNotify(false) }
+func (q *verbsQP) armPostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error) {
+	return q.qp.ArmPostAndPoll(q.cq, asVerbsRecvs(recvs), asVerbsSends(sends), asVerbsCompletions(out))
+}
 
 func (q *verbsQP) wakesPeer() bool { return false }
 

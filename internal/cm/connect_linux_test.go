@@ -200,6 +200,7 @@ func TestConnectWriteImmDisconnect(t *testing.T) {
 	}
 
 	checkHotPathCost(t, ctx, p, raddr, rkey)
+	checkArmPostAndPoll(t, ctx, p, raddr, rkey)
 
 	// Disconnect from the client: both sides see DISCONNECTED.
 	p.disconnect(t, ctx)
@@ -243,6 +244,55 @@ func checkHotPathCost(t *testing.T, ctx context.Context, p *pair, raddr uint64, 
 		if wc := p.client.completion(t, ctx); wc.Status != verbs.WCSuccess || wc.ID != 20 {
 			t.Fatalf("zero-length write completion %+v", wc)
 		}
+	}
+}
+
+// checkArmPostAndPoll: ArmPostAndPoll arms the CQ in its one crossing, so
+// the write it posts produces an event on the completion channel whether
+// or not the same call already polled its completion. An arm is spent by
+// one event, so the test first spends any arm left over: without the arm
+// in ArmPostAndPoll the Wait below would not return.
+func checkArmPostAndPoll(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
+	c := p.client
+	write := func(id uint64) []verbs.SendWR {
+		return []verbs.SendWR{{ID: id, Op: verbs.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}
+	}
+	var wc [4]verbs.Completion
+	reap := func(id uint64, have int) {
+		for have == 0 {
+			n, err := c.cq.Poll(wc[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			have = n
+		}
+		if have != 1 || wc[0].ID != id || wc[0].Status != verbs.WCSuccess {
+			t.Fatalf("completions %+v (%d), want write %d's", wc[:have], have, id)
+		}
+	}
+	// Spend any arm: arm now, post, take the event and the completion.
+	if err := c.cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.qp.PostSend(write(40)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.cch.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reap(40, 0)
+
+	before := verbs.CgoCalls()
+	n, err := c.qp.ArmPostAndPoll(c.cq, nil, write(41), wc[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := verbs.CgoCalls() - before; calls != 1 {
+		t.Errorf("ArmPostAndPoll made %d cgo calls, want 1", calls)
+	}
+	reap(41, n)
+	if _, err := c.cch.Wait(ctx); err != nil {
+		t.Fatalf("no event after ArmPostAndPoll: %v", err)
 	}
 }
 

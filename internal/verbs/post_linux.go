@@ -93,6 +93,18 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 // failed; nothing after it was done, and some WRs of a failed post may be on
 // the queue.
 func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+	return qp.postAndPoll(cq, false, recvs, sends, out)
+}
+
+// ArmPostAndPoll is PostAndPoll for a caller about to wait on cq's
+// completion channel: in the same crossing it first arms cq (ReqNotify for
+// every completion), so that a completion that lands after the poll still
+// produces an event. The arm costs no crossing of its own.
+func (qp *QP) ArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+	return qp.postAndPoll(cq, true, recvs, sends, out)
+}
+
+func (qp *QP) postAndPoll(cq *CQ, arm bool, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
 	if len(recvs) > MaxBatch {
 		if _, err := qp.PostRecv(recvs[:len(recvs)-MaxBatch]); err != nil {
 			return 0, err
@@ -111,13 +123,13 @@ func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completi
 	// connection's profile). Nothing between the locks can panic.
 	qp.mu.RLock()
 	cq.mu.RLock()
-	n, err := qp.postPollLocked(cq, recvs, sends, out)
+	n, err := qp.postPollLocked(cq, arm, recvs, sends, out)
 	cq.mu.RUnlock()
 	qp.mu.RUnlock()
 	return n, err
 }
 
-func (qp *QP) postPollLocked(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+func (qp *QP) postPollLocked(cq *CQ, arm bool, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
 	if qp.c == nil {
 		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Err: errClosed}
 	}
@@ -138,8 +150,12 @@ func (qp *QP) postPollLocked(cq *CQ, recvs []RecvWR, sends []SendWR, out []Compl
 	if len(out) > 0 {
 		wp = (*C.struct_rnet_wc)(unsafe.Pointer(&out[0]))
 	}
+	armFlag := C.int(0)
+	if arm {
+		armFlag = 1
+	}
 	CountCgoCall()
-	r := int64(C.rnet_post_poll(handle(unsafe.Pointer(qp.c)), handle(unsafe.Pointer(cq.c)), rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30))))
+	r := int64(C.rnet_post_poll(handle(unsafe.Pointer(qp.c)), handle(unsafe.Pointer(cq.c)), armFlag, rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30))))
 	if r >= 0 {
 		return int(r), nil
 	}
@@ -152,7 +168,9 @@ func (qp *QP) postPollLocked(cq *CQ, recvs []RecvWR, sends []SendWR, out []Compl
 	case 2:
 		errno, _ := errnoFromPost(code)
 		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Errno: errno}
-	default:
+	case 3:
 		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
+	default:
+		return 0, &Error{Op: "ibv_req_notify_cq", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
 	}
 }

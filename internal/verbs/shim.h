@@ -196,12 +196,14 @@ static inline int rnet_poll_cq(struct ibv_cq *cq, struct rnet_wc *out, int n)
 // 4.4% of a polling client's CPU samples in the Soft-RoCE guest, more than
 // the rest of the Go side of the crossing. The handles are C allocations.
 
-// rnet_post_poll is a connection's usual step in one crossing: post the
-// receive WRs, then the send WRs, then poll up to n_wc completions. It
-// returns the number of completions, or -(stage << 40 | errno << 8 | index)
-// when stage 1 (post_recv), 2 (post_send) or 3 (poll_cq) failed; nothing
-// after a failed stage is done.
-static inline long long rnet_post_poll(uintptr_t qp_handle, uintptr_t cq_handle,
+// rnet_post_poll is a connection's usual step in one crossing: arm the CQ
+// if asked (a caller about to wait on the channel arms before it polls, so
+// that a completion after the poll still wakes it), post the receive WRs,
+// then the send WRs, then poll up to n_wc completions. It returns the
+// number of completions, or -(stage << 40 | errno << 8 | index) when stage
+// 1 (post_recv), 2 (post_send), 3 (poll_cq) or 4 (req_notify_cq) failed;
+// nothing after a failed stage is done.
+static inline long long rnet_post_poll(uintptr_t qp_handle, uintptr_t cq_handle, int arm,
 	const struct rnet_recv_wr *recvs, int n_recv,
 	const struct rnet_send_wr *sends, int n_send,
 	struct rnet_wc *out, int n_wc)
@@ -210,6 +212,12 @@ static inline long long rnet_post_poll(uintptr_t qp_handle, uintptr_t cq_handle,
 	struct ibv_cq *cq = (struct ibv_cq *)cq_handle;
 	int r;
 
+	if (arm && (r = ibv_req_notify_cq(cq, 0)) != 0) {
+		// Providers return an errno, some a negative one or -1.
+		if (r < 0)
+			r = r == -1 ? (errno ? errno : EIO) : -r;
+		return -((4LL << 40) | ((long long)r << 8));
+	}
 	if (n_recv > 0 && (r = rnet_post_recv(qp, recvs, n_recv)) != 0)
 		return -((1LL << 40) | (long long)r);
 	if (n_send > 0 && (r = rnet_post_send(qp, sends, n_send)) != 0)

@@ -75,3 +75,6 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) { return 0, unsupported("ibv_p
 func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
 	return 0, unsupported("ibv_post_send")
 }
+func (qp *QP) ArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+	return 0, unsupported("ibv_req_notify_cq")
+}
