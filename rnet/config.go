@@ -36,14 +36,19 @@ type Config struct {
 	BusyPoll time.Duration
 	// BusyPollLimit lets a Read's spin grow past BusyPoll on a connection
 	// whose replies come quickly: a Read that waits for the answer to a
-	// Write (request and response) spins for up to twice the recent
-	// average of such waits, but never longer than this. Where a park
-	// and wakeup costs more than the wait itself (request/response traffic,
-	// slow or virtualised machines) this keeps the goroutine off the
-	// netpoller; a connection whose waits are longer than half the limit
-	// spins only BusyPoll, except that now and then (at most every 16th
-	// wait) it spins the whole limit to find out whether replies got
-	// quicker. 0 means 250 µs; negative keeps the spin at BusyPoll.
+	// Write (request and response) spins for twice the recent average of
+	// such waits, or for as long as a park and wakeup has been measured to
+	// cost when that is longer (spinning any shorter than a park costs
+	// saves nothing), but never longer than this. Where a park and wakeup
+	// costs more than the wait itself (request/response traffic, slow or
+	// virtualised machines) this keeps the goroutine off the netpoller; a
+	// connection whose waits are longer than half the limit spins only
+	// BusyPoll, except that now and then (at most every 16th wait) it spins
+	// the whole limit to find out whether replies got quicker. 0 means
+	// 250 µs, raised to the measured cost of a park where that is higher,
+	// up to 2 ms: on hardware a park costs far less than 250 µs, under
+	// emulation 0.6-1 ms. A positive value is a fixed limit; negative keeps
+	// the spin at BusyPoll.
 	BusyPollLimit time.Duration
 	// KeepAlive is the idle period after which a keepalive (a zero-byte
 	// RDMA write the peer's software never sees) probes the peer; a dead
@@ -62,11 +67,20 @@ type Config struct {
 	HandshakeTimeout time.Duration
 }
 
+// defaultBusyPollLimit is the spin limit of a connection that has not
+// measured a park costing more, and maxBusyPollLimit the most a measured
+// park may raise it to (see Config.BusyPollLimit).
+const (
+	defaultBusyPollLimit = 250 * time.Microsecond
+	maxBusyPollLimit     = 2 * time.Millisecond
+)
+
 // settings is a Config with every default applied.
 type settings struct {
 	ring             ring.Config
 	busyPoll         time.Duration
-	busyPollLimit    time.Duration
+	busyPollLimit    time.Duration // the spin limit, or its floor when adaptive
+	busyPollLimitMax time.Duration // the ceiling of an adaptive spin limit
 	keepAlive        time.Duration
 	linger           time.Duration
 	handshakeTimeout time.Duration
@@ -86,7 +100,8 @@ func (c *Config) settings() settings {
 			InlineThreshold: cfg.InlineThreshold,
 		},
 		busyPoll:         orDefault(cfg.BusyPoll, 10*time.Microsecond),
-		busyPollLimit:    orDefault(cfg.BusyPollLimit, 250*time.Microsecond),
+		busyPollLimit:    orDefault(cfg.BusyPollLimit, defaultBusyPollLimit),
+		busyPollLimitMax: orDefault(cfg.BusyPollLimit, maxBusyPollLimit),
 		keepAlive:        orDefault(cfg.KeepAlive, 15*time.Second),
 		linger:           orDefault(cfg.Linger, 10*time.Second),
 		handshakeTimeout: orDefault(cfg.HandshakeTimeout, 30*time.Second),

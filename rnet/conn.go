@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -101,10 +102,65 @@ type Conn struct {
 // after spinning goes off probes, then the gaps double up to probeEvery,
 // so that one slow spell costs little and a slow peer one long spin per
 // probeEvery waits.
+//
+// A spin also lasts at least as long as a park and wakeup costs, once
+// that is measured: a reply that has not come by twice the average may
+// still come soon, and spinning until a park would have paid off costs at
+// most twice what the better choice would have (the ski-rental rule).
+// The limit itself rises to the park's cost, unless Config.BusyPollLimit
+// fixed it. The cost is measured on waits whose window was only twice the
+// average: a park that begins just after the usual reply time lasts mostly
+// as long as the park itself takes. Waits that spun as long as a park are
+// not measured, since what parks after them is a reply later than that,
+// and charging its lateness to the park would ratchet the window up.
+// Every measureEvery-th wait is such a measurement, so the estimate
+// follows the machine's load. In the Soft-RoCE lab, where a park costs
+// 0.6-1 ms, this took default-mode 64 B round trips from a mean of
+// 253-390 µs to 87-247 µs and 1 KiB ones from 305-493 µs to 126-242 µs
+// (4 interleaved pairs), with less CPU per round trip: there a park and
+// wakeup costs more CPU than the spin it replaces.
 type waitEstimate struct {
 	avg     time.Duration
 	skipped int // waits since the last probe, while spinning is off
 	gap     int // waits from one probe to the next; 0 while spinning is on
+
+	waits   int                        // waits while spinning is on, for the measurement cadence
+	parked  [parkSamples]time.Duration // the last measured parks, a ring
+	nParked int                        // parks measured so far
+	park    time.Duration              // the cost of a park (see observePark); 0 until measured
+}
+
+// parkSamples is how many measured parks the estimate of a park's cost
+// keeps, and parkSamplesMin how many it needs before it counts.
+const (
+	parkSamples    = 8
+	parkSamplesMin = 4
+)
+
+// measureEvery is the cadence of waits that measure a park's cost once it
+// is known (see waitEstimate).
+const measureEvery = 32
+
+// observePark counts a park of d that ended a measuring wait. The cost is
+// the lower quartile of the last parkSamples: a reply that came late
+// makes a park look longer than it was, never shorter.
+func (w *waitEstimate) observePark(d time.Duration) {
+	w.parked[w.nParked%parkSamples] = d
+	w.nParked++
+	n := min(w.nParked, parkSamples)
+	if n < parkSamplesMin {
+		return
+	}
+	sorted := w.parked
+	slices.Sort(sorted[:n])
+	w.park = sorted[n/4]
+}
+
+// limit is the longest spin of this connection's waits: the configured
+// limit, raised to the measured cost of a park up to the ceiling (see
+// Config.BusyPollLimit).
+func (w *waitEstimate) limit(s *settings) time.Duration {
+	return min(max(s.busyPollLimit, w.park), s.busyPollLimitMax)
 }
 
 // probeEvery is the longest gap between probes (see waitEstimate).
@@ -184,14 +240,16 @@ func newConn(qp queuePair, eng *ring.Engine, set settings) *Conn {
 // wakeup of a progress goroutine followed by a wakeup of the reader. Later callers park on wake
 // (signalled by whoever drives) until the wait is theirs to take. The caller
 // re-checks its condition after block returns; wakeups may be spurious.
-func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan struct{}) {
+// parked says the caller did wait (on a channel or for an event), rather
+// than find its condition already true.
+func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan struct{}) (parked bool) {
 	c.mu.Lock()
 	if c.polling {
 		// Look again under the lock that signalLocked holds: from here on
 		// a change is signalled to us, since queued is no longer 0.
 		if ready() || c.fatal != nil || c.eng.Err() != nil {
 			c.mu.Unlock()
-			return
+			return false
 		}
 		c.queued++
 		c.mu.Unlock()
@@ -204,22 +262,23 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 		c.mu.Lock()
 		c.queued--
 		c.mu.Unlock()
-		return
+		return true
 	}
 	c.polling = true
 	c.mu.Unlock()
-	c.awaitEvent(func() bool {
+	parked = c.awaitEvent(func() bool {
 		return ready() || c.fatal != nil || c.eng.Err() != nil || isClosed(stop) || isClosed(cancel)
 	})
 	c.release()
+	return parked
 }
 
 // awaitEvent is one round of the owner of the completion channel wait: arm
 // the CQ, drive the engine, and unless done (called with c.mu held) now
 // holds, wait for the next event and drive again. A deadline, Close or a
 // transport event kicks the wait; after shutdown it fails for good, and the
-// caller then sees why.
-func (c *Conn) awaitEvent(done func() bool) {
+// caller then sees why. waited says it did wait for an event.
+func (c *Conn) awaitEvent(done func() bool) (waited bool) {
 	// Arm before polling (in the first round's crossing): a completion
 	// that lands after the poll then still produces an event for wait.
 	c.mu.Lock()
@@ -227,13 +286,14 @@ func (c *Conn) awaitEvent(done func() bool) {
 	finished := done()
 	c.mu.Unlock()
 	if finished {
-		return
+		return false
 	}
 	if err := c.qp.wait(); err == nil {
 		c.mu.Lock()
 		c.driveLocked()
 		c.mu.Unlock()
 	}
+	return true
 }
 
 // release gives up the completion channel wait: to a queued caller if there
@@ -426,27 +486,34 @@ func notify(ch chan struct{}) {
 }
 
 // spinWindow is how long a Read that waits for a reply spins before
-// parking: BusyPoll, or twice the recent average wait when that is longer
-// and within BusyPollLimit (see Config), or the whole limit for a probe
-// while spinning is off (see waitEstimate).
-func (c *Conn) spinWindow(w *waitEstimate) time.Duration {
-	d, limit := c.set.busyPoll, c.set.busyPollLimit
+// parking: BusyPoll, or twice the recent average wait when that is longer,
+// or the cost of a park when that is longer still, within the limit (see
+// Config); or the whole limit for a probe while spinning is off (see
+// waitEstimate). measure says a park after this spin measures what a park
+// costs.
+func (c *Conn) spinWindow(w *waitEstimate) (window time.Duration, measure bool) {
+	d, limit := c.set.busyPoll, w.limit(&c.set)
 	if d <= 0 {
-		return 0 // spinning is off
+		return 0, false // spinning is off
 	}
 	if limit <= d {
-		return d // no adaptive spin
+		return d, false // no adaptive spin
 	}
 	if w.spinOff(limit) {
 		if w.skipped++; w.skipped >= w.gap {
 			w.skipped = 0
 			w.gap = min(max(2*w.gap, 1), probeEvery)
-			return limit
+			return limit, false
 		}
-		return d
+		return d, false
 	}
 	w.skipped, w.gap = 0, 0
-	return max(d, 2*w.avg)
+	w.waits++
+	window = max(d, 2*w.avg)
+	if w.park == 0 || w.waits%measureEvery == 0 {
+		return window, true
+	}
+	return min(max(window, w.park), limit), false
 }
 
 // busyPoll drives the connection for up to window, until ready reports
@@ -526,6 +593,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 		waitStart time.Time     // set once Read finds nothing to return
 		window    time.Duration // the spin window of this wait
 		reply     bool          // this Read waits for the answer to a Write
+		measure   bool          // a park in this wait measures a park's cost
+		parkStart time.Time     // when the first block began, if measure
+		parked    bool          // a block did park, if measure
 	)
 	for {
 		if isClosed(c.readDL.wait()) {
@@ -554,7 +624,10 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.wroteSinceRead = false
 			c.mu.Unlock()
 			if spun && reply {
-				c.readWait.observe(time.Since(waitStart), window, c.set.busyPollLimit)
+				c.readWait.observe(time.Since(waitStart), window, c.readWait.limit(&c.set))
+				if parked {
+					c.readWait.observePark(time.Since(parkStart))
+				}
 			}
 			return n, nil
 		}
@@ -574,12 +647,17 @@ func (c *Conn) Read(b []byte) (int, error) {
 			window = c.set.busyPoll
 			if reply {
 				waitStart = time.Now()
-				window = c.spinWindow(&c.readWait)
+				window, measure = c.spinWindow(&c.readWait)
 			}
 			c.busyPoll(window, c.eng.Readable, c.readDL.wait(), reply)
 			continue
 		}
-		c.block(c.readReadyLocked, c.readable, c.readDL.wait(), c.closed)
+		if measure && parkStart.IsZero() {
+			parkStart = time.Now()
+		}
+		if c.block(c.readReadyLocked, c.readable, c.readDL.wait(), c.closed) && measure {
+			parked = true
+		}
 	}
 }
 

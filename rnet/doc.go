@@ -25,8 +25,9 @@
 // goroutine that needs the data (one wakeup per event), and idle
 // connections cost no OS thread. A Read that waits for the reply to a Write
 // first spins on the completion queue for about twice the recent reply
-// time (Config.BusyPoll, Config.BusyPollLimit), because a park and wakeup
-// can cost more than the reply takes. Deadlines, CloseWrite,
+// time, or as long as a park has been measured to cost if that is longer
+// (Config.BusyPoll, Config.BusyPollLimit), because a park and wakeup can
+// cost more than the reply takes. Deadlines, CloseWrite,
 // *net.OpError, net.ErrClosed and io.EOF behave as they do for *net.TCPConn,
 // which is what lets gRPC, net/http and yamux run over rnet unchanged.
 //

@@ -11,13 +11,13 @@ func TestSpinWindow(t *testing.T) {
 	c := &Conn{set: (&Config{}).settings()}
 	busy, limit := c.set.busyPoll, c.set.busyPollLimit
 	var w waitEstimate
-	if got := c.spinWindow(&w); got != busy {
+	if got := window(c, &w); got != busy {
 		t.Fatalf("no history: window %v, want BusyPoll's %v", got, busy)
 	}
 	for range 64 {
-		w.observe(100*time.Microsecond, c.spinWindow(&w), limit)
+		w.observe(100*time.Microsecond, window(c, &w), limit)
 	}
-	if got := c.spinWindow(&w); got < 190*time.Microsecond || got > 200*time.Microsecond {
+	if got := window(c, &w); got < 190*time.Microsecond || got > 200*time.Microsecond {
 		t.Fatalf("waits of 100µs: window %v, want about 200µs", got)
 	}
 	// One wait in eight parked (5 ms): the window must still cover the
@@ -27,15 +27,15 @@ func TestSpinWindow(t *testing.T) {
 		if i%8 == 0 {
 			d = 5 * time.Millisecond
 		}
-		w.observe(d, c.spinWindow(&w), limit)
+		w.observe(d, window(c, &w), limit)
 	}
-	if got := c.spinWindow(&w); got < 200*time.Microsecond || got > limit {
+	if got := window(c, &w); got < 200*time.Microsecond || got > limit {
 		t.Fatalf("mostly 100µs waits, some 5ms: window %v, want 200µs..%v", got, limit)
 	}
 	for range 64 {
-		w.observe(5*time.Millisecond, c.spinWindow(&w), limit)
+		w.observe(5*time.Millisecond, window(c, &w), limit)
 	}
-	if got := c.spinWindow(&w); got != busy {
+	if got := window(c, &w); got != busy {
 		t.Fatalf("waits of 5ms (past the %v limit): window %v, want BusyPoll's %v", limit, got, busy)
 	}
 
@@ -44,12 +44,12 @@ func TestSpinWindow(t *testing.T) {
 	for range 64 {
 		short.observe(50*time.Microsecond, limit, limit)
 	}
-	if got := off.spinWindow(&short); got != 0 {
+	if got := window(off, &short); got != 0 {
 		t.Fatalf("BusyPoll off: window %v, want 0", got)
 	}
 	fixed := &Conn{set: (&Config{BusyPollLimit: -1}).settings()}
 	for range 2 * probeEvery {
-		if got := fixed.spinWindow(&w); got != busy {
+		if got := window(fixed, &w); got != busy {
 			t.Fatalf("BusyPollLimit off: window %v, want BusyPoll's %v, and no probes", got, busy)
 		}
 	}
@@ -65,7 +65,7 @@ func TestSpinWindowRecovers(t *testing.T) {
 	busy, limit := c.set.busyPoll, c.set.busyPollLimit
 	var w waitEstimate
 	for range 64 {
-		w.observe(time.Millisecond, c.spinWindow(&w), limit)
+		w.observe(time.Millisecond, window(c, &w), limit)
 	}
 	if !w.spinOff(limit) {
 		t.Fatalf("after 1ms waits spinning is still on (average %v)", w.avg)
@@ -74,19 +74,19 @@ func TestSpinWindowRecovers(t *testing.T) {
 	// parks and takes a park's 700µs; a probe catches the reply in 60µs.
 	probes := 0
 	for i := range 4 * probeEvery {
-		window := c.spinWindow(&w)
+		win := window(c, &w)
 		d := 700 * time.Microsecond
 		switch {
-		case window == limit:
+		case win == limit:
 			probes++
 			d = 60 * time.Microsecond
-		case window != busy:
-			if window < 100*time.Microsecond || window > limit {
-				t.Fatalf("wait %d after %d probe(s): window %v, want about 120µs", i, probes, window)
+		case win != busy:
+			if win < 100*time.Microsecond || win > limit {
+				t.Fatalf("wait %d after %d probe(s): window %v, want about 120µs", i, probes, win)
 			}
 			return // spinning is back
 		}
-		w.observe(d, window, limit)
+		w.observe(d, win, limit)
 	}
 	t.Fatalf("spinning stayed off for %d waits with quick replies (%d probes, average %v)", 4*probeEvery, probes, w.avg)
 }
@@ -100,13 +100,13 @@ func TestSpinWindowProbesStaySparse(t *testing.T) {
 	var w waitEstimate
 	var probes []int
 	for i := range 64 + 8*probeEvery {
-		window := c.spinWindow(&w)
-		if window == limit {
+		win := window(c, &w)
+		if win == limit {
 			probes = append(probes, i)
-		} else if w.spinOff(limit) && window != busy {
-			t.Fatalf("spinning off: window %v, want BusyPoll's %v or a probe's %v", window, busy, limit)
+		} else if w.spinOff(limit) && win != busy {
+			t.Fatalf("spinning off: window %v, want BusyPoll's %v or a probe's %v", win, busy, limit)
 		}
-		w.observe(2*time.Millisecond, window, limit)
+		w.observe(2*time.Millisecond, win, limit)
 	}
 	if !w.spinOff(limit) {
 		t.Fatalf("2ms waits turned spinning on (average %v)", w.avg)
@@ -120,5 +120,85 @@ func TestSpinWindowProbesStaySparse(t *testing.T) {
 	}
 	if len(probes) < 8 {
 		t.Fatalf("only %d probes in %d waits: %v", len(probes), 64+8*probeEvery, probes)
+	}
+}
+
+// window is the spin window alone.
+func window(c *Conn, w *waitEstimate) time.Duration {
+	d, _ := c.spinWindow(w)
+	return d
+}
+
+// Once parks are measured, a wait spins at least as long as a park costs,
+// up to the ceiling, except every measureEvery-th wait, which spins only
+// twice the average so that its park, if any, measures the cost again.
+// Only those waits are measured; the estimate is the lower quartile of the
+// last parkSamples, so late replies do not inflate it.
+func TestSpinWindowCoversParkCost(t *testing.T) {
+	c := &Conn{set: (&Config{}).settings()}
+	var w waitEstimate
+	for range 64 {
+		w.observe(60*time.Microsecond, window(c, &w), w.limit(&c.set))
+	}
+	short := window(c, &w)
+	if short < 110*time.Microsecond || short > 120*time.Microsecond {
+		t.Fatalf("waits of 60µs: window %v, want about 120µs", short)
+	}
+	for i := range parkSamplesMin {
+		if _, measure := c.spinWindow(&w); !measure {
+			t.Fatalf("wait %d: a park would not be measured, with %d parks measured", i, i)
+		}
+		w.observePark(700 * time.Microsecond)
+	}
+	if got := w.limit(&c.set); got != 700*time.Microsecond {
+		t.Fatalf("parks of 700µs: limit %v, want 700µs", got)
+	}
+	measured := 0
+	for i := range 4 * measureEvery {
+		win, measure := c.spinWindow(&w)
+		switch {
+		case measure:
+			measured++
+			if win > 2*w.avg {
+				t.Fatalf("wait %d measures parks but spins %v, past twice the average %v", i, win, w.avg)
+			}
+		case win != 700*time.Microsecond:
+			t.Fatalf("wait %d: window %v, want the park's 700µs", i, win)
+		}
+		w.observe(60*time.Microsecond, win, w.limit(&c.set))
+	}
+	if measured != 4 {
+		t.Fatalf("%d of %d waits measured parks, want 4", measured, 4*measureEvery)
+	}
+
+	// Late replies make some parks look long; they do not move the estimate.
+	for _, d := range []time.Duration{5000, 600, 650, 700, 20000, 640, 660, 680} {
+		w.observePark(d * time.Microsecond)
+	}
+	if w.park != 650*time.Microsecond {
+		t.Fatalf("parks of 600-700µs and two of 5 and 20 ms: cost %v, want the lower quartile, 650µs", w.park)
+	}
+	for range parkSamples {
+		w.observePark(10 * time.Millisecond)
+	}
+	if got, win := w.limit(&c.set), window(c, &w); got != maxBusyPollLimit || win > maxBusyPollLimit {
+		t.Fatalf("parks of 10ms: limit %v and window %v, want at most the ceiling %v", got, win, maxBusyPollLimit)
+	}
+
+	// Where a park is cheaper than twice the average, nothing changes.
+	for range parkSamples {
+		w.observePark(20 * time.Microsecond)
+	}
+	if got, win := w.limit(&c.set), window(c, &w); got != defaultBusyPollLimit || win != 2*w.avg {
+		t.Fatalf("parks of 20µs: limit %v and window %v, want %v and twice the average, %v", got, win, defaultBusyPollLimit, 2*w.avg)
+	}
+
+	// A fixed limit stays fixed.
+	fixed := &Conn{set: (&Config{BusyPollLimit: 300 * time.Microsecond}).settings()}
+	for range parkSamples {
+		w.observePark(700 * time.Microsecond)
+	}
+	if got, win := w.limit(&fixed.set), window(fixed, &w); got != 300*time.Microsecond || win > got {
+		t.Fatalf("BusyPollLimit 300µs, parks of 700µs: limit %v and window %v, want 300µs", got, win)
 	}
 }
