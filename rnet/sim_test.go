@@ -24,6 +24,11 @@ type simQP struct {
 	goneOnce   sync.Once
 	discOnce   sync.Once
 	eventsDone chan struct{}
+
+	// waiting, when a test sets it, is signalled each time a caller
+	// starts waiting on the completion channel: a test can then reply
+	// only once the Conn has really parked.
+	waiting chan struct{}
 }
 
 func (q *simQP) postSend(wrs []ring.SendWR) error        { return q.ep.PostSend(wrs) }
@@ -54,6 +59,12 @@ func (q *simQP) armPostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring
 func (q *simQP) wakesPeer() bool { return true }
 
 func (q *simQP) wait() error {
+	if q.waiting != nil {
+		select {
+		case q.waiting <- struct{}{}:
+		default:
+		}
+	}
 	select {
 	case <-q.ep.Notify():
 		return nil

@@ -1,6 +1,7 @@
 package rnet
 
 import (
+	"io"
 	"testing"
 	"time"
 )
@@ -200,5 +201,71 @@ func TestSpinWindowCoversParkCost(t *testing.T) {
 	}
 	if got, win := w.limit(&fixed.set), window(fixed, &w); got != 300*time.Microsecond || win > got {
 		t.Fatalf("BusyPollLimit 300µs, parks of 700µs: limit %v and window %v, want 300µs", got, win)
+	}
+}
+
+// Read measures its parks: a reply wait that spun and then parked until
+// the reply came counts toward the cost of a park, until enough are known;
+// after that only every measureEvery-th wait does, so that waits whose
+// window already covers a park cannot ratchet the estimate up.
+func TestSimReadMeasuresParks(t *testing.T) {
+	client, server := simPipe(t, nil)
+	defer client.Close()
+	defer server.Close()
+	cqp := client.qp.(*simQP)
+	cqp.waiting = make(chan struct{}, 1)
+
+	const rounds = 200
+	errc := make(chan error, 1)
+	go func() {
+		// Echo each request, but only once the client waits for it on
+		// the completion channel.
+		buf := make([]byte, 64)
+		for range rounds {
+			if _, err := io.ReadFull(server, buf); err != nil {
+				errc <- err
+				return
+			}
+			<-cqp.waiting
+			if _, err := server.Write(buf); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	req, resp := make([]byte, 64), make([]byte, 64)
+	roundTrip := func() {
+		select { // a signal left over from an earlier wait
+		case <-cqp.waiting:
+		default:
+		}
+		if _, err := client.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(client, resp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := 0
+	for ; done < rounds && client.readWait.nParked < parkSamplesMin; done++ {
+		roundTrip()
+	}
+	if client.readWait.nParked < parkSamplesMin || client.readWait.park <= 0 {
+		t.Fatalf("after %d parked round trips: %d parks measured, cost %v", done, client.readWait.nParked, client.readWait.park)
+	}
+	before := client.readWait.nParked
+	for range 2 * measureEvery {
+		roundTrip()
+	}
+	done += 2 * measureEvery
+	if got := client.readWait.nParked - before; got > 3 {
+		t.Fatalf("%d parks measured in %d parked round trips, want at most 3 (one wait in %d measures)", got, 2*measureEvery, measureEvery)
+	}
+	for ; done < rounds; done++ {
+		roundTrip()
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
