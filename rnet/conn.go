@@ -116,9 +116,15 @@ type Conn struct {
 // Every measureEvery-th wait is such a measurement, so the estimate
 // follows the machine's load. In the Soft-RoCE lab, where a park costs
 // 0.6-1 ms, this took default-mode 64 B round trips from a mean of
-// 253-390 µs to 87-247 µs and 1 KiB ones from 305-493 µs to 126-242 µs
-// (4 interleaved pairs), with less CPU per round trip: there a park and
-// wakeup costs more CPU than the spin it replaces.
+// 111-368 µs to 84-122 µs and 1 KiB ones from 242-298 µs to 121-171 µs
+// in 3 of 4 interleaved pairs (the fourth, 374 µs, had both ends stuck
+// parking), with less CPU per round trip: there a park and wakeup costs
+// more CPU than the spin it replaces. 4 KiB round trips, which rxe slows
+// to about 1 ms when its deferred work competes with spinning threads for
+// the two CPUs, got a better p50 (745-959 against 940-1062 µs) but a
+// worse mean (1137-1303 against 997-1210 µs) and p99, since their probes
+// now spin as long as a park (see limit). On hardware a park costs less
+// than the 250 µs floor, and nothing changes.
 type waitEstimate struct {
 	avg     time.Duration
 	skipped int // waits since the last probe, while spinning is off
@@ -142,8 +148,15 @@ const (
 const measureEvery = 32
 
 // observePark counts a park of d that ended a measuring wait. The cost is
-// the lower quartile of the last parkSamples: a reply that came late
-// makes a park look longer than it was, never shorter.
+// the median of the last parkSamples. A park lasts its own cost plus
+// however late the reply came after the spin gave up, and the cost itself
+// varies widely (100 µs to 2 ms in the Soft-RoCE lab); the median shrugs
+// off the few very late replies. The lower quartile, tried first, kept the
+// window below a typical park of the peer, so two ends that had both gone
+// to parking each waited out the other's wakeup and stayed there: 1 KiB
+// round trips averaged 154-524 µs against 115-144 µs with the median (6
+// interleaved pairs), although 64 B ones did better, 86-186 against
+// 124-223 µs.
 func (w *waitEstimate) observePark(d time.Duration) {
 	w.parked[w.nParked%parkSamples] = d
 	w.nParked++
@@ -153,7 +166,7 @@ func (w *waitEstimate) observePark(d time.Duration) {
 	}
 	sorted := w.parked
 	slices.Sort(sorted[:n])
-	w.park = sorted[n/4]
+	w.park = sorted[n/2]
 }
 
 // limit is the longest spin of this connection's waits: the configured
