@@ -119,12 +119,12 @@ type Conn struct {
 // 111-368 µs to 84-122 µs and 1 KiB ones from 242-298 µs to 121-171 µs
 // in 3 of 4 interleaved pairs (the fourth, 374 µs, had both ends stuck
 // parking), with less CPU per round trip: there a park and wakeup costs
-// more CPU than the spin it replaces. 4 KiB round trips, which rxe slows
-// to about 1 ms when its deferred work competes with spinning threads for
-// the two CPUs, got a better p50 (745-959 against 940-1062 µs) but a
-// worse mean (1137-1303 against 997-1210 µs) and p99, since their probes
-// now spin as long as a park (see limit). On hardware a park costs less
-// than the 250 µs floor, and nothing changes.
+// more CPU than the spin it replaces. 4 KiB round trips (about 290 µs
+// there when both ends poll, so their waits mostly park) got a better p50
+// (745-959 against 940-1062 µs) but a worse mean (1137-1303 against
+// 997-1210 µs) and p99; their probes now spin as long as a park (see
+// limit). On hardware a park costs less than the 250 µs floor, and
+// nothing changes.
 type waitEstimate struct {
 	avg     time.Duration
 	skipped int // waits since the last probe, while spinning is off
