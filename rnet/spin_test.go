@@ -269,3 +269,68 @@ func TestSimReadMeasuresParks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The Read after the one that returned the start of a reply spins as long
+// as a reply wait would (the rest of a reply longer than the first
+// transfer comes as a second RDMA write), without counting as one; the
+// Read after that is an ordinary wait again.
+func TestRestWindow(t *testing.T) {
+	c := &Conn{set: (&Config{}).settings()}
+	var w waitEstimate
+	if got := w.restWindow(&c.set); got != c.set.busyPoll {
+		t.Fatalf("no history: rest window %v, want BusyPoll's %v", got, c.set.busyPoll)
+	}
+	for range 64 {
+		w.observe(60*time.Microsecond, window(c, &w), w.limit(&c.set))
+	}
+	if got := w.restWindow(&c.set); got != 2*w.avg {
+		t.Fatalf("waits of 60µs: rest window %v, want twice the average, %v", got, 2*w.avg)
+	}
+	for range parkSamples {
+		w.observePark(700 * time.Microsecond)
+	}
+	before := w
+	if got := w.restWindow(&c.set); got != 700*time.Microsecond {
+		t.Fatalf("parks of 700µs: rest window %v, want 700µs", got)
+	}
+	if w != before {
+		t.Fatalf("restWindow changed the estimate: %+v, was %+v", w, before)
+	}
+	for range 64 {
+		w.observe(5*time.Millisecond, window(c, &w), w.limit(&c.set))
+	}
+	if got := w.restWindow(&c.set); got != c.set.busyPoll {
+		t.Fatalf("spinning off: rest window %v, want BusyPoll's %v", got, c.set.busyPoll)
+	}
+	off := &Conn{set: (&Config{BusyPoll: -1}).settings()}
+	if got := before.restWindow(&off.set); got != 0 {
+		t.Fatalf("BusyPoll off: rest window %v, want 0", got)
+	}
+
+	client, server := simPipe(t, nil)
+	defer client.Close()
+	defer server.Close()
+	if _, err := client.Write([]byte("request")); err != nil {
+		t.Fatal(err)
+	}
+	req := make([]byte, 7)
+	if _, err := io.ReadFull(server, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Write([]byte("the start and the rest")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 9)
+	if _, err := io.ReadFull(client, buf); err != nil {
+		t.Fatal(err)
+	}
+	if !client.replyRest {
+		t.Fatal("after the start of a reply: the next Read does not wait for its rest")
+	}
+	if _, err := io.ReadFull(client, buf[:5]); err != nil {
+		t.Fatal(err)
+	}
+	if client.replyRest {
+		t.Fatal("after the rest of a reply: the next Read still waits for a rest")
+	}
+}
