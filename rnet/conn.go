@@ -946,7 +946,9 @@ func (c *Conn) transportDisconnected() {
 	c.mu.Lock()
 	c.driveLocked() // account what arrived before the disconnect
 	c.transDown = true
-	if !c.eng.Finished() {
+	if !c.eng.Finished() || c.eng.Err() != nil {
+		// An error already there stays, unless it is a flush: the
+		// disconnect is what caused that.
 		c.eng.Fail(ErrPeerGone)
 	}
 	c.signalLocked()

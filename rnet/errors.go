@@ -21,8 +21,11 @@ var (
 	// The connection is over; other connections are not affected.
 	ErrProtocol = ring.ErrProtocol
 	// ErrPeerGone: the peer disconnected without the protocol's DISCONNECT
-	// message, or stopped answering (a failed keepalive or transfer).
-	ErrPeerGone = errors.New("rdma: peer disconnected abruptly")
+	// message, or stopped answering (a failed keepalive), or its side
+	// failed a transfer: retries exhausted, or its adapter refused the
+	// write, as happens when its process dies. The error's text names the
+	// completion status when there was one.
+	ErrPeerGone = ring.ErrPeerGone
 	// ErrDeviceRemoved: the RDMA device under the connection went away.
 	ErrDeviceRemoved = errors.New("rdma: device removed")
 	// ErrNoDevice: this machine has no RDMA device (or its kernel has no

@@ -294,10 +294,19 @@ func (e *Engine) Fail(err error) {
 }
 
 func (e *Engine) fail(err error) error {
-	if e.err == nil {
+	if e.err == nil || isFlush(e.err) && !isFlush(err) {
+		// A flush is never the cause: the QP went to the error state
+		// because of a failed completion, which may be polled after it
+		// (later in the batch), or because the connection manager saw
+		// the peer go, which the driver reports after polling.
 		e.err = err
 	}
 	return e.err
+}
+
+func isFlush(err error) bool {
+	ce, ok := err.(*CompletionError)
+	return ok && ce.Status == WCWRFlushErr
 }
 
 // Err returns the error that ended the connection, or nil.

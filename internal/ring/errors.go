@@ -53,6 +53,9 @@ var (
 var (
 	// ErrCompletion is matched by every *CompletionError.
 	ErrCompletion = errors.New("work completion error")
+	// ErrPeerGone: the peer disconnected without DISCONNECT, or its side
+	// failed a transfer (see CompletionError.PeerSide).
+	ErrPeerGone = errors.New("rdma: peer disconnected abruptly")
 	// ErrUnknownCompletion: a completion whose ID is not the one the engine
 	// expects next (a driver bug: completions of one QP come in order).
 	ErrUnknownCompletion = errors.New("unexpected work completion")
@@ -115,4 +118,11 @@ func (e *CompletionError) Error() string {
 		" (vendor error 0x" + strconv.FormatUint(uint64(e.VendorErr), 16) + ")"
 }
 
-func (e *CompletionError) Unwrap() error { return ErrCompletion }
+// Unwrap lets errors.Is match ErrCompletion, and ErrPeerGone when the
+// status blames the peer's side.
+func (e *CompletionError) Unwrap() []error {
+	if e.Status.PeerSide() {
+		return []error{ErrCompletion, ErrPeerGone}
+	}
+	return []error{ErrCompletion}
+}

@@ -385,7 +385,41 @@ func TestCompletionErrorInjected(t *testing.T) {
 			if ce.Status != status || !ce.Recv {
 				t.Fatalf("%+v", ce)
 			}
+			// A refused transfer is the peer's side; a general error is not.
+			if got, want := errors.Is(s.eng.Err(), ring.ErrPeerGone), status == ring.WCRemAccessErr; got != want {
+				t.Fatalf("errors.Is(%v, ErrPeerGone) = %v", s.eng.Err(), got)
+			}
 		})
+	}
+}
+
+// TestCompletionErrorCauseBeforeFlush: a QP's failed transfer moves it to
+// the error state, which flushes the other queue; the flush can be polled
+// first, but the error that ends the connection names the cause.
+func TestCompletionErrorCauseBeforeFlush(t *testing.T) {
+	for _, flushFirst := range []bool{true, false} {
+		s, _ := newHostile(t, ring.Config{})
+		if _, err := s.eng.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		sends := s.eng.PostSends(nil)
+		if len(sends) == 0 {
+			t.Fatal("Write posted nothing")
+		}
+		flush := ring.Completion{ID: 1 << 63, Status: ring.WCWRFlushErr} // the first receive
+		cause := ring.Completion{ID: sends[0].ID, Status: ring.WCRemAccessErr}
+		wcs := []ring.Completion{cause, flush}
+		if flushFirst {
+			wcs = []ring.Completion{flush, cause}
+		}
+		err := s.eng.Complete(wcs)
+		var ce *ring.CompletionError
+		if !errors.As(err, &ce) || ce.Status != ring.WCRemAccessErr || ce.Recv {
+			t.Fatalf("flush first %v: %v, want the send's remote access error", flushFirst, err)
+		}
+		if !errors.Is(err, ring.ErrPeerGone) {
+			t.Fatalf("flush first %v: %v does not match ErrPeerGone", flushFirst, err)
+		}
 	}
 }
 
@@ -407,6 +441,9 @@ func TestCompletionErrorDeadPeer(t *testing.T) {
 	errors.As(s.eng.Err(), &ce)
 	if ce.Status != ring.WCRetryExcErr || ce.Recv {
 		t.Fatalf("%+v", ce)
+	}
+	if !errors.Is(s.eng.Err(), ring.ErrPeerGone) {
+		t.Fatalf("%v does not match ErrPeerGone", s.eng.Err())
 	}
 }
 

@@ -92,7 +92,7 @@ func (e *Engine) completeRecv(wc *Completion) {
 	e.stats.RecvCompletions++
 	if wc.Status != WCSuccess {
 		e.stats.ErrorCompletions++
-		if e.live() {
+		if e.live() || isFlush(e.err) {
 			e.fail(&CompletionError{ID: wc.ID, Status: wc.Status, VendorErr: wc.VendorErr, Recv: true})
 		}
 		return

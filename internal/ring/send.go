@@ -353,7 +353,7 @@ func (e *Engine) completeSend(wc *Completion) {
 	}
 	if wc.Status != WCSuccess {
 		e.stats.ErrorCompletions++
-		if wasLive {
+		if wasLive || isFlush(e.err) {
 			e.fail(&CompletionError{ID: wc.ID, Status: wc.Status, VendorErr: wc.VendorErr})
 		}
 	}

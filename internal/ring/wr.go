@@ -92,6 +92,21 @@ const (
 	WCGeneralErr     WCStatus = 21
 )
 
+// PeerSide reports whether the status means that the peer's side failed
+// the transfer: it never acknowledged it (retries exhausted, no receive
+// posted), or its adapter refused it. A peer whose process dies shows as
+// any of these, depending on which of its resources the kernel tore down
+// first: a memory region gone before its QP refuses our RDMA writes with a
+// remote access error. A hostile peer that advertised a bad buffer shows
+// the same way, and is as good as gone.
+func (s WCStatus) PeerSide() bool {
+	switch s {
+	case WCRemInvReqErr, WCRemAccessErr, WCRemOpErr, WCRetryExcErr, WCRNRRetryExcErr:
+		return true
+	}
+	return false
+}
+
 func (s WCStatus) String() string {
 	switch s {
 	case WCSuccess:
