@@ -37,6 +37,8 @@ type Conn struct {
 	fatal     error // a failure the engine cannot see (a failed post, a removed device)
 	drainBuf  []byte
 	polls     uint64
+	spins     uint64 // waits that busy-polled (Stats.Spins)
+	parks     uint64 // waits that parked (Stats.Parks)
 
 	readMu, writeMu sync.Mutex
 
@@ -287,6 +289,7 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 			return false
 		}
 		c.queued++
+		c.parks++
 		c.mu.Unlock()
 		select {
 		case <-wake:
@@ -323,11 +326,13 @@ func (c *Conn) awaitEvent(done func() bool) (waited bool) {
 	if finished {
 		return false
 	}
-	if err := c.qp.wait(); err == nil {
-		c.mu.Lock()
+	err := c.qp.wait()
+	c.mu.Lock()
+	c.parks++
+	if err == nil {
 		c.driveLocked()
-		c.mu.Unlock()
 	}
+	c.mu.Unlock()
 	return true
 }
 
@@ -573,6 +578,9 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 	look, lastLook, lastSpin := 1, start, 0
 	for spin := 1; ; spin++ {
 		c.mu.Lock()
+		if spin == 1 {
+			c.spins++
+		}
 		moved := c.driveMovedLocked()
 		ok := ready() || c.fatal != nil || c.closing
 		yield := (moved || spin == 1) && (c.readied || wakesPeer) || spin == 1 && reply

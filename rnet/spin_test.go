@@ -268,6 +268,10 @@ func TestSimReadMeasuresParks(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
+	// Every reply came only once the client had spun and then parked.
+	if st := client.Stats(); st.Spins < rounds || st.Parks < rounds {
+		t.Fatalf("%d round trips that each spun and parked: Stats.Spins %d, Stats.Parks %d", rounds, st.Spins, st.Parks)
+	}
 }
 
 // The Read after the one that returned the start of a reply spins as long

@@ -23,6 +23,14 @@ type Stats struct {
 	RecvCompletions  uint64
 	ErrorCompletions uint64 // completions with an error status
 	CQPolls          uint64 // polls of the completion queue (each one crossing into C)
+
+	// How Reads, Writes and Close waited (see Config.BusyPoll): Spins
+	// counts waits that polled the CQ in a loop, Parks the times a waiting
+	// goroutine parked until the completion channel or another caller
+	// woke it. A park costs several crossings into C and a wakeup through
+	// the netpoller, a spin one crossing per round.
+	Spins uint64
+	Parks uint64
 }
 
 // Stats returns a snapshot of the connection's counters.
@@ -48,5 +56,7 @@ func (c *Conn) Stats() Stats {
 		RecvCompletions:       s.RecvCompletions,
 		ErrorCompletions:      s.ErrorCompletions,
 		CQPolls:               c.polls,
+		Spins:                 c.spins,
+		Parks:                 c.parks,
 	}
 }

@@ -87,9 +87,14 @@ func TestRXEPerfAndPing(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &pg); err != nil || pg.Count != 200 || pg.Size != 64 || pg.P50Us <= 0 || pg.P99Us < pg.P50Us {
 		t.Fatalf("ping result %q: %+v, %v", out, pg, err)
 	}
+	// Every reply takes a network round trip, so each one is waited for:
+	// by a spin, a park or both.
+	if pg.SpinsPerTrip+pg.ParksPerTrip < 1 || pg.CgoPerTrip < 1 {
+		t.Errorf("ping result %q: fewer waits or crossings than round trips", out)
+	}
 	// Text forms.
 	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-n", "20", "-size", "4096")
-	if code != 0 || !strings.Contains(out, "p99") {
+	if code != 0 || !strings.Contains(out, "p99") || !strings.Contains(out, "parks") {
 		t.Fatalf("rnet ping (text): exit %d: %s %s", code, out, errs)
 	}
 }

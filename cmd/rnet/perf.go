@@ -259,6 +259,9 @@ type ServerResult struct {
 	Bytes     int64   `json:"bytes"`
 	Messages  int64   `json:"messages"`
 	Seconds   float64 `json:"seconds"`
+	// Stats is the connection's counters at the end (RDMA only): among
+	// them how often the server's calls waited by spinning or parking.
+	Stats *rnet.Stats `json:"stats,omitempty"`
 }
 
 func serveConn(c net.Conn, o perfOpts, stdout io.Writer) error {
@@ -309,9 +312,17 @@ func serveConn(c net.Conn, o perfOpts, stdout io.Writer) error {
 		}
 	}
 	res.Seconds = time.Since(start).Seconds()
+	if rc, ok := c.(*rnet.Conn); ok {
+		st := rc.Stats()
+		res.Stats = &st
+	}
 	if o.json {
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	_, err = fmt.Fprintf(stdout, "%s %s from %s: %d B messages, %s in %.2f s\n", res.Transport, res.Test, res.Client, res.Size, human(res.Bytes), res.Seconds)
+	line := fmt.Sprintf("%s %s from %s: %d B messages, %s in %.2f s", res.Transport, res.Test, res.Client, res.Size, human(res.Bytes), res.Seconds)
+	if res.Stats != nil {
+		line += fmt.Sprintf("; waits: %d spun, %d parked", res.Stats.Spins, res.Stats.Parks)
+	}
+	_, err = fmt.Fprintln(stdout, line)
 	return err
 }

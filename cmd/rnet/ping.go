@@ -67,6 +67,11 @@ type PingResult struct {
 	MaxUs      float64 `json:"max_us"`
 	MeanUs     float64 `json:"mean_us"`
 	CgoPerTrip float64 `json:"cgo_per_round_trip,omitempty"`
+	// Client-side waits per round trip: spins, and parks (each a wakeup
+	// through the netpoller, which costs far more than a spin under
+	// emulation).
+	SpinsPerTrip float64 `json:"spins_per_round_trip,omitempty"`
+	ParksPerTrip float64 `json:"parks_per_round_trip,omitempty"`
 }
 
 func runPing(o pingOpts, stdout io.Writer) error {
@@ -80,10 +85,15 @@ func runPing(o pingOpts, stdout io.Writer) error {
 	}
 	buf := make([]byte, o.size)
 	rtt := make([]time.Duration, 0, o.count)
+	rc, _ := c.(*rnet.Conn)
 	var cgo0 uint64
+	var st0 rnet.Stats
 	for i := 0; i < o.warmup+o.count; i++ {
 		if i == o.warmup {
 			cgo0 = verbs.CgoCalls()
+			if rc != nil {
+				st0 = rc.Stats()
+			}
 		}
 		t0 := time.Now()
 		if _, err := c.Write(buf); err != nil {
@@ -102,14 +112,22 @@ func runPing(o pingOpts, stdout io.Writer) error {
 	cgo := verbs.CgoCalls() - cgo0
 	r := summarize(rtt)
 	r.Transport, r.Server, r.Local, r.Size = netName(o.tcp), c.RemoteAddr().String(), c.LocalAddr().String(), o.size
-	if _, ok := c.(*rnet.Conn); ok {
-		r.CgoPerTrip = float64(cgo) / float64(len(rtt))
+	if rc != nil && len(rtt) > 0 {
+		st := rc.Stats()
+		trips := float64(len(rtt))
+		r.CgoPerTrip = float64(cgo) / trips
+		r.SpinsPerTrip = float64(st.Spins-st0.Spins) / trips
+		r.ParksPerTrip = float64(st.Parks-st0.Parks) / trips
 	}
 	if o.json {
 		return json.NewEncoder(stdout).Encode(r)
 	}
-	_, err = fmt.Fprintf(stdout, "%s %s -> %s: %d round trips of %d B: min %.1f  p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  mean %.1f µs\n",
+	line := fmt.Sprintf("%s %s -> %s: %d round trips of %d B: min %.1f  p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  mean %.1f µs",
 		r.Transport, r.Local, r.Server, r.Count, r.Size, r.MinUs, r.P50Us, r.P90Us, r.P99Us, r.MaxUs, r.MeanUs)
+	if rc != nil {
+		line += fmt.Sprintf("; per round trip: %.2f cgo calls, %.2f spins, %.3f parks", r.CgoPerTrip, r.SpinsPerTrip, r.ParksPerTrip)
+	}
+	_, err = fmt.Fprintln(stdout, line)
 	return err
 }
 
