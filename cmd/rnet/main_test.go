@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/rnet"
 )
 
 // TestMain lets the test binary act as the rnet command, so device tests run
@@ -159,6 +160,15 @@ func TestPerfJSON(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "stats") || strings.Contains(out.String(), "cgo") {
 		t.Errorf("TCP result carries RDMA fields: %s", out.String())
+	}
+	// The text form of an RDMA result says how its calls waited.
+	out.Reset()
+	r.Transport, r.Stats, r.CgoPerWrite = "rdma", &rnet.Stats{Spins: 7, Parks: 3}, 1.5
+	if err := printPerf(&out, false, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "1.50 cgo calls/write; waits: 7 spun, 3 parked") {
+		t.Errorf("text result: %s", out.String())
 	}
 }
 

@@ -165,7 +165,7 @@ func printPerf(w io.Writer, asJSON bool, r PerfResult) error {
 	fmt.Fprintf(w, "%s %s -> %s: %d writes of %d B, %s in %.2f s = %.1f MB/s (%.3f Gb/s)",
 		r.Transport, r.Local, r.Server, r.Writes, r.Size, human(r.Bytes), r.Seconds, r.MBps, r.Gbps)
 	if r.Stats != nil {
-		fmt.Fprintf(w, ", %.2f cgo calls/write", r.CgoPerWrite)
+		fmt.Fprintf(w, ", %.2f cgo calls/write; waits: %d spun, %d parked", r.CgoPerWrite, r.Stats.Spins, r.Stats.Parks)
 	}
 	fmt.Fprintln(w)
 	return nil
