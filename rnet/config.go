@@ -32,7 +32,10 @@ type Config struct {
 	// spinning (and BusyPollLimit with it). A very long BusyPoll (a minute,
 	// say) polls until the data comes, as rstream's default nonblocking
 	// loop does: the lowest latency, for one core per waiting call. Spins
-	// still end at the call's deadline and at Close.
+	// still end at the call's deadline and at Close. A Read that is not
+	// waiting for a reply (a streaming reader) stops spinning while fewer
+	// than one spin in eight catches its data, and every 16th such Read
+	// spins to find out whether that changed.
 	BusyPoll time.Duration
 	// BusyPollLimit lets a Read's spin grow past BusyPoll on a connection
 	// whose replies come quickly: a Read that waits for the answer to a

@@ -338,3 +338,92 @@ func TestRestWindow(t *testing.T) {
 		t.Fatal("after the rest of a reply: the next Read still waits for a rest")
 	}
 }
+
+// A streaming Read (not waiting for a reply) stops spinning while fewer
+// than streamHitsMin of its spins catch their data, probes every
+// probeEvery-th wait, and spins again once a probe catches its data; a
+// reader whose spins catch their data one time in three keeps spinning.
+func TestStreamSpinRule(t *testing.T) {
+	const d = 10 * time.Microsecond
+	var s streamSpin
+	for i := range streamSpinWarmup {
+		if got := s.window(d); got != d {
+			t.Fatalf("wait %d of the warm-up: window %v, want BusyPoll %v", i, got, d)
+		}
+		s.observe(false)
+	}
+	spins := 0
+	for i := 1; i <= 2*probeEvery; i++ {
+		if w := s.window(d); w > 0 {
+			spins++
+			if i%probeEvery != 0 {
+				t.Fatalf("wait %d after only misses spun %v; only every %dth should", i, w, probeEvery)
+			}
+			s.observe(false)
+		}
+	}
+	if spins != 2 {
+		t.Fatalf("%d probes in %d waits, want 2", spins, 2*probeEvery)
+	}
+	for s.window(d) == 0 {
+	}
+	s.observe(true) // a probe caught its data
+	if got := s.window(d); got != d {
+		t.Fatalf("after a probe caught data: window %v, want BusyPoll %v", got, d)
+	}
+
+	var third streamSpin
+	for i := range 30 {
+		if got := third.window(d); got != d {
+			t.Fatalf("wait %d, one spin in three catching: window %v, want BusyPoll %v", i, got, d)
+		}
+		third.observe(i%3 == 0)
+	}
+
+	var off streamSpin
+	for range 2 * streamSpinWarmup {
+		off.observe(false)
+	}
+	if got := off.window(-1); got != -1 {
+		t.Fatalf("spinning disabled: window %v, want it left alone", got)
+	}
+}
+
+// Over the simulated fabric: a reader whose data only ever comes after it
+// parked stops spinning, apart from the probes.
+func TestSimStreamReadStopsSpinning(t *testing.T) {
+	client, server := simPipe(t, nil)
+	defer client.Close()
+	defer server.Close()
+	cqp := client.qp.(*simQP)
+	cqp.waiting = make(chan struct{}, 1)
+
+	const messages = 4 * probeEvery
+	errc := make(chan error, 1)
+	go func() {
+		// Send each message only once the reader waits on the
+		// completion channel, after its spin (if any) gave up.
+		msg := make([]byte, 64)
+		for range messages {
+			<-cqp.waiting
+			if _, err := server.Write(msg); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	buf := make([]byte, 64)
+	for i := range messages {
+		if _, err := io.ReadFull(client, buf); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	st := client.Stats()
+	if want := uint64(streamSpinWarmup + messages/probeEvery); st.Spins > want || st.Parks < messages {
+		t.Fatalf("%d messages that each came after a park: %d spins (want at most %d), %d parks", messages, st.Spins, want, st.Parks)
+	}
+}
