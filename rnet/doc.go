@@ -27,7 +27,9 @@
 // first spins on the completion queue for about twice the recent reply
 // time, or as long as a park has been measured to cost if that is longer
 // (Config.BusyPoll, Config.BusyPollLimit), because a park and wakeup can
-// cost more than the reply takes. Deadlines, CloseWrite,
+// cost more than the reply takes. Other waits spin Config.BusyPoll, and a
+// streaming reader stops spinning while its spins rarely catch data.
+// Deadlines, CloseWrite,
 // *net.OpError, net.ErrClosed and io.EOF behave as they do for *net.TCPConn,
 // which is what lets gRPC, net/http and yamux run over rnet unchanged.
 //
