@@ -209,11 +209,7 @@ func TestSpinWindowCoversParkCost(t *testing.T) {
 // after that only every measureEvery-th wait does, so that waits whose
 // window already covers a park cannot ratchet the estimate up.
 func TestSimReadMeasuresParks(t *testing.T) {
-	client, server := simPipe(t, nil)
-	defer client.Close()
-	defer server.Close()
-	cqp := client.qp.(*simQP)
-	cqp.waiting = make(chan struct{}, 1)
+	client, server, cqp := parkSignallingPipe(t)
 
 	const rounds = 200
 	errc := make(chan error, 1)
@@ -392,11 +388,7 @@ func TestStreamSpinRule(t *testing.T) {
 // Over the simulated fabric: a reader whose data only ever comes after it
 // parked stops spinning, apart from the probes.
 func TestSimStreamReadStopsSpinning(t *testing.T) {
-	client, server := simPipe(t, nil)
-	defer client.Close()
-	defer server.Close()
-	cqp := client.qp.(*simQP)
-	cqp.waiting = make(chan struct{}, 1)
+	client, server, cqp := parkSignallingPipe(t)
 
 	const messages = 4 * probeEvery
 	errc := make(chan error, 1)
@@ -426,4 +418,19 @@ func TestSimStreamReadStopsSpinning(t *testing.T) {
 	if want := uint64(streamSpinWarmup + messages/probeEvery); st.Spins > want || st.Parks < messages {
 		t.Fatalf("%d messages that each came after a park: %d spins (want at most %d), %d parks", messages, st.Spins, want, st.Parks)
 	}
+}
+
+// parkSignallingPipe is simPipe whose client signals on the returned
+// simQP's waiting channel each time it waits on its completion channel,
+// so that the peer can answer only once the client has parked.
+func parkSignallingPipe(t *testing.T) (client, server *Conn, cqp *simQP) {
+	t.Helper()
+	client, server = simPipe(t, nil)
+	t.Cleanup(func() {
+		client.Close()
+		server.Close()
+	})
+	cqp = client.qp.(*simQP)
+	cqp.waiting = make(chan struct{}, 1)
+	return client, server, cqp
 }
