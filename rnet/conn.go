@@ -367,14 +367,15 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 
 // awaitEvent is one round of the owner of the completion channel wait: arm
 // the CQ, drive the engine, and unless done (called with c.mu held) now
-// holds, wait for the next event and drive again. A deadline, Close or a
+// holds, wait for the next event and drive again, taking the event in that
+// drive's crossing: a park costs two crossings. A deadline, Close or a
 // transport event kicks the wait; after shutdown it fails for good, and the
 // caller then sees why. waited says it did wait for an event.
 func (c *Conn) awaitEvent(done func() bool) (waited bool) {
 	// Arm before polling (in the first round's crossing): a completion
 	// that lands after the poll then still produces an event for wait.
 	c.mu.Lock()
-	c.stepLocked(true, true)
+	c.stepLocked(true, armFirst)
 	finished := done()
 	c.mu.Unlock()
 	if finished {
@@ -384,7 +385,7 @@ func (c *Conn) awaitEvent(done func() bool) (waited bool) {
 	c.mu.Lock()
 	c.parks++
 	if err == nil {
-		c.driveLocked()
+		c.stepLocked(true, takeFirst)
 	}
 	c.mu.Unlock()
 	return true
@@ -466,20 +467,30 @@ func (c *Conn) kickLocked() {
 // driveLocked posts whatever work the engine has and polls completions into
 // it, until the CQ is empty and nothing is left to post, and wakes whoever
 // can now proceed. Each round is one crossing into C (see postPoll).
-func (c *Conn) driveLocked() { c.stepLocked(true, false) }
+func (c *Conn) driveLocked() { c.stepLocked(true, plainFirst) }
 
 // driveMovedLocked is driveLocked that reports whether anything moved:
 // work posted or completions polled.
-func (c *Conn) driveMovedLocked() bool { return c.stepLocked(true, false) }
+func (c *Conn) driveMovedLocked() bool { return c.stepLocked(true, plainFirst) }
 
 // flushLocked is driveLocked for a caller that needs no news from the CQ
 // (a Read that found data): it crosses into C only when there is work to
 // post.
-func (c *Conn) flushLocked() { c.stepLocked(false, false) }
+func (c *Conn) flushLocked() { c.stepLocked(false, plainFirst) }
 
-// stepLocked is driveLocked (poll) or flushLocked; arm arms the CQ in the
-// first round's crossing, for a caller about to wait on the channel.
-func (c *Conn) stepLocked(poll, arm bool) (moved bool) {
+// firstCrossing is what the first crossing of a step does besides posting
+// and polling.
+type firstCrossing int
+
+const (
+	plainFirst firstCrossing = iota
+	armFirst                 // arm the CQ: the caller is about to wait on the channel
+	takeFirst                // take the event that woke the caller's wait
+)
+
+// stepLocked is driveLocked (poll) or flushLocked, with first's extra work
+// folded into the first round's crossing.
+func (c *Conn) stepLocked(poll bool, first firstCrossing) (moved bool) {
 	for {
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
 		if c.fatal == nil {
@@ -497,12 +508,15 @@ func (c *Conn) stepLocked(poll, arm bool) (moved bool) {
 		}
 		var n int
 		var err error
-		if arm {
+		switch first {
+		case armFirst:
 			n, err = c.qp.armPostPoll(c.recvs, c.sends, wcs)
-			arm = false
-		} else {
+		case takeFirst:
+			n, err = c.qp.takePostPoll(c.recvs, c.sends, wcs)
+		default:
 			n, err = c.qp.postPoll(c.recvs, c.sends, wcs)
 		}
+		first = plainFirst
 		c.polls++
 		if err != nil {
 			c.failLocked(err)

@@ -15,8 +15,9 @@ import (
 // one goroutine at a time calls arm and wait (the Conn's blocked caller that
 // owns the completion channel). wait must park that goroutine (not an OS
 // thread) until a completion may be available after arm, or kick is called,
-// and then return nil; wakeups may be spurious. After shutdown it returns
-// net.ErrClosed for good. kick may be called from any goroutine at any time,
+// and then return nil; wakeups may be spurious. The wakeup's event is left
+// for the caller's next takePostPoll, which it makes after every wait that
+// returns nil. After shutdown wait returns net.ErrClosed for good. kick may be called from any goroutine at any time,
 // also after release, and is never lost: a kick with no wait in progress
 // makes the next wait return at once.
 type queuePair interface {
@@ -29,6 +30,9 @@ type queuePair interface {
 	// armPostPoll is postPoll that first asks for one wakeup of wait at
 	// the next completion, in the same crossing.
 	armPostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error)
+	// takePostPoll is postPoll that first takes the event (if any) that
+	// woke wait, in the same crossing.
+	takePostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error)
 	wait() error
 	kick()
 	// wakesPeer reports whether posting readies a goroutine of this

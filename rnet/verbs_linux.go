@@ -77,6 +77,10 @@ func (q *verbsQP) armPostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ri
 	return q.qp.ArmPostAndPoll(q.cq, asVerbsRecvs(recvs), asVerbsSends(sends), asVerbsCompletions(out))
 }
 
+func (q *verbsQP) takePostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error) {
+	return q.qp.TakeEventPostAndPoll(q.cq, asVerbsRecvs(recvs), asVerbsSends(sends), asVerbsCompletions(out))
+}
+
 func (q *verbsQP) wakesPeer() bool { return false }
 
 func (q *verbsQP) wait() error {
@@ -84,7 +88,7 @@ func (q *verbsQP) wait() error {
 		q.cc.SetDeadline(time.Time{})
 		return nil
 	}
-	_, err := q.cc.Wait(context.Background())
+	err := q.cc.WaitReady(context.Background())
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// kick's way in: a past deadline on the channel's fd.
 		q.cc.SetDeadline(time.Time{})

@@ -201,6 +201,7 @@ func TestConnectWriteImmDisconnect(t *testing.T) {
 
 	checkHotPathCost(t, ctx, p, raddr, rkey)
 	checkArmPostAndPoll(t, ctx, p, raddr, rkey)
+	checkWaitReadyTakeEvent(t, ctx, p, raddr, rkey)
 
 	// Disconnect from the client: both sides see DISCONNECTED.
 	p.disconnect(t, ctx)
@@ -293,6 +294,45 @@ func checkArmPostAndPoll(t *testing.T, ctx context.Context, p *pair, raddr uint6
 	reap(41, n)
 	if _, err := c.cch.Wait(ctx); err != nil {
 		t.Fatalf("no event after ArmPostAndPoll: %v", err)
+	}
+}
+
+// checkWaitReadyTakeEvent: WaitReady returns once an armed CQ's event is on
+// the channel, and TakeEventPostAndPoll takes that event in its one
+// crossing, so none is left for Wait to read; with no event left it is no
+// error. Wait reads the channel before it parks, so a left-over event would
+// make it return instead of reaching its deadline.
+func checkWaitReadyTakeEvent(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
+	c := p.client
+	var wc [4]verbs.Completion
+	n, err := c.qp.ArmPostAndPoll(c.cq, nil, []verbs.SendWR{{ID: 42, Op: verbs.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}, wc[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cch.WaitReady(ctx); err != nil {
+		t.Fatalf("WaitReady after ArmPostAndPoll: %v", err)
+	}
+	before, takes := verbs.CgoCalls(), uint64(0)
+	for have := n; have == 0; takes++ {
+		m, err := c.qp.TakeEventPostAndPoll(c.cq, nil, nil, wc[n:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		have, n = m, n+m
+	}
+	if n != 1 || wc[0].ID != 42 || wc[0].Status != verbs.WCSuccess {
+		t.Fatalf("completions %+v (%d), want write 42's", wc[:n], n)
+	}
+	if calls := verbs.CgoCalls() - before; calls != takes {
+		t.Errorf("%d TakeEventPostAndPoll calls made %d cgo calls, want one each", takes, calls)
+	}
+	if m, err := c.qp.TakeEventPostAndPoll(c.cq, nil, nil, wc[:]); m != 0 || err != nil {
+		t.Fatalf("TakeEventPostAndPoll on an empty channel and CQ = %d, %v", m, err)
+	}
+	c.cch.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	defer c.cch.SetDeadline(time.Time{})
+	if cq, err := c.cch.Wait(ctx); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Wait after TakeEventPostAndPoll = %v, %v: the event was left on the channel", cq, err)
 	}
 }
 

@@ -10,9 +10,12 @@ import "C"
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // ackBatch is how many CQ events are acknowledged per ibv_ack_cq_events
@@ -30,6 +33,7 @@ type CompChannel struct {
 	mu     sync.Mutex
 	cqs    map[C.uintptr_t]*CQ // live CQs on this channel by handle, to turn an event into a *CQ
 	closed bool
+	sole   atomic.Bool // len(cqs) == 1, read without mu on the hot path
 }
 
 // NewCompChannel creates a completion channel and prepares its fd for
@@ -96,6 +100,52 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 		return g, nil
 	}
 }
+
+// WaitReady parks the goroutine until the channel may hold an event, without
+// taking it: the caller's next QP.TakeEventPostAndPoll takes it in the same
+// crossing as its poll. So a wait costs one poll(2) and that crossing, where
+// Wait costs a crossing to find the channel empty before it parks, one to
+// read the event, and the poll after it a third. Errors are Wait's. The
+// wakeup may be spurious: the event may have been taken already.
+func (ch *CompChannel) WaitReady(ctx context.Context) error {
+	w := readyWaits.Get().(*readyWait)
+	w.looked = false
+	err := ch.poll.WaitFunc(ctx, w.try)
+	readyWaits.Put(w)
+	if err != nil {
+		return &Error{Op: "wait for completion channel", Device: ch.dev, Err: err}
+	}
+	return nil
+}
+
+// readyWait is WaitReady's try function with its state, pooled so that
+// waiting does not allocate. The netpoller calls try before it parks and
+// again after each wakeup. The first call must look at the fd itself: the
+// runtime forgets readiness it saw before the wait began, and an event that
+// came then brings no further edge. It looks with poll(2), which needs no
+// crossing into C; the event stays on the channel for the caller to take.
+// Any later call is a wakeup, and accepts.
+type readyWait struct {
+	looked bool
+	fds    [1]unix.PollFd
+	try    func(uintptr) bool
+}
+
+var readyWaits = sync.Pool{New: func() any {
+	w := new(readyWait)
+	w.try = func(fd uintptr) bool {
+		if w.looked {
+			return true
+		}
+		w.looked = true
+		w.fds[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+		n, err := unix.Poll(w.fds[:], 0)
+		// On an error (EINTR) look no further: a spurious wakeup is
+		// harmless, a missed one is not.
+		return n != 0 || err != nil
+	}
+	return w
+}}
 
 // cqEventWait is the state of one Wait, pooled so that waiting does not
 // allocate: the function the netpoller calls is bound once, when the waiter

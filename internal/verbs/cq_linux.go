@@ -52,6 +52,7 @@ func (ctx *Context) NewCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	cq := &CQ{c: c, ch: ch, dev: ctx.name, cqe: int(c.cqe)}
 	if ch != nil {
 		ch.cqs[handle(unsafe.Pointer(c))] = cq
+		ch.sole.Store(len(ch.cqs) == 1)
 	}
 	return cq, nil
 }
@@ -141,6 +142,7 @@ func (cq *CQ) Close() error {
 		if h := handle(unsafe.Pointer(cq.c)); ch.cqs[h] == cq {
 			delete(ch.cqs, h)
 		}
+		ch.sole.Store(len(ch.cqs) == 1)
 		cq.c = nil
 		return ch.destroyIfUnusedLocked()
 	}

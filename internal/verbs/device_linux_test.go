@@ -157,7 +157,26 @@ func TestCQWaitDeadlineContextAndClose(t *testing.T) {
 	if _, err := ch.Wait(context.Background()); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Wait = %v, want deadline", err)
 	}
+	if err := ch.WaitReady(context.Background()); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("WaitReady = %v, want deadline", err)
+	}
 	ch.SetDeadline(time.Time{})
+
+	// Taking an event needs the CQ to be alone on its channel.
+	var noQP QP
+	other, err := ctx.NewCQ(4, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := noQP.TakeEventPostAndPoll(cq, nil, nil, wc[:]); !errors.Is(err, ErrSharedChannel) {
+		t.Fatalf("TakeEventPostAndPoll with two CQs on the channel = %v, want ErrSharedChannel", err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := noQP.TakeEventPostAndPoll(cq, nil, nil, wc[:]); errors.Is(err, ErrSharedChannel) || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("TakeEventPostAndPoll with the CQ alone, on a closed QP = %v, want net.ErrClosed", err)
+	}
 	c, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { _, err := ch.Wait(c); done <- err }()

@@ -16,6 +16,10 @@ var ErrNoDevice = errors.New("rdma: no RDMA device")
 // errClosed is what use after Close wraps.
 var errClosed = net.ErrClosed
 
+// ErrSharedChannel is returned by QP.TakeEventPostAndPoll for a CQ that
+// shares its completion channel with another CQ, whose events it would take.
+var ErrSharedChannel = errors.New("completion channel has more than one CQ")
+
 // ErrNotSupported is returned by every constructor where rnet has no RDMA
 // implementation (not Linux, or built without cgo). It wraps
 // errors.ErrUnsupported.

@@ -93,7 +93,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 // failed; nothing after it was done, and some WRs of a failed post may be on
 // the queue.
 func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	return qp.postAndPoll(cq, false, recvs, sends, out)
+	return qp.postAndPoll(cq, 0, recvs, sends, out)
 }
 
 // ArmPostAndPoll is PostAndPoll for a caller about to wait on cq's
@@ -101,10 +101,23 @@ func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completi
 // every completion), so that a completion that lands after the poll still
 // produces an event. The arm costs no crossing of its own.
 func (qp *QP) ArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	return qp.postAndPoll(cq, true, recvs, sends, out)
+	return qp.postAndPoll(cq, C.RNET_ARM, recvs, sends, out)
 }
 
-func (qp *QP) postAndPoll(cq *CQ, arm bool, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+// TakeEventPostAndPoll is PostAndPoll for a caller that CompChannel.WaitReady
+// woke: in the same crossing it first takes one event off cq's channel, if
+// there is one, and acknowledges it. Unlike CompChannel.Wait it cannot tell
+// which CQ an event came from, so cq must be the only CQ on its channel
+// (ErrSharedChannel otherwise). Finding no event is not an error: the
+// wakeup was a deadline's, or spurious.
+func (qp *QP) TakeEventPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+	if cq.ch == nil || !cq.ch.sole.Load() {
+		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Err: ErrSharedChannel}
+	}
+	return qp.postAndPoll(cq, C.RNET_TAKE_EVENT, recvs, sends, out)
+}
+
+func (qp *QP) postAndPoll(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
 	if len(recvs) > MaxBatch {
 		if _, err := qp.PostRecv(recvs[:len(recvs)-MaxBatch]); err != nil {
 			return 0, err
@@ -123,13 +136,13 @@ func (qp *QP) postAndPoll(cq *CQ, arm bool, recvs []RecvWR, sends []SendWR, out 
 	// connection's profile). Nothing between the locks can panic.
 	qp.mu.RLock()
 	cq.mu.RLock()
-	n, err := qp.postPollLocked(cq, arm, recvs, sends, out)
+	n, err := qp.postPollLocked(cq, flags, recvs, sends, out)
 	cq.mu.RUnlock()
 	qp.mu.RUnlock()
 	return n, err
 }
 
-func (qp *QP) postPollLocked(cq *CQ, arm bool, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+func (qp *QP) postPollLocked(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
 	if qp.c == nil {
 		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Err: errClosed}
 	}
@@ -150,12 +163,14 @@ func (qp *QP) postPollLocked(cq *CQ, arm bool, recvs []RecvWR, sends []SendWR, o
 	if len(out) > 0 {
 		wp = (*C.struct_rnet_wc)(unsafe.Pointer(&out[0]))
 	}
-	armFlag := C.int(0)
-	if arm {
-		armFlag = 1
+	var ch C.uintptr_t
+	if flags&C.RNET_TAKE_EVENT != 0 {
+		// cq.ch.c outlives cq.c, which is live under cq.mu: the channel
+		// is destroyed only once its last CQ is.
+		ch = handle(unsafe.Pointer(cq.ch.c))
 	}
 	CountCgoCall()
-	r := int64(C.rnet_post_poll(handle(unsafe.Pointer(qp.c)), handle(unsafe.Pointer(cq.c)), armFlag, rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30))))
+	r := int64(C.rnet_post_poll(handle(unsafe.Pointer(qp.c)), handle(unsafe.Pointer(cq.c)), ch, flags, rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30))))
 	if r >= 0 {
 		return int(r), nil
 	}
@@ -170,6 +185,8 @@ func (qp *QP) postPollLocked(cq *CQ, arm bool, recvs []RecvWR, sends []SendWR, o
 		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Errno: errno}
 	case 3:
 		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
+	case 5:
+		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
 	default:
 		return 0, &Error{Op: "ibv_req_notify_cq", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
 	}

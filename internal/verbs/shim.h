@@ -196,14 +196,22 @@ static inline int rnet_poll_cq(struct ibv_cq *cq, struct rnet_wc *out, int n)
 // 4.4% of a polling client's CPU samples in the Soft-RoCE guest, more than
 // the rest of the Go side of the crossing. The handles are C allocations.
 
-// rnet_post_poll is a connection's usual step in one crossing: arm the CQ
-// if asked (a caller about to wait on the channel arms before it polls, so
-// that a completion after the poll still wakes it), post the receive WRs,
-// then the send WRs, then poll up to n_wc completions. It returns the
-// number of completions, or -(stage << 40 | errno << 8 | index) when stage
-// 1 (post_recv), 2 (post_send), 3 (poll_cq) or 4 (req_notify_cq) failed;
+// rnet_post_poll is a connection's usual step in one crossing. With
+// RNET_TAKE_EVENT it first takes one event off the CQ's completion channel
+// (ch, which has no other CQ) and acknowledges it: a caller the channel
+// woke needs the event gone, and reading it here saves a crossing of its
+// own. EAGAIN there is no failure: the wakeup was a kick, or a spurious
+// one. With RNET_ARM it arms the CQ (a caller about to wait on the channel
+// arms before it polls, so that a completion after the poll still wakes
+// it). Then it posts the receive WRs, then the send WRs, then polls up to
+// n_wc completions. It returns the number of completions, or
+// -(stage << 40 | errno << 8 | index) when stage 1 (post_recv), 2
+// (post_send), 3 (poll_cq), 4 (req_notify_cq) or 5 (get_cq_event) failed;
 // nothing after a failed stage is done.
-static inline long long rnet_post_poll(uintptr_t qp_handle, uintptr_t cq_handle, int arm,
+enum { RNET_ARM = 1, RNET_TAKE_EVENT = 2 };
+
+static inline long long rnet_post_poll(uintptr_t qp_handle, uintptr_t cq_handle, uintptr_t ch_handle,
+	int flags,
 	const struct rnet_recv_wr *recvs, int n_recv,
 	const struct rnet_send_wr *sends, int n_send,
 	struct rnet_wc *out, int n_wc)
@@ -212,7 +220,16 @@ static inline long long rnet_post_poll(uintptr_t qp_handle, uintptr_t cq_handle,
 	struct ibv_cq *cq = (struct ibv_cq *)cq_handle;
 	int r;
 
-	if (arm && (r = ibv_req_notify_cq(cq, 0)) != 0) {
+	if (flags & RNET_TAKE_EVENT) {
+		struct ibv_cq *ev_cq;
+		void *ev_ctx;
+		errno = 0;
+		if (ibv_get_cq_event((struct ibv_comp_channel *)ch_handle, &ev_cq, &ev_ctx) == 0)
+			ibv_ack_cq_events(ev_cq, 1);
+		else if (errno != EAGAIN)
+			return -((5LL << 40) | ((long long)(errno ? errno : EIO) << 8));
+	}
+	if ((flags & RNET_ARM) && (r = ibv_req_notify_cq(cq, 0)) != 0) {
 		// Providers return an errno, some a negative one or -1.
 		if (r < 0)
 			r = r == -1 ? (errno ? errno : EIO) : -r;

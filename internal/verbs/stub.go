@@ -53,6 +53,9 @@ func (mr *MR) Close() error   { return nil }
 func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	return nil, unsupported("ibv_get_cq_event")
 }
+func (ch *CompChannel) WaitReady(ctx context.Context) error {
+	return unsupported("wait for completion channel")
+}
 func (ch *CompChannel) SetDeadline(t time.Time) error { return unsupported("SetDeadline") }
 func (ch *CompChannel) Close() error                  { return nil }
 
@@ -77,4 +80,7 @@ func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completi
 }
 func (qp *QP) ArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
 	return 0, unsupported("ibv_req_notify_cq")
+}
+func (qp *QP) TakeEventPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+	return 0, unsupported("ibv_get_cq_event")
 }
