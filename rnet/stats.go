@@ -27,8 +27,8 @@ type Stats struct {
 	// How Reads, Writes and Close waited (see Config.BusyPoll): Spins
 	// counts waits that polled the CQ in a loop, Parks the times a waiting
 	// goroutine parked until the completion channel or another caller
-	// woke it. A park costs several crossings into C and a wakeup through
-	// the netpoller, a spin one crossing per round.
+	// woke it. A park on the channel costs two crossings into C and a
+	// wakeup through the netpoller, a spin one crossing per round.
 	Spins uint64
 	Parks uint64
 }
