@@ -19,8 +19,15 @@ func (e *Engine) Write(p []byte) (int, error) {
 	}
 	n := min(len(p), e.SendSpace())
 	if n == 0 {
+		if len(p) > 0 {
+			e.sBacklog = true
+		}
 		return 0, nil
 	}
+	if e.sHead == e.sTail && !e.sBacklog {
+		e.sStart = true // nothing unsent or unacknowledged: see sStart
+	}
+	e.sBacklog = n < len(p)
 	size := uint64(len(e.sbuf))
 	pos := int(e.sHead % size)
 	c := copy(e.sbuf[pos:], p[:n])
@@ -98,10 +105,10 @@ func (e *Engine) PostSends(dst []SendWR) []SendWR {
 
 // postData turns written bytes into transfers. rsocket's rules: a transfer
 // needs a send queue entry (two in iWARP mode), a credit and room in the
-// current target SGL entry; it is at most StartTransfer bytes when nothing
-// is in flight and MaxTransfer otherwise (see StartTransfer for why not
-// rsocket's doubling), and never crosses a target entry; a wrapped sbuf is
-// sent with two SGEs.
+// current target SGL entry; it is at most StartTransfer bytes when it
+// starts what was written after an idle spell (sStart) and MaxTransfer
+// otherwise (see StartTransfer for why not rsocket's doubling), and never
+// crosses a target entry; a wrapped sbuf is sent with two SGEs.
 func (e *Engine) postData(dst []SendWR) []SendWR {
 	need := 1
 	if e.cfg.IWARP {
@@ -124,8 +131,9 @@ func (e *Engine) postData(dst []SendWR) []SendWR {
 		}
 
 		x := min(e.sHead-e.sPosted, MaxTransfer, uint64(t.Length))
-		if e.sPosted == e.sTail {
-			x = min(x, StartTransfer) // nothing in flight: see StartTransfer
+		if e.sStart {
+			x = min(x, StartTransfer) // see StartTransfer
+			e.sStart = false
 		}
 		n := uint32(x)
 
