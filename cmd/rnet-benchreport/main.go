@@ -197,6 +197,7 @@ func measure(c *config) (*Report, error) {
 			rnetConfigNote(c),
 			"rstream polls: its default loop retries rsend/rrecv with MSG_DONTWAIT and never sleeps; rnet-poll does the same (RNET_BUSY_POLL=" + pollForever + ": spin until the data comes). rstream-block is rstream -T b: blocking calls, where rsocket polls 10 µs and then sleeps on the completion channel, as rnet's default Config does. rnet/rstream-block and rnet-poll/rstream compare like with like",
 			"tcp is Go's net package on the same addresses",
+			"order: at each size the transports run one after another, each run starting with the next one",
 		},
 	}
 	if out, err := exec.Command("uname", "-r").Output(); err == nil {
@@ -249,13 +250,16 @@ func measure(c *config) (*Report, error) {
 	for run := 1; run <= c.runs; run++ {
 		fmt.Fprintf(os.Stderr, "== run %d of %d\n", run, c.runs)
 		// Interleave the transports at each size, so that a slow patch of
-		// the machine hurts them alike.
+		// the machine hurts them alike, and start each run with the next
+		// one: going first or right after another transport moved a
+		// transport's figure by several percent in the lab, and a fixed
+		// order would put that into every run's ratio.
 		for _, group := range []struct {
 			sizes []int
 			tests []test
 		}{{throughputSizes, bw}, {latencySizes, lat}} {
 			for _, size := range group.sizes {
-				for _, t := range group.tests {
+				for _, t := range rotated(group.tests, run-1) {
 					port++
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 					start := time.Now()
@@ -618,4 +622,14 @@ func ibWriteLat(ctx context.Context, c *config, port, size int) (map[string]floa
 		return nil, fmt.Errorf("ib_write_lat result %q: %w", f, err)
 	}
 	return map[string]float64{Latency: 2 * avg, LatencyP50: 2 * typ}, nil
+}
+
+// rotated returns list starting at its k-th element (modulo its length),
+// wrapping around.
+func rotated[T any](list []T, k int) []T {
+	if len(list) == 0 {
+		return nil
+	}
+	k %= len(list)
+	return append(append(make([]T, 0, len(list)), list[k:]...), list[:k]...)
 }

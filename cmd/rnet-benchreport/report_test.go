@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/xml"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -95,5 +96,22 @@ func TestSVGIsWellFormed(t *testing.T) {
 	b.Reset()
 	if err := (&Report{}).WriteSVG(&b); err != nil || !strings.Contains(b.String(), "no data") {
 		t.Errorf("empty report: %v", err)
+	}
+}
+
+// Each run starts with the next transport, and every run still measures
+// each transport once.
+func TestRotated(t *testing.T) {
+	list := []string{"a", "b", "c"}
+	for k, want := range [][]string{{"a", "b", "c"}, {"b", "c", "a"}, {"c", "a", "b"}, {"a", "b", "c"}} {
+		if got := rotated(list, k); !slices.Equal(got, want) {
+			t.Errorf("rotated(%v, %d) = %v, want %v", list, k, got, want)
+		}
+	}
+	if got := rotated([]string(nil), 2); len(got) != 0 {
+		t.Errorf("rotated(nil) = %v", got)
+	}
+	if list[0] != "a" {
+		t.Errorf("rotated changed its argument: %v", list)
 	}
 }
