@@ -493,11 +493,22 @@ const (
 func (c *Conn) stepLocked(poll bool, first firstCrossing) (moved bool) {
 	for {
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
-		if c.fatal == nil {
+		switch {
+		case c.fatal != nil:
+		case poll || c.eng.RepostDue():
 			// Receives go first: the engine only grants credits for
 			// receives that are back on the queue.
 			c.recvs = c.eng.PostRecvs(c.recvs)
 			c.sends = c.eng.PostSends(c.sends)
+		default:
+			// A crossing only to repost receives can wait (see
+			// Engine.RepostDue): they go with this round's sends if
+			// there are any, else with the next crossing. No credit
+			// update is due, so PostSends does not miss one.
+			c.sends = c.eng.PostSends(c.sends)
+			if len(c.sends) > 0 {
+				c.recvs = c.eng.PostRecvs(c.recvs)
+			}
 		}
 		if !poll && len(c.recvs) == 0 && len(c.sends) == 0 {
 			break

@@ -366,19 +366,45 @@ func (e *Engine) Blocked() bool {
 	if e.sPosted != e.sHead || e.closePending != closeNone || e.keepalivePending {
 		return true
 	}
-	return e.creditsDue()
+	if e.peerShutdown || e.readClosed {
+		return false
+	}
+	return e.creditsDue() || e.recvToPost >= repostBatch
 }
 
-// creditsDue reports that postCredits has an update to send, leaving aside
-// whether a control slot is free.
+// creditsDue reports that postCredits has an update to send once the
+// consumed receives are back on the queue, leaving aside whether a control
+// slot is free.
 func (e *Engine) creditsDue() bool {
 	if e.peerShutdown || e.readClosed {
 		return false
 	}
-	if e.recvToPost > 0 {
-		return true
-	}
 	return e.rbufAvail >= e.half && e.nGrants < len(e.grants) || int16(e.rseqNo-e.rseqComp) >= 0
+}
+
+// repostBatch is how many consumed receives may wait for the driver's next
+// crossing before they must go back on the queue by themselves (see
+// RepostDue): a quarter of RecvHeadroom, so that the rest still absorbs the
+// control messages a peer can send between two polls (about eight, see
+// RecvHeadroom) with room to spare.
+const repostBatch = RecvHeadroom / 4
+
+// RepostDue reports that receives consumed so far must be posted again now,
+// in a crossing of their own if need be, rather than with whatever the
+// driver posts or polls next. A receive that a DATA message used is covered
+// by no credit until a credit update grants it again, and postCredits
+// grants nothing while receives wait, so only the peer's control messages
+// (credit updates, SHUTDOWN, DISCONNECT, keepalives) need the receives back
+// soon; they have RecvHeadroom spare ones. So receives wait until
+// repostBatch of them have been consumed or a credit update is due. A
+// driver that reposts only then saves a crossing per message it receives:
+// the receive goes back with the next poll or Write.
+func (e *Engine) RepostDue() bool {
+	if e.recvToPost == 0 {
+		return false
+	}
+	return !e.established || e.recvToPost >= repostBatch || e.creditsDue() ||
+		e.peerShutdown || e.readClosed
 }
 
 // InFlight is the number of sends posted whose completions have not come
