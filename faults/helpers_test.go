@@ -177,28 +177,69 @@ func needLab(t testing.TB) rdmatest.Pair {
 
 // snapshot is what a process holds: to compare before and after.
 type snapshot struct {
-	fds, goroutines int
-	rdma            map[string]int
+	fds        int
+	goroutines map[string]bool // IDs of the goroutines alive
+	rdma       map[string]int
 }
 
 func takeSnapshot(t testing.TB) snapshot {
 	t.Helper()
-	return snapshot{fds: verbstest.OpenFDs(t), goroutines: runtime.NumGoroutine(), rdma: verbstest.Resources(t)}
+	ids, _ := goroutines()
+	return snapshot{fds: verbstest.OpenFDs(t), goroutines: ids, rdma: verbstest.Resources(t)}
 }
 
-// checkNoLeaks compares now with before. Goroutines get a bounded wait to
-// finish exiting (a goroutine that has signalled its end may still be on its
-// way out).
+// goroutines returns the IDs of the live goroutines and their stacks.
+func goroutines() (map[string]bool, []string) {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	ids := make(map[string]bool)
+	stacks := strings.Split(string(buf), "\n\n")
+	for _, st := range stacks {
+		if id, ok := strings.CutPrefix(st, "goroutine "); ok {
+			id, _, _ = strings.Cut(id, " ")
+			ids[id] = true
+		}
+	}
+	return ids, stacks
+}
+
+// newGoroutines returns the stacks of goroutines alive now that were not
+// when before was taken.
+func newGoroutines(before snapshot) []string {
+	_, stacks := goroutines()
+	var fresh []string
+	for _, st := range stacks {
+		id, ok := strings.CutPrefix(st, "goroutine ")
+		id, _, _ = strings.Cut(id, " ")
+		if ok && !before.goroutines[id] && !strings.Contains(st, "faults.checkNoLeaks") {
+			fresh = append(fresh, st)
+		}
+	}
+	return fresh
+}
+
+// checkNoLeaks compares now with before. Goroutines count by identity, so
+// one of before's that has ended since (such as connect's accept helper,
+// which may still have been on its way out) neither fails the check nor
+// hides a new one; new ones get a bounded wait to finish exiting.
 func checkNoLeaks(t testing.TB, before snapshot, what string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before.goroutines && time.Now().Before(deadline) {
+	for len(newGoroutines(before)) > 0 && time.Now().Before(deadline) {
 		runtime.Gosched()
 	}
 	after := takeSnapshot(t)
 	var diffs []string
-	if after.goroutines != before.goroutines {
-		diffs = append(diffs, fmt.Sprintf("goroutines %d -> %d", before.goroutines, after.goroutines))
+	fresh := newGoroutines(before)
+	if len(fresh) > 0 {
+		diffs = append(diffs, fmt.Sprintf("%d new goroutines", len(fresh)))
 	}
 	if after.fds != before.fds {
 		diffs = append(diffs, fmt.Sprintf("fds %d -> %d", before.fds, after.fds))
@@ -209,13 +250,12 @@ func checkNoLeaks(t testing.TB, before snapshot, what string) {
 		}
 	}
 	if len(diffs) > 0 {
-		if after.goroutines != before.goroutines {
-			buf := make([]byte, 1<<20)
-			t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+		if len(fresh) > 0 {
+			t.Logf("new goroutines:\n%s", strings.Join(fresh, "\n\n"))
 		}
 		t.Errorf("%s leaked: %s", what, strings.Join(diffs, ", "))
 	} else {
-		t.Logf("%s: nothing leaked (fds %d, goroutines %d, rdma %v)", what, after.fds, after.goroutines, after.rdma)
+		t.Logf("%s: nothing leaked (fds %d, goroutines %d, rdma %v)", what, after.fds, len(after.goroutines), after.rdma)
 	}
 }
 
@@ -260,5 +300,31 @@ func closeWithin(t testing.TB, c io.Closer, limit time.Duration) time.Duration {
 		buf := make([]byte, 4<<20)
 		t.Errorf("Close did not return within %v; goroutines:\n%s", limit, buf[:runtime.Stack(buf, true)])
 		return limit
+	}
+}
+
+// The leak check counts goroutines by identity: one that starts after the
+// snapshot is new even when another of the snapshot's has ended meanwhile.
+func TestNewGoroutinesByIdentity(t *testing.T) {
+	done := make(chan struct{})
+	old := make(chan struct{})
+	go func() { <-old }()
+	ids, _ := goroutines()
+	before := snapshot{goroutines: ids}
+	close(old) // one of before's goroutines ends...
+	go func() { <-done }() // ...and a new one starts
+	deadline := time.Now().Add(10 * time.Second)
+	for len(newGoroutines(before)) != 1 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	if fresh := newGoroutines(before); len(fresh) != 1 {
+		t.Fatalf("%d new goroutines, want 1:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
+	}
+	close(done)
+	for len(newGoroutines(before)) > 0 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	if fresh := newGoroutines(before); len(fresh) != 0 {
+		t.Fatalf("%d new goroutines after the new one ended:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
 	}
 }
