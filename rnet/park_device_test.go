@@ -5,6 +5,7 @@ package rnet
 import (
 	"bytes"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +79,45 @@ func waitIOWaiters(t *testing.T, n int) {
 		}
 		runtime.Gosched()
 	}
+}
+
+// allStacks returns every goroutine's stack.
+func allStacks() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+func goroutineID(stack string) (string, bool) {
+	id, ok := strings.CutPrefix(stack, "goroutine ")
+	id, _, _ = strings.Cut(id, " ")
+	return id, ok
+}
+
+// goroutineIDs returns the IDs of the live goroutines.
+func goroutineIDs() map[string]bool {
+	ids := make(map[string]bool)
+	for _, st := range allStacks() {
+		if id, ok := goroutineID(st); ok {
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+// newGoroutines returns the stacks of the goroutines alive now that were not
+// in before.
+func newGoroutines(before map[string]bool) []string {
+	var fresh []string
+	for _, st := range allStacks() {
+		if id, ok := goroutineID(st); ok && !before[id] {
+			fresh = append(fresh, st)
+		}
+	}
+	return fresh
 }
