@@ -311,7 +311,7 @@ func TestNewGoroutinesByIdentity(t *testing.T) {
 	go func() { <-old }()
 	ids, _ := goroutines()
 	before := snapshot{goroutines: ids}
-	close(old) // one of before's goroutines ends...
+	close(old)             // one of before's goroutines ends...
 	go func() { <-done }() // ...and a new one starts
 	deadline := time.Now().Add(10 * time.Second)
 	for len(newGoroutines(before)) != 1 && time.Now().Before(deadline) {
