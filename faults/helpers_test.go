@@ -184,60 +184,17 @@ type snapshot struct {
 
 func takeSnapshot(t testing.TB) snapshot {
 	t.Helper()
-	ids, _ := goroutines()
-	return snapshot{fds: verbstest.OpenFDs(t), goroutines: ids, rdma: verbstest.Resources(t)}
+	return snapshot{fds: verbstest.OpenFDs(t), goroutines: verbstest.GoroutineIDs(), rdma: verbstest.Resources(t)}
 }
 
-// goroutines returns the IDs of the live goroutines and their stacks.
-func goroutines() (map[string]bool, []string) {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	ids := make(map[string]bool)
-	stacks := strings.Split(string(buf), "\n\n")
-	for _, st := range stacks {
-		if id, ok := strings.CutPrefix(st, "goroutine "); ok {
-			id, _, _ = strings.Cut(id, " ")
-			ids[id] = true
-		}
-	}
-	return ids, stacks
-}
-
-// newGoroutines returns the stacks of goroutines alive now that were not
-// when before was taken.
-func newGoroutines(before snapshot) []string {
-	_, stacks := goroutines()
-	var fresh []string
-	for _, st := range stacks {
-		id, ok := strings.CutPrefix(st, "goroutine ")
-		id, _, _ = strings.Cut(id, " ")
-		if ok && !before.goroutines[id] && !strings.Contains(st, "faults.checkNoLeaks") {
-			fresh = append(fresh, st)
-		}
-	}
-	return fresh
-}
-
-// checkNoLeaks compares now with before. Goroutines count by identity, so
-// one of before's that has ended since (such as connect's accept helper,
-// which may still have been on its way out) neither fails the check nor
-// hides a new one; new ones get a bounded wait to finish exiting.
+// checkNoLeaks compares now with before. Goroutines count by identity (see
+// verbstest.GoroutineIDs), and new ones get a bounded wait to finish
+// exiting.
 func checkNoLeaks(t testing.TB, before snapshot, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(newGoroutines(before)) > 0 && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
+	fresh := verbstest.WaitNoNewGoroutines(before.goroutines)
 	after := takeSnapshot(t)
 	var diffs []string
-	fresh := newGoroutines(before)
 	if len(fresh) > 0 {
 		diffs = append(diffs, fmt.Sprintf("%d new goroutines", len(fresh)))
 	}
@@ -309,22 +266,14 @@ func TestNewGoroutinesByIdentity(t *testing.T) {
 	done := make(chan struct{})
 	old := make(chan struct{})
 	go func() { <-old }()
-	ids, _ := goroutines()
-	before := snapshot{goroutines: ids}
+	before := verbstest.GoroutineIDs()
 	close(old)             // one of before's goroutines ends...
 	go func() { <-done }() // ...and a new one starts
-	deadline := time.Now().Add(10 * time.Second)
-	for len(newGoroutines(before)) != 1 && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
-	if fresh := newGoroutines(before); len(fresh) != 1 {
+	if fresh := verbstest.NewGoroutines(before); len(fresh) != 1 {
 		t.Fatalf("%d new goroutines, want 1:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
 	}
 	close(done)
-	for len(newGoroutines(before)) > 0 && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
-	if fresh := newGoroutines(before); len(fresh) != 0 {
+	if fresh := verbstest.WaitNoNewGoroutines(before); len(fresh) != 0 {
 		t.Fatalf("%d new goroutines after the new one ended:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
 	}
 }

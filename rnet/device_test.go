@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/rdmatest"
+	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 )
 
 // rxePipe makes a connected pair over a real device: the client dials from the
@@ -155,7 +155,7 @@ func TestRXEResourcesReleased(t *testing.T) {
 	c1, c2 := mk(t)
 	c1.Close()
 	c2.Close()
-	fds0, gor0, qps0 := countFDs(t), goroutineIDs(), countQPs(t)
+	fds0, gor0, qps0 := countFDs(t), verbstest.GoroutineIDs(), countQPs(t)
 	var writers sync.WaitGroup
 	for i := 0; i < cycles; i++ {
 		c1, c2 := mk(t)
@@ -174,11 +174,7 @@ func TestRXEResourcesReleased(t *testing.T) {
 	// By identity, with a bounded wait for goroutines on their way out:
 	// rxeMaker's accept helper hands over its connection before it exits,
 	// so a count taken just then may or may not include it.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(newGoroutines(gor0)) > 0 && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
-	if fresh := newGoroutines(gor0); len(fresh) > 0 {
+	if fresh := verbstest.WaitNoNewGoroutines(gor0); len(fresh) > 0 {
 		t.Errorf("%d goroutines left after %d cycles:\n%s", len(fresh), cycles, strings.Join(fresh, "\n\n"))
 	}
 	if fds := countFDs(t); fds != fds0 {

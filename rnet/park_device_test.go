@@ -4,13 +4,11 @@ package rnet
 
 import (
 	"bytes"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 )
 
 // A Read that parks on a device costs two crossings into C: one that arms
@@ -29,7 +27,7 @@ func TestRXEParkCostsTwoCrossings(t *testing.T) {
 	defer server.Close()
 	buf := make([]byte, 16)
 	for round := range 2 {
-		base := ioWaiters(t)
+		base := verbstest.NetpollWaiters()
 		before, parks := verbs.CgoCalls(), server.Stats().Parks
 		got := make(chan error, 1)
 		go func() {
@@ -39,7 +37,7 @@ func TestRXEParkCostsTwoCrossings(t *testing.T) {
 			}
 			got <- err
 		}()
-		waitIOWaiters(t, base+1)
+		verbstest.WaitParked(t, base+1)
 		if _, err := client.Write([]byte{byte(round)}); err != nil {
 			t.Fatal(err)
 		}
@@ -53,71 +51,4 @@ func TestRXEParkCostsTwoCrossings(t *testing.T) {
 			t.Errorf("a parked Read and the Write that woke it crossed into C %d times with %d parks, want 3 with 1", calls, parked)
 		}
 	}
-}
-
-// ioWaiters counts the goroutines parked in the netpoller.
-func ioWaiters(t *testing.T) int {
-	t.Helper()
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte("[IO wait"))
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
-
-// waitIOWaiters waits until at least n goroutines are parked in the
-// netpoller.
-func waitIOWaiters(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for ioWaiters(t) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d goroutines parked in the netpoller", n)
-		}
-		runtime.Gosched()
-	}
-}
-
-// allStacks returns every goroutine's stack.
-func allStacks() []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Split(string(buf[:n]), "\n\n")
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
-
-func goroutineID(stack string) (string, bool) {
-	id, ok := strings.CutPrefix(stack, "goroutine ")
-	id, _, _ = strings.Cut(id, " ")
-	return id, ok
-}
-
-// goroutineIDs returns the IDs of the live goroutines.
-func goroutineIDs() map[string]bool {
-	ids := make(map[string]bool)
-	for _, st := range allStacks() {
-		if id, ok := goroutineID(st); ok {
-			ids[id] = true
-		}
-	}
-	return ids
-}
-
-// newGoroutines returns the stacks of the goroutines alive now that were not
-// in before.
-func newGoroutines(before map[string]bool) []string {
-	var fresh []string
-	for _, st := range allStacks() {
-		if id, ok := goroutineID(st); ok && !before[id] {
-			fresh = append(fresh, st)
-		}
-	}
-	return fresh
 }

@@ -1,10 +1,10 @@
-// Package verbstest holds test helpers shared by internal/verbs and
-// internal/cm: process resource counts and a wait for goroutines to park.
+// Package verbstest holds test helpers shared by the packages that test on
+// a device: process resource counts, goroutine identities and a wait for
+// goroutines to park.
 package verbstest
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -52,20 +52,83 @@ func OpenFDs(tb testing.TB) int {
 // a condition, not a sleep.
 func WaitParked(tb testing.TB, n int) {
 	tb.Helper()
-	buf := make([]byte, 1<<20)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		m := runtime.Stack(buf, true)
-		if m == len(buf) {
-			buf = make([]byte, 2*len(buf))
-			continue
-		}
-		c := bytes.Count(buf[:m], []byte("[IO wait"))
+		c := NetpollWaiters()
 		if c >= n {
 			return
 		}
 		if time.Now().After(deadline) {
 			tb.Fatalf("only %d goroutines parked in the netpoller, want %d", c, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// NetpollWaiters is the number of goroutines parked in the netpoller.
+func NetpollWaiters() int {
+	n := 0
+	for _, st := range Stacks() {
+		if strings.Contains(st, "[IO wait") {
+			n++
+		}
+	}
+	return n
+}
+
+// Stacks returns the stack of every goroutine, as runtime.Stack prints them.
+func Stacks() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+func goroutineID(stack string) (string, bool) {
+	id, ok := strings.CutPrefix(stack, "goroutine ")
+	id, _, _ = strings.Cut(id, " ")
+	return id, ok
+}
+
+// GoroutineIDs returns the IDs of the live goroutines. A leak check compares
+// identities, not counts: a goroutine of the snapshot that ends meanwhile
+// (a helper that handed over its result and is on its way out) must neither
+// fail the check nor hide a new one.
+func GoroutineIDs() map[string]bool {
+	ids := make(map[string]bool)
+	for _, st := range Stacks() {
+		if id, ok := goroutineID(st); ok {
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+// NewGoroutines returns the stacks of the goroutines alive now that were
+// not in before (from GoroutineIDs), except the caller's own.
+func NewGoroutines(before map[string]bool) []string {
+	var fresh []string
+	for i, st := range Stacks() {
+		// runtime.Stack prints the calling goroutine first.
+		if id, ok := goroutineID(st); ok && i > 0 && !before[id] {
+			fresh = append(fresh, st)
+		}
+	}
+	return fresh
+}
+
+// WaitNoNewGoroutines waits up to 10 s for the goroutines started since
+// before to exit, and returns the stacks of those still alive.
+func WaitNoNewGoroutines(before map[string]bool) []string {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fresh := NewGoroutines(before)
+		if len(fresh) == 0 || time.Now().After(deadline) {
+			return fresh
 		}
 		runtime.Gosched()
 	}
