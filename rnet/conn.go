@@ -48,6 +48,14 @@ type Conn struct {
 	// blocked callers park on their channel below; queued counts them.
 	polling bool
 	queued  int
+	// armed says the CQ has been armed and every event since taken by a
+	// crossing that armed it again (takePostPoll): so any completion not
+	// yet polled has left an event on the completion channel, and a
+	// caller can wait without first crossing to arm and poll.
+	armed bool
+	// spinning says the caller driving the engine busy-polls: its polls
+	// may repeat inside the crossing (see spinPollTries).
+	spinning bool
 	// pusher is the connection's background goroutine: it polls the CQ
 	// while the engine holds work that waits for a completion (bytes a
 	// returned Write left in the send ring, a credit update the peer
@@ -283,6 +291,14 @@ const keepaliveProbes = 3
 // crossing into C.
 const completionBatch = 64
 
+// spinPollTries is how many times a busy-polling round polls an empty CQ in
+// its one crossing into C. Counted, not timed: a clock read in C costs as
+// much as a poll under emulation, and the Go side of the round still
+// checks the window, the deadline and whether to yield, every few
+// microseconds at most. (An earlier spin that stayed in C for up to 5 or
+// 20 µs made 64 B round trips far slower; see the README.)
+const spinPollTries = 16
+
 // housekeepingPeriod is how often an idle connection with keepalives off
 // still drives its engine. Nothing polls the CQ while no call is blocked
 // (as in rsocket), and the peer's control messages each use a posted
@@ -366,29 +382,40 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 }
 
 // awaitEvent is one round of the owner of the completion channel wait: arm
-// the CQ, drive the engine, and unless done (called with c.mu held) now
-// holds, wait for the next event and drive again, taking the event in that
-// drive's crossing: a park costs two crossings. A deadline, Close or a
-// transport event kicks the wait; after shutdown it fails for good, and the
-// caller then sees why. waited says it did wait for an event.
-func (c *Conn) awaitEvent(done func() bool) (waited bool) {
-	// Arm before polling (in the first round's crossing): a completion
-	// that lands after the poll then still produces an event for wait.
+// the CQ and drive the engine, unless done (called with c.mu held) now
+// holds wait for the next event, and drive again, taking the event and
+// arming again in that drive's crossing. The CQ so stays armed, and the
+// next wait crosses into C beforehand only if it has work to post: a park
+// costs one crossing, and a wait that finds a completion came meanwhile
+// costs the one that polls it. A deadline, Close or a transport event
+// kicks the wait; after shutdown it fails for good, and the caller then
+// sees why. parked says the wait found no event at first and parked.
+func (c *Conn) awaitEvent(done func() bool) (parked bool) {
 	c.mu.Lock()
-	c.stepLocked(true, armFirst)
+	if c.armed {
+		// Nothing to poll: whatever completed since the last poll has
+		// left an event, and wait returns at once for it.
+		c.flushLocked()
+	} else {
+		// Arm before polling (in the same crossing): a completion that
+		// lands after the poll then still produces an event for wait.
+		c.stepLocked(true, armFirst)
+	}
 	finished := done()
 	c.mu.Unlock()
 	if finished {
 		return false
 	}
-	err := c.qp.wait()
+	parked, err := c.qp.wait()
 	c.mu.Lock()
-	c.parks++
+	if parked {
+		c.parks++
+	}
 	if err == nil {
 		c.stepLocked(true, takeFirst)
 	}
 	c.mu.Unlock()
-	return true
+	return parked
 }
 
 // release gives up the completion channel wait: to a queued caller if there
@@ -525,14 +552,21 @@ func (c *Conn) stepLocked(poll bool, first firstCrossing) (moved bool) {
 		case takeFirst:
 			n, err = c.qp.takePostPoll(c.recvs, c.sends, wcs)
 		default:
-			n, err = c.qp.postPoll(c.recvs, c.sends, wcs)
+			if c.spinning && len(wcs) > 0 {
+				n, err = c.qp.postPollTries(c.recvs, c.sends, wcs, spinPollTries)
+			} else {
+				n, err = c.qp.postPoll(c.recvs, c.sends, wcs)
+			}
 		}
-		first = plainFirst
 		c.polls++
 		if err != nil {
 			c.failLocked(err)
 			break
 		}
+		if first != plainFirst {
+			c.armed = true
+		}
+		first = plainFirst
 		if n > 0 {
 			c.eng.Complete(c.wcs[:n]) // a fatal error is kept in eng.Err
 		}
@@ -660,7 +694,9 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 		if spin == 1 {
 			c.spins++
 		}
+		c.spinning = true
 		moved := c.driveMovedLocked()
+		c.spinning = false
 		ok := ready() || c.fatal != nil || c.closing
 		yield := (moved || spin == 1) && (c.readied || wakesPeer) || spin == 1 && reply
 		if yield {

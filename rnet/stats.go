@@ -27,8 +27,11 @@ type Stats struct {
 	// How Reads, Writes and Close waited (see Config.BusyPoll): Spins
 	// counts waits that polled the CQ in a loop, Parks the times a waiting
 	// goroutine parked until the completion channel or another caller
-	// woke it. A park on the channel costs two crossings into C and a
-	// wakeup through the netpoller, a spin one crossing per round.
+	// woke it. A park on the channel costs one crossing into C (two for
+	// the connection's first, which arms the CQ, and for one with work to
+	// post first) and a wakeup through the netpoller, a spin one crossing
+	// per round. A wait that finds the channel already signalled is no
+	// park.
 	Spins uint64
 	Parks uint64
 }

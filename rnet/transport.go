@@ -14,8 +14,9 @@ import (
 // Contract: post and poll calls are serialised by the Conn's mutex. At most
 // one goroutine at a time calls arm and wait (the Conn's blocked caller that
 // owns the completion channel). wait must park that goroutine (not an OS
-// thread) until a completion may be available after arm, or kick is called,
-// and then return nil; wakeups may be spurious. The wakeup's event is left
+// thread) until a completion may be available that no poll since the last
+// armPostPoll or takePostPoll has returned, or kick is called, and then
+// return nil; wakeups may be spurious. The wakeup's event is left
 // for the caller's next takePostPoll, which it makes after every wait that
 // returns nil. After shutdown wait returns net.ErrClosed for good. kick may be called from any goroutine at any time,
 // also after release, and is never lost: a kick with no wait in progress
@@ -27,13 +28,20 @@ type queuePair interface {
 	// postPoll posts recvs, then sends, then polls up to len(out)
 	// completions: the connection's usual step, in one crossing into C.
 	postPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error)
+	// postPollTries is postPoll that polls again while nothing completed,
+	// up to tries polls, in the same crossing: a busy-polling caller's
+	// round.
+	postPollTries(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion, tries int) (int, error)
 	// armPostPoll is postPoll that first asks for one wakeup of wait at
 	// the next completion, in the same crossing.
 	armPostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error)
 	// takePostPoll is postPoll that first takes the event (if any) that
-	// woke wait, in the same crossing.
+	// woke wait and then arms again, in the same crossing: once armed, the
+	// CQ stays armed, and every completion after a poll makes the next
+	// wait return.
 	takePostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error)
-	wait() error
+	// wait's parked says it found nothing at first and parked.
+	wait() (parked bool, err error)
 	kick()
 	// wakesPeer reports whether posting readies a goroutine of this
 	// process directly (the simulated fabric's peer), which a spinning

@@ -73,29 +73,33 @@ func (q *verbsQP) postPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.
 	return q.qp.PostAndPoll(q.cq, asVerbsRecvs(recvs), asVerbsSends(sends), asVerbsCompletions(out))
 }
 
+func (q *verbsQP) postPollTries(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion, tries int) (int, error) {
+	return q.qp.PostAndPollTries(q.cq, asVerbsRecvs(recvs), asVerbsSends(sends), asVerbsCompletions(out), tries)
+}
+
 func (q *verbsQP) armPostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error) {
 	return q.qp.ArmPostAndPoll(q.cq, asVerbsRecvs(recvs), asVerbsSends(sends), asVerbsCompletions(out))
 }
 
 func (q *verbsQP) takePostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error) {
-	return q.qp.TakeEventPostAndPoll(q.cq, asVerbsRecvs(recvs), asVerbsSends(sends), asVerbsCompletions(out))
+	return q.qp.TakeEventArmPostAndPoll(q.cq, asVerbsRecvs(recvs), asVerbsSends(sends), asVerbsCompletions(out))
 }
 
 func (q *verbsQP) wakesPeer() bool { return false }
 
-func (q *verbsQP) wait() error {
+func (q *verbsQP) wait() (parked bool, err error) {
 	if q.kicked.Swap(false) {
 		q.cc.SetDeadline(time.Time{})
-		return nil
+		return false, nil
 	}
-	err := q.cc.WaitReady(context.Background())
+	parked, err = q.cc.WaitReady(context.Background())
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// kick's way in: a past deadline on the channel's fd.
 		q.cc.SetDeadline(time.Time{})
 		q.kicked.Store(false)
-		return nil
+		return parked, nil
 	}
-	return err
+	return parked, err
 }
 
 // kick sets the flag before the deadline, and wait clears the deadline before

@@ -258,6 +258,7 @@ type ServerResult struct {
 	Size      int     `json:"size"`
 	Bytes     int64   `json:"bytes"`
 	Messages  int64   `json:"messages"`
+	Reads     int64   `json:"reads"` // perf: Read calls, so that Stats can be put per call
 	Seconds   float64 `json:"seconds"`
 	// Stats is the connection's counters at the end (RDMA only): among
 	// them how often the server's calls waited by spinning or parking.
@@ -282,6 +283,7 @@ func serveConn(c net.Conn, o perfOpts, stdout io.Writer) error {
 		buf := make([]byte, max(int(h.size), 256<<10))
 		for {
 			n, err := c.Read(buf)
+			res.Reads++
 			res.Bytes += int64(n)
 			if err == io.EOF {
 				break

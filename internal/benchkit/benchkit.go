@@ -4,6 +4,8 @@
 //
 // Every body reports MB/s (b.SetBytes), ns/op, allocs/op (b.ReportAllocs)
 // and, when given a counter, "cgo/op": crossings into C per operation.
+// Stream bodies also report "cgo/call", crossings per Read or Write call of
+// either end, the unit of rnet's target of at most one.
 // Latency bodies add p50-ns and p99-ns. No body ever fails on time.
 package benchkit
 
@@ -22,6 +24,25 @@ func report(b *testing.B, cgo Counter, start uint64) {
 	if cgo != nil {
 		b.ReportMetric(float64(cgo()-start)/float64(b.N), "cgo/op")
 	}
+}
+
+// reportPerCall adds cgo/call: crossings per Read or Write call, over the
+// calls both ends made.
+func reportPerCall(b *testing.B, cgo Counter, start uint64, calls int64) {
+	if cgo != nil && calls > 0 {
+		b.ReportMetric(float64(cgo()-start)/float64(calls), "cgo/call")
+	}
+}
+
+// countingReader counts the Read calls io.ReadFull makes.
+type countingReader struct {
+	r     io.Reader
+	calls int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	c.calls++
+	return c.r.Read(p)
 }
 
 func begin(cgo Counter) uint64 {
@@ -43,10 +64,12 @@ func Throughput(b *testing.B, w, r net.Conn, size int, cgo Counter) {
 	total := int64(size) * int64(b.N)
 	b.ResetTimer()
 	c0 := begin(cgo)
+	var reads int64 // read by the main goroutine only after done
 	go func() {
 		var got int64
 		for got < total {
 			n, err := r.Read(rbuf)
+			reads++
 			got += int64(n)
 			if err != nil {
 				done <- err
@@ -65,6 +88,7 @@ func Throughput(b *testing.B, w, r net.Conn, size int, cgo Counter) {
 	}
 	b.StopTimer()
 	report(b, cgo, c0)
+	reportPerCall(b, cgo, c0, int64(b.N)+reads)
 }
 
 // PingPong measures round trips of size bytes: c writes, s echoes, c reads
@@ -75,9 +99,10 @@ func PingPong(b *testing.B, c, s net.Conn, size int, cgo Counter) {
 	rtt := make([]time.Duration, b.N)
 	done := make(chan error, 1)
 	n := b.N
+	sr, cr := &countingReader{r: s}, &countingReader{r: c}
 	go func() {
 		for i := 0; i < n; i++ {
-			if _, err := io.ReadFull(s, sbuf); err != nil {
+			if _, err := io.ReadFull(sr, sbuf); err != nil {
 				done <- err
 				return
 			}
@@ -97,7 +122,7 @@ func PingPong(b *testing.B, c, s net.Conn, size int, cgo Counter) {
 		if _, err := c.Write(buf); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := io.ReadFull(c, buf); err != nil {
+		if _, err := io.ReadFull(cr, buf); err != nil {
 			b.Fatal(err)
 		}
 		rtt[i] = time.Since(t0)
@@ -107,6 +132,7 @@ func PingPong(b *testing.B, c, s net.Conn, size int, cgo Counter) {
 		b.Fatal(err)
 	}
 	report(b, cgo, c0)
+	reportPerCall(b, cgo, c0, 2*int64(n)+sr.calls+cr.calls) // the writes, then the reads
 	ReportPercentiles(b, rtt)
 }
 

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -202,6 +204,8 @@ func TestConnectWriteImmDisconnect(t *testing.T) {
 	checkHotPathCost(t, ctx, p, raddr, rkey)
 	checkArmPostAndPoll(t, ctx, p, raddr, rkey)
 	checkWaitReadyTakeEvent(t, ctx, p, raddr, rkey)
+	checkTakeEventRearms(t, ctx, p, raddr, rkey)
+	checkPostAndPollTries(t, ctx, p, raddr, rkey)
 
 	// Disconnect from the client: both sides see DISCONNECTED.
 	p.disconnect(t, ctx)
@@ -309,7 +313,7 @@ func checkWaitReadyTakeEvent(t *testing.T, ctx context.Context, p *pair, raddr u
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.cch.WaitReady(ctx); err != nil {
+	if _, err := c.cch.WaitReady(ctx); err != nil {
 		t.Fatalf("WaitReady after ArmPostAndPoll: %v", err)
 	}
 	before, takes := verbs.CgoCalls(), uint64(0)
@@ -334,6 +338,119 @@ func checkWaitReadyTakeEvent(t *testing.T, ctx context.Context, p *pair, raddr u
 	if cq, err := c.cch.Wait(ctx); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Wait after TakeEventPostAndPoll = %v, %v: the event was left on the channel", cq, err)
 	}
+}
+
+// checkTakeEventRearms: TakeEventArmPostAndPoll leaves the CQ armed, so a
+// completion that comes after it (here, of a write posted without any arm)
+// still wakes WaitReady. checkWaitReadyTakeEvent left the CQ unarmed and
+// the channel empty; without the arm the WaitReady below would reach its
+// deadline.
+func checkTakeEventRearms(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
+	c := p.client
+	write := func(id uint64) []verbs.SendWR {
+		return []verbs.SendWR{{ID: id, Op: verbs.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}
+	}
+	var wc [4]verbs.Completion
+	waitReady := func(what string) {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := c.cch.WaitReady(wctx); err != nil {
+			t.Fatalf("WaitReady %s: %v", what, err)
+		}
+	}
+	// takeUntil takes the event (re-arming) at least once, and until write
+	// id's completion is in; have says it was polled already.
+	takeUntil := func(id uint64, have int) {
+		for took := false; !took || have == 0; took = true {
+			before := verbs.CgoCalls()
+			n, err := c.qp.TakeEventArmPostAndPoll(c.cq, nil, nil, wc[have:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if calls := verbs.CgoCalls() - before; calls != 1 {
+				t.Errorf("TakeEventArmPostAndPoll made %d cgo calls, want 1", calls)
+			}
+			have += n
+		}
+		if have != 1 || wc[0].ID != id || wc[0].Status != verbs.WCSuccess {
+			t.Fatalf("completions %+v (%d), want write %d's", wc[:have], have, id)
+		}
+	}
+	n, err := c.qp.ArmPostAndPoll(c.cq, nil, write(43), wc[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady("after ArmPostAndPoll")
+	takeUntil(43, n)
+	if _, err := c.qp.PostSend(write(44)); err != nil {
+		t.Fatal(err)
+	}
+	waitReady("for a completion after TakeEventArmPostAndPoll")
+	takeUntil(44, 0)
+}
+
+// checkPostAndPollTries: PostAndPollTries keeps polling an empty CQ inside
+// its one crossing until a completion comes. The server's call starts on an
+// empty CQ and is seen inside C before the client writes, so a call that
+// polled once would return empty; it must return the receive's completion.
+func checkPostAndPollTries(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
+	s := p.server
+	var wc [4]verbs.Completion
+	before := verbs.CgoCalls()
+	if n, err := s.qp.PostAndPollTries(s.cq, nil, nil, wc[:], 8); n != 0 || err != nil {
+		t.Fatalf("PostAndPollTries on an empty CQ = %d, %v", n, err)
+	}
+	if calls := verbs.CgoCalls() - before; calls != 1 {
+		t.Errorf("PostAndPollTries made %d cgo calls, want 1", calls)
+	}
+	// The server has receives left from checkHotPathCost.
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Tries enough for seconds of polling: the write comes long before.
+		n, err := s.qp.PostAndPollTries(s.cq, nil, nil, wc[:], 1<<30)
+		done <- result{n, err}
+	}()
+	var early *result
+	for early == nil && !inCgoCall("PostAndPollTries") {
+		select {
+		case r := <-done:
+			early = &r
+		default:
+			runtime.Gosched()
+		}
+	}
+	if early != nil {
+		t.Fatalf("PostAndPollTries returned %d, %v before any completion came: it polled once", early.n, early.err)
+	}
+	buf := p.client.mr.Bytes()
+	buf[0] = 'x'
+	write := verbs.SendWR{ID: 51, Op: verbs.OpWriteImm, Imm: 7, Inline: true, Signaled: true, NumSGE: 1,
+		SGE:        [2]verbs.SGE{{Addr: p.client.mr.Addr(), Length: 1, LKey: p.client.mr.LKey()}},
+		RemoteAddr: raddr, RKey: rkey}
+	if _, err := p.client.qp.PostSend([]verbs.SendWR{write}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.n != 1 || wc[0].Opcode != verbs.WCRecvRDMAWithImm || wc[0].Status != verbs.WCSuccess || wc[0].Imm != 7 {
+		t.Fatalf("PostAndPollTries = %d, %v (%+v), want the receive's completion", r.n, r.err, wc[0])
+	}
+	if wc := p.client.completion(t, ctx); wc.ID != 51 || wc.Status != verbs.WCSuccess {
+		t.Fatalf("write completion %+v", wc)
+	}
+}
+
+// inCgoCall reports whether a goroutine is inside a cgo call made from fn.
+func inCgoCall(fn string) bool {
+	for _, st := range verbstest.Stacks() {
+		if strings.Contains(st, "[syscall") && strings.Contains(st, fn) {
+			return true
+		}
+	}
+	return false
 }
 
 // disconnect closes the connection from the client side the way rsocket

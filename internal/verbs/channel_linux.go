@@ -106,16 +106,19 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 // crossing as its poll. So a wait costs one poll(2) and that crossing, where
 // Wait costs a crossing to find the channel empty before it parks, one to
 // read the event, and the poll after it a third. Errors are Wait's. The
-// wakeup may be spurious: the event may have been taken already.
-func (ch *CompChannel) WaitReady(ctx context.Context) error {
+// wakeup may be spurious: the event may have been taken already. parked
+// says the channel looked empty at first, so the goroutine did park (or
+// the deadline ended the wait).
+func (ch *CompChannel) WaitReady(ctx context.Context) (parked bool, err error) {
 	w := readyWaits.Get().(*readyWait)
-	w.looked = false
-	err := ch.poll.WaitFunc(ctx, w.try)
+	w.looked, w.empty = false, false
+	err = ch.poll.WaitFunc(ctx, w.try)
+	parked = w.empty
 	readyWaits.Put(w)
 	if err != nil {
-		return &Error{Op: "wait for completion channel", Device: ch.dev, Err: err}
+		return parked, &Error{Op: "wait for completion channel", Device: ch.dev, Err: err}
 	}
-	return nil
+	return parked, nil
 }
 
 // readyWait is WaitReady's try function with its state, pooled so that
@@ -127,6 +130,7 @@ func (ch *CompChannel) WaitReady(ctx context.Context) error {
 // Any later call is a wakeup, and accepts.
 type readyWait struct {
 	looked bool
+	empty  bool // the first look found no event
 	fds    [1]unix.PollFd
 	try    func(uintptr) bool
 }
@@ -142,7 +146,8 @@ var readyWaits = sync.Pool{New: func() any {
 		n, err := unix.Poll(w.fds[:], 0)
 		// On an error (EINTR) look no further: a spurious wakeup is
 		// harmless, a missed one is not.
-		return n != 0 || err != nil
+		w.empty = n == 0 && err == nil
+		return !w.empty
 	}
 	return w
 }}

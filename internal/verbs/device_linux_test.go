@@ -157,7 +157,7 @@ func TestCQWaitDeadlineContextAndClose(t *testing.T) {
 	if _, err := ch.Wait(context.Background()); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Wait = %v, want deadline", err)
 	}
-	if err := ch.WaitReady(context.Background()); !errors.Is(err, os.ErrDeadlineExceeded) {
+	if _, err := ch.WaitReady(context.Background()); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("WaitReady = %v, want deadline", err)
 	}
 	ch.SetDeadline(time.Time{})
@@ -170,6 +170,9 @@ func TestCQWaitDeadlineContextAndClose(t *testing.T) {
 	}
 	if _, err := noQP.TakeEventPostAndPoll(cq, nil, nil, wc[:]); !errors.Is(err, ErrSharedChannel) {
 		t.Fatalf("TakeEventPostAndPoll with two CQs on the channel = %v, want ErrSharedChannel", err)
+	}
+	if _, err := noQP.TakeEventArmPostAndPoll(cq, nil, nil, wc[:]); !errors.Is(err, ErrSharedChannel) {
+		t.Fatalf("TakeEventArmPostAndPoll with two CQs on the channel = %v, want ErrSharedChannel", err)
 	}
 	if err := other.Close(); err != nil {
 		t.Fatal(err)

@@ -93,7 +93,15 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 // failed; nothing after it was done, and some WRs of a failed post may be on
 // the queue.
 func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	return qp.postAndPoll(cq, 0, recvs, sends, out)
+	return qp.postAndPoll(cq, 0, recvs, sends, out, 1)
+}
+
+// PostAndPollTries is PostAndPoll that, while the CQ is empty, polls it
+// again, up to tries polls in all, still in one crossing: a busy-polling
+// caller pays one crossing per tries empty polls instead of one each. The
+// tries are counted, not timed, so the crossing stays short on any device.
+func (qp *QP) PostAndPollTries(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion, tries int) (int, error) {
+	return qp.postAndPoll(cq, 0, recvs, sends, out, max(tries, 1))
 }
 
 // ArmPostAndPoll is PostAndPoll for a caller about to wait on cq's
@@ -101,7 +109,7 @@ func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completi
 // every completion), so that a completion that lands after the poll still
 // produces an event. The arm costs no crossing of its own.
 func (qp *QP) ArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	return qp.postAndPoll(cq, C.RNET_ARM, recvs, sends, out)
+	return qp.postAndPoll(cq, C.RNET_ARM, recvs, sends, out, 1)
 }
 
 // TakeEventPostAndPoll is PostAndPoll for a caller that CompChannel.WaitReady
@@ -114,10 +122,22 @@ func (qp *QP) TakeEventPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out [
 	if cq.ch == nil || !cq.ch.sole.Load() {
 		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Err: ErrSharedChannel}
 	}
-	return qp.postAndPoll(cq, C.RNET_TAKE_EVENT, recvs, sends, out)
+	return qp.postAndPoll(cq, C.RNET_TAKE_EVENT, recvs, sends, out, 1)
 }
 
-func (qp *QP) postAndPoll(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+// TakeEventArmPostAndPoll is TakeEventPostAndPoll that arms cq again right
+// after taking the event, in the same crossing and before it polls. A caller
+// that takes every event this way keeps cq armed for good: any completion
+// after its last poll has then left an event on the channel, so it can
+// wait again (WaitReady) without first crossing to arm and poll.
+func (qp *QP) TakeEventArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+	if cq.ch == nil || !cq.ch.sole.Load() {
+		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Err: ErrSharedChannel}
+	}
+	return qp.postAndPoll(cq, C.RNET_TAKE_EVENT|C.RNET_ARM, recvs, sends, out, 1)
+}
+
+func (qp *QP) postAndPoll(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR, out []Completion, tries int) (int, error) {
 	if len(recvs) > MaxBatch {
 		if _, err := qp.PostRecv(recvs[:len(recvs)-MaxBatch]); err != nil {
 			return 0, err
@@ -136,13 +156,13 @@ func (qp *QP) postAndPoll(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR, o
 	// connection's profile). Nothing between the locks can panic.
 	qp.mu.RLock()
 	cq.mu.RLock()
-	n, err := qp.postPollLocked(cq, flags, recvs, sends, out)
+	n, err := qp.postPollLocked(cq, flags, recvs, sends, out, tries)
 	cq.mu.RUnlock()
 	qp.mu.RUnlock()
 	return n, err
 }
 
-func (qp *QP) postPollLocked(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+func (qp *QP) postPollLocked(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR, out []Completion, tries int) (int, error) {
 	if qp.c == nil {
 		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Err: errClosed}
 	}
@@ -170,7 +190,7 @@ func (qp *QP) postPollLocked(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR
 		ch = handle(unsafe.Pointer(cq.ch.c))
 	}
 	CountCgoCall()
-	r := int64(C.rnet_post_poll(handle(unsafe.Pointer(qp.c)), handle(unsafe.Pointer(cq.c)), ch, flags, rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30))))
+	r := int64(C.rnet_post_poll(handle(unsafe.Pointer(qp.c)), handle(unsafe.Pointer(cq.c)), ch, flags, rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30)), C.int(min(tries, 1<<30))))
 	if r >= 0 {
 		return int(r), nil
 	}

@@ -53,8 +53,8 @@ func (mr *MR) Close() error   { return nil }
 func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	return nil, unsupported("ibv_get_cq_event")
 }
-func (ch *CompChannel) WaitReady(ctx context.Context) error {
-	return unsupported("wait for completion channel")
+func (ch *CompChannel) WaitReady(ctx context.Context) (parked bool, err error) {
+	return false, unsupported("wait for completion channel")
 }
 func (ch *CompChannel) SetDeadline(t time.Time) error { return unsupported("SetDeadline") }
 func (ch *CompChannel) Close() error                  { return nil }
@@ -78,9 +78,15 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) { return 0, unsupported("ibv_p
 func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
 	return 0, unsupported("ibv_post_send")
 }
+func (qp *QP) PostAndPollTries(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion, tries int) (int, error) {
+	return 0, unsupported("ibv_post_send")
+}
 func (qp *QP) ArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
 	return 0, unsupported("ibv_req_notify_cq")
 }
 func (qp *QP) TakeEventPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+	return 0, unsupported("ibv_get_cq_event")
+}
+func (qp *QP) TakeEventArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
 	return 0, unsupported("ibv_get_cq_event")
 }
