@@ -258,8 +258,9 @@ func TestDataWorkRequest(t *testing.T) {
 	if len(wrs) != 1 || wrs[0] != want {
 		t.Fatalf("got %+v\nwant %+v", wrs, want)
 	}
-	// Fill sbuf so the next transfers wrap: the first after an idle spell
-	// is 2 KiB, the next takes the rest and wraps, with two SGEs.
+	// Fill sbuf so the next transfer wraps, with two SGEs. No Read came
+	// between the Writes, so it is no turn of the conversation and goes
+	// out whole (see sStart).
 	if err := e.Complete([]Completion{{ID: 0, Opcode: WCRDMAWrite}}); err != nil {
 		t.Fatal(err)
 	}
@@ -267,15 +268,15 @@ func TestDataWorkRequest(t *testing.T) {
 		t.Fatal(n)
 	}
 	wrs = e.PostSends(wrs[:0])
-	if len(wrs) != 2 || wrs[0].Len() != 2048 || wrs[1].Len() != 2048 {
+	if len(wrs) != 1 || wrs[0].Len() != 4096 {
 		t.Fatalf("%+v", wrs)
 	}
-	if wrs[1].NumSGE != 2 || wrs[1].SGE[0].Addr != 0x10000+2053 || wrs[1].SGE[0].Length != 4096-2053 ||
-		wrs[1].SGE[1].Addr != 0x10000 || wrs[1].SGE[1].Length != 5 || wrs[1].Inline {
-		t.Fatalf("wrapped transfer %+v", wrs[1])
+	if wrs[0].NumSGE != 2 || wrs[0].SGE[0].Addr != 0x10000+5 || wrs[0].SGE[0].Length != 4096-5 ||
+		wrs[0].SGE[1].Addr != 0x10000 || wrs[0].SGE[1].Length != 5 || wrs[0].Inline {
+		t.Fatalf("wrapped transfer %+v", wrs[0])
 	}
-	if wrs[1].RemoteAddr != 0xb00000+5+2048 {
-		t.Fatalf("remote address %#x", wrs[1].RemoteAddr)
+	if wrs[0].RemoteAddr != 0xb00000+5 {
+		t.Fatalf("remote address %#x", wrs[0].RemoteAddr)
 	}
 }
 

@@ -46,6 +46,9 @@ func (e *Engine) Read(p []byte) (int, error) {
 		}
 	}
 	e.stats.BytesRead += uint64(n)
+	if n > 0 {
+		e.sTurn = true // see sStart
+	}
 	if n == 0 && (e.peerShutdown || e.peerDisconnected) {
 		return 0, io.EOF
 	}

@@ -95,3 +95,78 @@ func TestStalledStreamResumesWithFullTransfers(t *testing.T) {
 		}
 	}
 }
+
+// Only a Write at a turn of the conversation starts with a StartTransfer
+// cut: the first one, and one after a Read returned bytes. The Writes of a
+// one-way stream go out whole, even when everything before them was
+// acknowledged already (as over Soft-RoCE, where a post completes before
+// it returns).
+func TestStartTransferOnlyAtATurn(t *testing.T) {
+	f := simfabric.New(1, simfabric.Options{})
+	cfg := ring.Config{SendBufSize: 128 << 10, RecvBufSize: 128 << 10}
+	a, b := connect(t, f, cfg, cfg)
+	buf := make([]byte, 8<<10)
+	// settle runs both sides until the fabric is quiet, and returns the
+	// sizes of a's data transfers.
+	settle := func() (sizes []uint32) {
+		for range 100 {
+			for _, s := range []*side{a, b} {
+				if _, err := s.service(len(s.wcs)); err != nil {
+					t.Fatal(err)
+				}
+				if s == a {
+					for _, wr := range a.sends {
+						if m := ring.Msg(wr.Imm); wr.Op == ring.OpWriteImm && m.Op() == ring.MsgData {
+							sizes = append(sizes, wr.Len())
+						}
+					}
+				}
+			}
+			if !f.Pending() {
+				return sizes
+			}
+			for f.Pending() {
+				f.Step()
+			}
+		}
+		t.Fatal("the fabric never went quiet")
+		return nil
+	}
+	drain := func(s *side) (n int) {
+		for {
+			k, err := s.eng.Read(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k == 0 {
+				return n
+			}
+			n += k
+		}
+	}
+	write := func(what string, want ...uint32) {
+		t.Helper()
+		if n, err := a.eng.Write(buf); n != len(buf) || err != nil {
+			t.Fatal(n, err)
+		}
+		sizes := settle()
+		if len(sizes) != len(want) || sizes[0] != want[0] || len(want) > 1 && sizes[1] != want[1] {
+			t.Fatalf("%s: transfers %v, want %v", what, sizes, want)
+		}
+		if n := drain(b); n != len(buf) {
+			t.Fatalf("%s: b read %d bytes, want %d", what, n, len(buf))
+		}
+		settle()
+	}
+	cut := []uint32{ring.StartTransfer, 8<<10 - ring.StartTransfer}
+	write("first Write", cut...)
+	write("Write after an acknowledged one, no Read between", 8<<10)
+	if n, err := b.eng.Write([]byte("reply")); n != 5 || err != nil {
+		t.Fatal(n, err)
+	}
+	settle()
+	if n := drain(a); n != 5 {
+		t.Fatalf("a read %d bytes of the reply, want 5", n)
+	}
+	write("Write after a Read", cut...)
+}

@@ -24,9 +24,10 @@ func (e *Engine) Write(p []byte) (int, error) {
 		}
 		return 0, nil
 	}
-	if e.sHead == e.sTail && !e.sBacklog {
-		e.sStart = true // nothing unsent or unacknowledged: see sStart
+	if e.sHead == e.sTail && !e.sBacklog && e.sTurn {
+		e.sStart = true // nothing unsent or unacknowledged, at a turn: see sStart
 	}
+	e.sTurn = false
 	e.sBacklog = n < len(p)
 	size := uint64(len(e.sbuf))
 	pos := int(e.sHead % size)
