@@ -382,8 +382,8 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 }
 
 // awaitEvent is one round of the owner of the completion channel wait: arm
-// the CQ and drive the engine, unless done (called with c.mu held) now
-// holds wait for the next event, and drive again, taking the event and
+// the CQ and drive the engine; unless done (called with c.mu held) now
+// holds, wait for the next event and drive again, taking the event and
 // arming again in that drive's crossing. The CQ so stays armed, and the
 // next wait crosses into C beforehand only if it has work to post: a park
 // costs one crossing, and a wait that finds a completion came meanwhile
