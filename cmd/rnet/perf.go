@@ -260,6 +260,9 @@ type ServerResult struct {
 	Messages  int64   `json:"messages"`
 	Reads     int64   `json:"reads"` // perf: Read calls, so that Stats can be put per call
 	Seconds   float64 `json:"seconds"`
+	// Cgo is how many crossings into C the server process made while it
+	// served this client (RDMA only): exact when it serves one at a time.
+	Cgo uint64 `json:"cgo,omitempty"`
 	// Stats is the connection's counters at the end (RDMA only): among
 	// them how often the server's calls waited by spinning or parking.
 	Stats *rnet.Stats `json:"stats,omitempty"`
@@ -275,7 +278,7 @@ func serveConn(c net.Conn, o perfOpts, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	start := time.Now()
+	start, cgo0 := time.Now(), verbs.CgoCalls()
 	res := ServerResult{Transport: netName(o.tcp), Client: c.RemoteAddr().String(), Size: int(h.size)}
 	switch h.mode {
 	case modePerf:
@@ -317,12 +320,16 @@ func serveConn(c net.Conn, o perfOpts, stdout io.Writer) error {
 	if rc, ok := c.(*rnet.Conn); ok {
 		st := rc.Stats()
 		res.Stats = &st
+		res.Cgo = verbs.CgoCalls() - cgo0
 	}
 	if o.json {
 		return json.NewEncoder(stdout).Encode(res)
 	}
 	line := fmt.Sprintf("%s %s from %s: %d B messages, %s in %.2f s", res.Transport, res.Test, res.Client, res.Size, human(res.Bytes), res.Seconds)
 	if res.Stats != nil {
+		if res.Reads > 0 {
+			line += fmt.Sprintf("; %.2f cgo calls/read", float64(res.Cgo)/float64(res.Reads))
+		}
 		line += fmt.Sprintf("; waits: %d spun, %d parked", res.Stats.Spins, res.Stats.Parks)
 	}
 	_, err = fmt.Fprintln(stdout, line)
