@@ -222,8 +222,8 @@ func human(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// runServer serves perf and ping clients one at a time... concurrently, each
-// in its own goroutine; with -once it returns after the first client.
+// runServer serves perf and ping clients concurrently, each in its own
+// goroutine; with -once it serves the first client alone and returns.
 func runServer(o perfOpts, stdout, stderr io.Writer) error {
 	ln, err := listen(o.tcp, o.addr)
 	if err != nil {
