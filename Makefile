@@ -102,3 +102,17 @@ bench:
 BENCHTIME ?= 300x
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -exec $(VM) ./benchmarks/
+
+# make bench-floor: what the Go runtime alone adds to a busy-polling ping-pong, against a C
+# twin, in the bench guest (no RDMA): the floor under rnet's latency ratio to rstream.
+FLOOR_ARGS ?= -runs 5 -n 5000 -work 20
+.PHONY: bench-floor
+bench-floor:
+	@mkdir -p $(BENCH_BIN)
+	$(GO) build -o $(BENCH_BIN)/gofloor ./benchmarks/gofloor
+	$(CC) -O2 -Wall -o $(BENCH_BIN)/gofloor-c benchmarks/gofloor/c/floor.c
+	@if [ "$(RNET_NATIVE)" = 1 ]; then \
+	  $(BENCH_BIN)/gofloor -c $(BENCH_BIN)/gofloor-c $(FLOOR_ARGS); \
+	else \
+	  RNET_VM_APPEND="$(BENCH_VM_APPEND)" $(VM) $(BENCH_BIN)/gofloor -c $(BENCH_BIN)/gofloor-c $(FLOOR_ARGS); \
+	fi
