@@ -72,7 +72,8 @@ demo:
 # limit) and TCP, side by side; rnet and rstream each twice, polling (rnet-poll, rstream's
 # default loop) and sleeping when idle (rnet's default, rstream -T b) on the lab's rxe pair (client rxe0 10.77.0.1, server rxe1
 # 10.77.0.2), each measurement repeated BENCH_RUNS times; prints a table of medians and
-# ratios and writes $(BENCH_OUT)/bench.json, bench.txt and bench.svg. BENCH_SCALE scales the
+# ratios and writes $(BENCH_OUT)/bench.json, bench.txt and bench.svg. Each run also measures
+# the Go runtime's floor without RDMA (benchmarks/gofloor, see bench-floor below). BENCH_SCALE scales the
 # bytes and iterations of every test. Natively with RNET_NATIVE=1 (pass addresses and
 # devices through BENCH_ARGS, e.g. -server 192.168.1.10 -client 192.168.1.11 -sdev mlx5_0
 # -cdev mlx5_1 -gid 3). `make bench-go` runs the go test benchmarks in the guest.
@@ -93,6 +94,8 @@ bench:
 	@mkdir -p $(BENCH_BIN) $(BENCH_OUT)
 	$(GO) build -o $(BENCH_BIN)/rnet ./cmd/rnet
 	$(GO) build -o $(BENCH_BIN)/rnet-benchreport ./cmd/rnet-benchreport
+	$(GO) build -o $(BENCH_BIN)/gofloor ./benchmarks/gofloor
+	$(CC) -O2 -Wall -o $(BENCH_BIN)/gofloor-c benchmarks/gofloor/c/floor.c
 	@if [ "$(RNET_NATIVE)" = 1 ]; then \
 	  $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \
 	else \

@@ -39,6 +39,8 @@ type config struct {
 	port           int
 	verbose        bool
 	rnetBuffer     int
+	gofloor        string // benchmarks/gofloor, or "" to skip the floor
+	gofloorC       string // its C twin
 }
 
 func main() {
@@ -55,6 +57,8 @@ func main() {
 	flag.Float64Var(&c.scale, "scale", 1, "scale the bytes and iterations of every test")
 	flag.IntVar(&c.port, "port", 18100, "first TCP/RDMA port to use")
 	flag.BoolVar(&c.verbose, "v", false, "print every command and its output")
+	flag.StringVar(&c.gofloor, "gofloor", "", "benchmarks/gofloor's binary, for the Go runtime's floor (default: gofloor next to this program, skipped if absent; \"none\" skips it)")
+	flag.StringVar(&c.gofloorC, "gofloor-c", "", "gofloor's C twin (default: gofloor-c next to gofloor)")
 	flag.IntVar(&c.rnetBuffer, "rnet-buffer", 1<<20, "rnet's ring size in bytes (RNET_BUFFER_SIZE); the default matches rstream, which asks for 512 KiB SO_SNDBUF/SO_RCVBUF and rsocket doubles that; 0 keeps rnet's default")
 	flag.Parse()
 	if *replot != "" {
@@ -64,9 +68,20 @@ func main() {
 		}
 		return
 	}
+	exe, _ := os.Executable()
 	if c.rnet == "" {
-		exe, _ := os.Executable()
 		c.rnet = filepath.Join(filepath.Dir(exe), "rnet")
+	}
+	switch c.gofloor {
+	case "none":
+		c.gofloor = ""
+	case "":
+		if p := filepath.Join(filepath.Dir(exe), "gofloor"); fileExists(p) {
+			c.gofloor = p
+		}
+	}
+	if c.gofloor != "" && c.gofloorC == "" {
+		c.gofloorC = filepath.Join(filepath.Dir(c.gofloor), "gofloor-c")
 	}
 	if c.runs < 1 {
 		fmt.Fprintln(os.Stderr, "rnet-benchreport: -runs must be at least 1")
@@ -80,6 +95,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rnet-benchreport:", err)
 		os.Exit(1)
 	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func envOr(k, def string) string {
@@ -200,6 +220,9 @@ func measure(c *config) (*Report, error) {
 			"order: at each size the transports run one after another, each run starting with the next one",
 		},
 	}
+	if c.gofloor != "" {
+		r.Notes = append(r.Notes, fmt.Sprintf("floor: benchmarks/gofloor, no RDMA: two processes ping-pong through a shared page, both polling, each side working %d µs per message in one C call (as a post does); once per run, after the latency tests. Its Go/C ratio is the least the Go runtime adds to a polling round trip on these CPUs", floorWork))
+	}
 	if out, err := exec.Command("uname", "-r").Output(); err == nil {
 		r.Kernel = strings.TrimSpace(string(out))
 	}
@@ -293,6 +316,23 @@ func measure(c *config) (*Report, error) {
 				}
 			}
 		}
+		if c.gofloor != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			got, err := runFloor(ctx, c)
+			cancel()
+			if err != nil {
+				series(&r.Extra, FloorGo, Latency, 0).Failures++
+				fmt.Fprintf(os.Stderr, "   %-13s: FAILED: %v\n", "gofloor", err)
+				continue
+			}
+			for _, name := range []string{FloorC, FloorGo} {
+				for _, k := range []string{Latency, LatencyP50} {
+					s := series(&r.Extra, name, k, 0)
+					s.Runs = append(s.Runs, got[name][k])
+				}
+				fmt.Fprintf(os.Stderr, "   %-13s: latency %s µs, p50 %s µs\n", name, fmtVal(got[name][Latency]), fmtVal(got[name][LatencyP50]))
+			}
+		}
 	}
 	for _, s := range append(append([]*Series(nil), r.Series...), r.Extra...) {
 		if len(s.Runs) > 0 {
@@ -300,6 +340,54 @@ func measure(c *config) (*Report, error) {
 		}
 	}
 	return r, nil
+}
+
+// Floor variants of benchmarks/gofloor, as Extra series (size 0): a
+// shared-memory ping-pong with no RDMA, in C and in Go.
+const (
+	FloorC  = "floor-c"      // the C twin
+	FloorGo = "floor-go-cgo" // Go polling through cgo with one yield per wait, as rnet's reply wait
+)
+
+// floorWork is the µs each side of the floor works per message, so that its
+// round trip is about rstream's 64 B round trip in the lab.
+const floorWork = 20
+
+// runFloor runs gofloor once (its C twin and its rnet-like Go variant) and
+// returns each variant's mean and median round trip.
+func runFloor(ctx context.Context, c *config) (map[string]map[string]float64, error) {
+	out, err := runClient(ctx, c, nil, c.gofloor, "-c", c.gofloorC, "-runs", "1", "-json",
+		"-n", strconv.Itoa(c.scaled(5000, 200)), "-work", strconv.Itoa(floorWork))
+	if err != nil {
+		return nil, err
+	}
+	return parseFloor(out)
+}
+
+// parseFloor reads gofloor -json's lines: one JSON object per variant.
+func parseFloor(out string) (map[string]map[string]float64, error) {
+	names := map[string]string{"c": FloorC, "go-cgo": FloorGo}
+	got := map[string]map[string]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var res struct {
+			Variant string  `json:"variant"`
+			P50Us   float64 `json:"p50_us"`
+			MeanUs  float64 `json:"mean_us"`
+		}
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		if err := json.Unmarshal([]byte(line), &res); err != nil {
+			return nil, fmt.Errorf("gofloor output %q: %w", line, err)
+		}
+		if name, ok := names[res.Variant]; ok && res.MeanUs > 0 && res.P50Us > 0 {
+			got[name] = map[string]float64{Latency: res.MeanUs, LatencyP50: res.P50Us}
+		}
+	}
+	if len(got) != len(names) {
+		return nil, fmt.Errorf("gofloor output lacks a variant: %q", out)
+	}
+	return got, nil
 }
 
 // proc is a started server process whose output is kept.

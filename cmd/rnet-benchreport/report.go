@@ -92,6 +92,14 @@ func (r *Report) p50(transport string, size int) float64 {
 	return math.NaN()
 }
 
+// extraMedian is the median of a size-less figure kept in Extra (the floor).
+func (r *Report) extraMedian(transport, kind string) float64 {
+	if e := r.find(r.Extra, transport, kind, 0); e != nil && len(e.Runs) > 0 {
+		return e.Median
+	}
+	return math.NaN()
+}
+
 func sizeName(n int) string {
 	switch {
 	case n >= 1<<20 && n%(1<<20) == 0:
@@ -150,10 +158,20 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "%6s %9s %8s %9s %9s %10s %7s %7s  %12s %11s %12s %11s %8s\n", sizeName(s), fmtVal(rn), fmtVal(p50), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc),
 			ratio(rn, rs), ratio(rn, rb), ratio(rp, rs), ratio(p50, ib), ratio(p50, tc))
 	}
+	if fc, fg := r.extraMedian(FloorC, Latency), r.extraMedian(FloorGo, Latency); !math.IsNaN(fc) || !math.IsNaN(fg) {
+		fmt.Fprintf(w, "\nGo runtime floor, no RDMA (benchmarks/gofloor; round trip, µs)\n")
+		fmt.Fprintf(w, "%9s %8s %9s %8s  %9s %8s\n", "c-mean", "c-p50", "go-mean", "go-p50", "go/c mean", "go/c p50")
+		fc50, fg50 := r.extraMedian(FloorC, LatencyP50), r.extraMedian(FloorGo, LatencyP50)
+		fmt.Fprintf(w, "%9s %8s %9s %8s  %9s %8s\n", fmtVal(fc), fmtVal(fc50), fmtVal(fg), fmtVal(fg50), ratio(fg, fc), ratio(fg50, fc50))
+	}
 	var fails []string
-	for _, s := range r.Series {
+	for _, s := range append(append([]*Series(nil), r.Series...), r.Extra...) {
 		if s.Failures > 0 {
-			fails = append(fails, fmt.Sprintf("%s %s %s: %d of %d runs failed", s.Transport, s.Kind, sizeName(s.Size), s.Failures, s.Failures+len(s.Runs)))
+			what := s.Transport + " " + s.Kind
+			if s.Size > 0 {
+				what += " " + sizeName(s.Size)
+			}
+			fails = append(fails, fmt.Sprintf("%s: %d of %d runs failed", what, s.Failures, s.Failures+len(s.Runs)))
 		}
 	}
 	if len(fails) > 0 {

@@ -115,3 +115,50 @@ func TestRotated(t *testing.T) {
 		t.Errorf("rotated changed its argument: %v", list)
 	}
 }
+
+func TestParseFloor(t *testing.T) {
+	out := `{"variant":"c","p50_us":40.5,"p99_us":150,"mean_us":43.5,"max_us":1400,"switches":9}
+{"variant":"go","p50_us":41.7,"p99_us":355,"mean_us":56.8,"max_us":4711,"switches":279}
+{"variant":"go-cgo","p50_us":42.3,"p99_us":300,"mean_us":54.1,"max_us":4116,"switches":523}
+`
+	got, err := parseFloor(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[FloorC][Latency] != 43.5 || got[FloorGo][Latency] != 54.1 || got[FloorGo][LatencyP50] != 42.3 {
+		t.Errorf("parseFloor = %v", got)
+	}
+	// The pure-Go variant is not reported, but the two that are must be there.
+	if _, err := parseFloor(strings.Join(strings.Split(out, "\n")[1:], "\n")); err == nil {
+		t.Error("output without the C twin accepted")
+	}
+	if _, err := parseFloor("gofloor: mmap: no such device\n"); err == nil {
+		t.Error("an error message accepted")
+	}
+	if _, err := parseFloor(`{"variant":"c","p50_us":1,"mean_us":1` + "\n"); err == nil {
+		t.Error("truncated JSON accepted")
+	}
+}
+
+func TestTableFloor(t *testing.T) {
+	r := sample()
+	var b strings.Builder
+	r.WriteTable(&b)
+	if strings.Contains(b.String(), "Go runtime floor") {
+		t.Errorf("floor section without floor figures:\n%s", b.String())
+	}
+	for name, v := range map[string][]float64{FloorC: {40, 44}, FloorGo: {44, 55}} {
+		r.Extra = append(r.Extra,
+			&Series{Transport: name, Kind: Latency, Runs: []float64{v[1]}, Median: v[1]},
+			&Series{Transport: name, Kind: LatencyP50, Runs: []float64{v[0]}, Median: v[0]})
+	}
+	r.Extra = append(r.Extra, &Series{Transport: "x", Kind: Latency, Failures: 1})
+	b.Reset()
+	r.WriteTable(&b)
+	// go/c: 55/44 on means, 44/40 on medians.
+	for _, want := range []string{"Go runtime floor", "1.25x", "1.10x", "x latency: 1 of 1 runs failed"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
