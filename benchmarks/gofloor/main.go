@@ -46,6 +46,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,6 +54,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/rnet-dev/rnet/internal/benchkit"
 )
 
 // result is one run of one variant, as the pinger prints it (one JSON line).
@@ -263,11 +266,12 @@ func summarize(lat []time.Duration) result {
 	for _, d := range lat {
 		sum += d
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	slices.Sort(lat)
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	// Nearest-rank percentiles, as rnet ping and the benchmarks report them.
 	return result{
-		P50us:  us(lat[len(lat)/2]),
-		P99us:  us(lat[len(lat)*99/100]),
+		P50us:  us(benchkit.Percentile(lat, 50)),
+		P99us:  us(benchkit.Percentile(lat, 99)),
 		MeanUs: us(sum / time.Duration(len(lat))),
 		MaxUs:  us(lat[len(lat)-1]),
 	}

@@ -27,6 +27,13 @@ static void work_for(int us)
 		;
 }
 
+/* The index of the p-th percentile by nearest rank, as benchkit.Percentile. */
+static int nearest_rank(int n, double p)
+{
+	int i = (int)(n * p / 100 + 0.5) - 1;
+	return i < 0 ? 0 : i >= n ? n - 1 : i;
+}
+
 static int by_value(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -89,7 +96,7 @@ int main(int argc, char **argv)
 	if (pinger) {
 		qsort(lat, n, sizeof(double), by_value);
 		printf("{\"p50_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f,\"max_us\":%.3f}\n",
-		       lat[n / 2], lat[(long)n * 99 / 100], sum / n, lat[n - 1]);
+		       lat[nearest_rank(n, 50)], lat[nearest_rank(n, 99)], sum / n, lat[n - 1]);
 	}
 	return 0;
 }
