@@ -12,7 +12,12 @@
 //
 // Variants: "c" (the C twin), "go" (pure Go loads), and "go-cgo" (each look
 // is a cgo call polling up to 16 times, with one runtime.Gosched per wait,
-// as an rnet Read that waits for a reply does).
+// as an rnet Read that waits for a reply does). -variants adds "go-cspin",
+// which spends the whole wait in one C call (up to 1 ms per call) after one
+// runtime.Gosched, and "go-cspin-noyield", the same without the yield: do
+// fewer, longer crossings take the runtime out of the wait? In the lab the
+// first is no better than go-cgo and the second far worse (see
+// docs/performance.md).
 package main
 
 /*
@@ -34,6 +39,20 @@ static int gofloor_look(volatile uint64_t *p, uint64_t want, int tries) {
 		if (__atomic_load_n(p, __ATOMIC_ACQUIRE) == want) return 1;
 	}
 	return 0;
+}
+// gofloor_spin polls *p for want until it comes or about limit_us
+// microseconds pass: a whole wait in one crossing. The clock is read every
+// 64 loads.
+static int gofloor_spin(volatile uint64_t *p, uint64_t want, int limit_us) {
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		for (int i = 0; i < 64; i++) {
+			if (__atomic_load_n(p, __ATOMIC_ACQUIRE) == want) return 1;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) >= limit_us * 1000L) return 0;
+	}
 }
 */
 import "C"
@@ -77,6 +96,7 @@ func main() {
 	n := flag.Int("n", 5000, "round trips per run, after 100 of warmup")
 	work := flag.Int("work", 20, "µs each side works before it answers")
 	jsonOut := flag.Bool("json", false, "print each run's result as JSON, not the table")
+	goVariants := flag.String("variants", "go,go-cgo", "the Go variants to compare with C, comma-separated: go, go-cgo, go-cspin, go-cspin-noyield")
 	flag.Parse()
 	if *role != "" {
 		res, err := side(*role, *shm, *variant, *n, *work)
@@ -89,7 +109,14 @@ func main() {
 		}
 		return
 	}
-	if err := compare(*cTwin, *runs, *n, *work, *jsonOut); err != nil {
+	variants := strings.Split(*goVariants, ",")
+	for _, v := range variants {
+		if !knownVariant(v) {
+			fmt.Fprintf(os.Stderr, "gofloor: unknown variant %q in -variants\n", v)
+			os.Exit(2)
+		}
+	}
+	if err := compare(*cTwin, variants, *runs, *n, *work, *jsonOut); err != nil {
 		fmt.Fprintln(os.Stderr, "gofloor:", err)
 		os.Exit(1)
 	}
@@ -98,14 +125,14 @@ func main() {
 // compare runs each variant runs times, interleaved so that the guest's
 // slow and fast minutes fall on all of them, and prints medians and ratios
 // to the C twin.
-func compare(cTwin string, runs, n, work int, jsonOut bool) error {
+func compare(cTwin string, goVariants []string, runs, n, work int, jsonOut bool) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	variants := []string{"go", "go-cgo"}
+	variants := goVariants
 	if cTwin != "" {
-		variants = append([]string{"c"}, variants...)
+		variants = append([]string{"c"}, goVariants...)
 	}
 	all := map[string][]result{}
 	for r := 1; r <= runs; r++ {
@@ -124,7 +151,7 @@ func compare(cTwin string, runs, n, work int, jsonOut bool) error {
 				b, _ := json.Marshal(res)
 				fmt.Println(string(b))
 			} else {
-				fmt.Fprintf(os.Stderr, "run %d/%d %-6s p50 %7.1f µs  mean %7.1f µs\n", r, runs, v, res.P50us, res.MeanUs)
+				fmt.Fprintf(os.Stderr, "run %d/%d %-16s p50 %7.1f µs  mean %7.1f µs\n", r, runs, v, res.P50us, res.MeanUs)
 			}
 		}
 	}
@@ -132,14 +159,14 @@ func compare(cTwin string, runs, n, work int, jsonOut bool) error {
 		return nil
 	}
 	fmt.Printf("%d runs of %d round trips, %d µs of work per side; medians over runs\n", runs, n, work)
-	fmt.Printf("%-7s %9s %9s %9s %9s %9s %10s\n", "variant", "p50 µs", "p99 µs", "mean µs", "max µs", "switches", "mean / c")
+	fmt.Printf("%-16s %9s %9s %9s %9s %9s %10s\n", "variant", "p50 µs", "p99 µs", "mean µs", "max µs", "switches", "mean / c")
 	for _, v := range variants {
 		rs := all[v]
 		ratio := "-"
 		if c := all["c"]; len(c) > 0 {
 			ratio = fmt.Sprintf("%.2f×", median(rs, meanOf)/median(c, meanOf))
 		}
-		fmt.Printf("%-7s %9.1f %9.1f %9.1f %9.0f %9.0f %10s\n", v,
+		fmt.Printf("%-16s %9.1f %9.1f %9.1f %9.0f %9.0f %10s\n", v,
 			median(rs, func(x result) float64 { return x.P50us }),
 			median(rs, func(x result) float64 { return x.P99us }),
 			median(rs, meanOf),
@@ -211,7 +238,7 @@ func side(role, shm, variant string, n, work int) (result, error) {
 	if role != "ping" && role != "pong" {
 		return result{}, fmt.Errorf("unknown role %q", role)
 	}
-	if variant != "go" && variant != "go-cgo" {
+	if !knownVariant(variant) {
 		return result{}, fmt.Errorf("unknown variant %q", variant)
 	}
 	f, err := os.OpenFile(shm, os.O_RDWR, 0)
@@ -230,6 +257,14 @@ func side(role, shm, variant string, n, work int) (result, error) {
 	wait := func(p *uint64, want uint64) {
 		if variant == "go" {
 			for atomic.LoadUint64(p) != want {
+			}
+			return
+		}
+		if variant == "go-cspin" || variant == "go-cspin-noyield" {
+			if variant == "go-cspin" {
+				runtime.Gosched()
+			}
+			for C.gofloor_spin((*C.uint64_t)(unsafe.Pointer(p)), C.uint64_t(want), 1000) == 0 {
 			}
 			return
 		}
@@ -256,6 +291,10 @@ func side(role, shm, variant string, n, work int) (result, error) {
 		}
 	}
 	return summarize(lat), nil
+}
+
+func knownVariant(v string) bool {
+	return v == "go" || v == "go-cgo" || v == "go-cspin" || v == "go-cspin-noyield"
 }
 
 func summarize(lat []time.Duration) result {

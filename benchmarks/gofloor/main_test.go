@@ -11,6 +11,12 @@ import (
 // Both sides in one process: the ping-pong completes and the pinger's
 // summary is ordered and no shorter than the work it timed.
 func TestSidesPingPong(t *testing.T) {
+	for _, v := range []string{"go", "go-cgo", "go-cspin", "go-cspin-noyield"} {
+		t.Run(v, func(t *testing.T) { testSidesPingPong(t, v) })
+	}
+}
+
+func testSidesPingPong(t *testing.T, variant string) {
 	shm := filepath.Join(t.TempDir(), "page")
 	if err := os.WriteFile(shm, make([]byte, 4096), 0o600); err != nil {
 		t.Fatal(err)
@@ -18,10 +24,10 @@ func TestSidesPingPong(t *testing.T) {
 	const n, work = 300, 5
 	pongErr := make(chan error, 1)
 	go func() {
-		_, err := side("pong", shm, "go-cgo", n, work)
+		_, err := side("pong", shm, variant, n, work)
 		pongErr <- err
 	}()
-	res, err := side("ping", shm, "go-cgo", n, work)
+	res, err := side("ping", shm, variant, n, work)
 	if err != nil {
 		t.Fatal(err)
 	}
