@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/netip"
 	"os"
 	"strings"
@@ -202,6 +204,60 @@ func TestLoopbackTCP(t *testing.T) {
 	var pg PingResult
 	if err := json.Unmarshal(out.Bytes(), &pg); err != nil || pg.Count != 20 || pg.P50Us <= 0 || pg.P99Us < pg.P50Us {
 		t.Fatalf("ping result %s: %+v, %v", out.String(), pg, err)
+	}
+}
+
+// With --json the server's standard output is JSON alone, one object per
+// client, so that it can be piped to a parser; the banner goes to stderr.
+func TestServerJSONOutputIsJSONOnly(t *testing.T) {
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"perf", "-s", "127.0.0.1:0", "-tcp", "-once", "--json"}, outW, errW)
+		outW.Close()
+		errW.Close()
+	}()
+	// Both streams are read whole; the banner may come on either.
+	type stream struct {
+		lines []string
+		addr  chan string
+	}
+	read := func(r io.Reader, s *stream, finished chan<- struct{}) {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			s.lines = append(s.lines, sc.Text())
+			if _, rest, ok := strings.Cut(sc.Text(), "listening on "); ok {
+				addr, _, _ := strings.Cut(rest, " ")
+				s.addr <- addr
+			}
+		}
+		close(finished)
+	}
+	addrs := make(chan string, 2)
+	stdout, stderr := &stream{addr: addrs}, &stream{addr: addrs}
+	outDone, errDone := make(chan struct{}), make(chan struct{})
+	go read(outR, stdout, outDone)
+	go read(errR, stderr, errDone)
+	addr := <-addrs
+	var cout, cerr bytes.Buffer
+	if code := run([]string{"perf", "-c", addr, "-tcp", "-n", "100000", "-size", "1000", "--json", "-q"}, &cout, &cerr); code != 0 {
+		t.Fatalf("perf exit %d: %s", code, cerr.String())
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("server exit %d", code)
+	}
+	<-outDone
+	<-errDone
+	if len(stdout.lines) != 1 {
+		t.Fatalf("server stdout has %d lines, want its one result: %q", len(stdout.lines), stdout.lines)
+	}
+	var sr ServerResult
+	if err := json.Unmarshal([]byte(stdout.lines[0]), &sr); err != nil || sr.Bytes != 100000 {
+		t.Fatalf("server stdout %q: %+v, %v", stdout.lines[0], sr, err)
+	}
+	if !strings.Contains(strings.Join(stderr.lines, "\n"), "listening on") {
+		t.Errorf("no banner on the server's stderr: %q", stderr.lines)
 	}
 }
 

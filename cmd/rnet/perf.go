@@ -230,8 +230,14 @@ func runServer(o perfOpts, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer ln.Close()
-	fmt.Fprintf(stdout, "rnet perf: listening on %s (%s)\n", ln.Addr(), netName(o.tcp))
-	if f, ok := stdout.(*os.File); ok {
+	// With --json, standard output carries the results alone, one JSON
+	// object per client, so that it can go straight to a parser.
+	banner := stdout
+	if o.json {
+		banner = stderr
+	}
+	fmt.Fprintf(banner, "rnet perf: listening on %s (%s)\n", ln.Addr(), netName(o.tcp))
+	if f, ok := banner.(*os.File); ok {
 		f.Sync()
 	}
 	for {
