@@ -66,7 +66,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -74,7 +73,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/rnet-dev/rnet/internal/benchkit"
+	"github.com/rnet-dev/rnet/internal/stats"
 )
 
 // result is one run of one variant, as the pinger prints it (one JSON line).
@@ -183,14 +182,7 @@ func median(rs []result, f func(result) float64) float64 {
 	for i, r := range rs {
 		v[i] = f(r)
 	}
-	sort.Float64s(v)
-	if len(v) == 0 {
-		return 0
-	}
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	return stats.Median(v)
 }
 
 // runPair starts the ponger, then the pinger, on a fresh shared page, and
@@ -309,8 +301,8 @@ func summarize(lat []time.Duration) result {
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 	// Nearest-rank percentiles, as rnet ping and the benchmarks report them.
 	return result{
-		P50us:  us(benchkit.Percentile(lat, 50)),
-		P99us:  us(benchkit.Percentile(lat, 99)),
+		P50us:  us(stats.Percentile(lat, 50)),
+		P99us:  us(stats.Percentile(lat, 99)),
 		MeanUs: us(sum / time.Duration(len(lat))),
 		MaxUs:  us(lat[len(lat)-1]),
 	}

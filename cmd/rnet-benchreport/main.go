@@ -26,6 +26,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/stats"
 )
 
 type config struct {
@@ -336,7 +338,7 @@ func measure(c *config) (*Report, error) {
 	}
 	for _, s := range append(append([]*Series(nil), r.Series...), r.Extra...) {
 		if len(s.Runs) > 0 {
-			s.Median = median(s.Runs)
+			s.Median = stats.Median(s.Runs)
 		}
 	}
 	return r, nil

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
-	"sort"
 	"strings"
 )
 
@@ -54,18 +52,6 @@ type Report struct {
 	Extra      []*Series `json:"extra,omitempty"` // figures not plotted (rnet p50 latency, ...)
 	Throughput []int     `json:"throughput_sizes"`
 	Latency    []int     `json:"latency_sizes"`
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(v)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func (r *Report) find(list []*Series, transport, kind string, size int) *Series {

@@ -2,25 +2,10 @@ package main
 
 import (
 	"encoding/xml"
-	"math"
 	"slices"
 	"strings"
 	"testing"
 )
-
-func TestMedian(t *testing.T) {
-	for _, c := range []struct {
-		in   []float64
-		want float64
-	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{7}, 7}} {
-		if got := median(c.in); got != c.want {
-			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
-		}
-	}
-	if !math.IsNaN(median(nil)) {
-		t.Error("median of nothing is not NaN")
-	}
-}
 
 func TestParsers(t *testing.T) {
 	us, err := parseRstream("name      bytes   xfers   iters   total       time     Gb/sec    usec/xfer\ncustom    64k     300     1       37m         2.32s      0.14    3873.00\n")

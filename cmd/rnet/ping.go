@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/stats"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/rnet"
 )
@@ -143,10 +144,7 @@ func summarize(rtt []time.Duration) PingResult {
 	s := slices.Clone(rtt)
 	slices.Sort(s)
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-	pct := func(p float64) float64 {
-		i := int(float64(len(s))*p/100+0.5) - 1
-		return us(s[min(max(i, 0), len(s)-1)])
-	}
+	pct := func(p float64) float64 { return us(stats.Percentile(s, p)) }
 	r.MinUs, r.MaxUs = us(s[0]), us(s[len(s)-1])
 	r.P50Us, r.P90Us, r.P99Us = pct(50), pct(90), pct(99)
 	r.MeanUs = us(sum) / float64(len(s))

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/stats"
 )
 
 // Counter returns a monotonically growing count (verbs.CgoCalls), or is nil.
@@ -142,17 +144,8 @@ func ReportPercentiles(b *testing.B, d []time.Duration) {
 		return
 	}
 	slices.Sort(d)
-	b.ReportMetric(float64(Percentile(d, 50)), "p50-ns")
-	b.ReportMetric(float64(Percentile(d, 99)), "p99-ns")
-}
-
-// Percentile returns the p-th percentile (nearest rank) of sorted d.
-func Percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	i := int(float64(len(d))*p/100+0.5) - 1
-	return d[min(max(i, 0), len(d)-1)]
+	b.ReportMetric(float64(stats.Percentile(d, 50)), "p50-ns")
+	b.ReportMetric(float64(stats.Percentile(d, 99)), "p99-ns")
 }
 
 // Sizes are the write sizes of the throughput benchmarks.
