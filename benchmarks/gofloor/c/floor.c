@@ -27,7 +27,7 @@ static void work_for(int us)
 		;
 }
 
-/* The index of the p-th percentile by nearest rank, as benchkit.Percentile. */
+/* The index of the p-th percentile by nearest rank, as stats.Percentile (internal/stats). */
 static int nearest_rank(int n, double p)
 {
 	int i = (int)(n * p / 100 + 0.5) - 1;
