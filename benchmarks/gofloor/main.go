@@ -89,7 +89,7 @@ type result struct {
 func main() {
 	role := flag.String("role", "", "internal: run one side, ping or pong")
 	shm := flag.String("shm", "", "internal: the shared page's file")
-	variant := flag.String("variant", "go", "internal: go or go-cgo")
+	variant := flag.String("variant", "go", "internal: this side's Go variant (see -variants)")
 	cTwin := flag.String("c", "", "the C twin's binary (benchmarks/gofloor/c/floor.c); empty skips it")
 	runs := flag.Int("runs", 3, "rounds over the variants; the table shows medians")
 	n := flag.Int("n", 5000, "round trips per run, after 100 of warmup")
