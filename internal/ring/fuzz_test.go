@@ -215,6 +215,9 @@ func (fz *fuzzEngine) deliver(m uint32, bad, fail bool) {
 	r := fz.recvs[0]
 	fz.recvs = fz.recvs[1:]
 	wc := Completion{ID: r.ID, Opcode: WCRecvRDMAWithImm, Imm: m}
+	if Msg(m).Op() == MsgData {
+		wc.ByteLen = Msg(m).Data() // the write carries what the immediate says
+	}
 	if e.cfg.IWARP {
 		off := r.SGE.Addr - e.recv.Addr
 		binary.NativeEndian.PutUint32(e.recv.Buf[off:], m)

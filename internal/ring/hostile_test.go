@@ -132,8 +132,16 @@ func expectFailure(t *testing.T, s *side, check error) {
 		t.Fatalf("%#v is not a *ProtocolError{Check: %v}", err, check)
 	}
 	t.Logf("rejected: %v", err)
-	if _, rerr := s.eng.Read(make([]byte, 10)); rerr != err {
-		t.Fatalf("Read after failure: %v", rerr)
+	// Bytes that passed the checks before the failure are read first.
+	for range 1000 {
+		n, rerr := s.eng.Read(make([]byte, 64<<10))
+		if n > 0 && rerr == nil {
+			continue
+		}
+		if n != 0 || rerr != err {
+			t.Fatalf("Read after failure: %d, %v", n, rerr)
+		}
+		break
 	}
 	if _, werr := s.eng.Write([]byte("x")); werr != err {
 		t.Fatalf("Write after failure: %v", werr)
@@ -472,5 +480,63 @@ func TestPeerDisconnectIsNotAnError(t *testing.T) {
 	}
 	if !s.eng.Finished() || !s.eng.Flushed() {
 		t.Fatal("not finished")
+	}
+}
+
+// TestHostileDataLengthLies: the immediate claims more bytes than the RDMA
+// WRITE carried, which would hand the reader stale bytes of the ring.
+func TestHostileDataLengthLies(t *testing.T) {
+	s, p := newHostile(t, ring.Config{})
+	p.data(0, 5, 10)
+	expectFailure(t, s, ring.ErrBadMessage)
+}
+
+// TestHostileDataAfterBothShut: the peer's DATA after its own SHUTDOWN is an
+// error also once our SHUTDOWN has completed, when the exchange is over.
+func TestHostileDataAfterBothShut(t *testing.T) {
+	s, p := newHostile(t, ring.Config{})
+	s.eng.CloseWrite()
+	for range 10 {
+		if _, err := s.service(100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.msg(ring.MakeMsg(ring.MsgCtrl, ring.CtrlShutdown))
+	if _, err := s.service(100); err != nil {
+		t.Fatal(err)
+	}
+	if !s.eng.Finished() {
+		t.Fatal("SHUTDOWN both ways did not finish the exchange")
+	}
+	p.data(0, 5, 5)
+	expectFailure(t, s, ring.ErrDataAfterShutdown)
+}
+
+// TestFailureAfterDataKeepsData: bytes that passed every check before the
+// peer broke the protocol are still read, as TCP reads what came before a
+// reset; then every Read reports the failure.
+func TestFailureAfterDataKeepsData(t *testing.T) {
+	s, p := newHostile(t, ring.Config{})
+	p.data(0, 5, 5)
+	p.msg(ring.MakeMsg(ring.MsgCtrl, 3)) // an unknown control code
+	var err error
+	for i := 0; i < 10 && err == nil; i++ {
+		_, err = s.service(100)
+	}
+	if !errors.Is(err, ring.ErrBadControl) {
+		t.Fatalf("engine error %v, want ErrBadControl", err)
+	}
+	if !s.eng.Readable() {
+		t.Fatal("a failed engine with data is not readable")
+	}
+	b := make([]byte, 3)
+	if n, rerr := s.eng.Read(b); n != 3 || rerr != nil {
+		t.Fatalf("first Read after the failure = %d, %v; want the data", n, rerr)
+	}
+	if n, rerr := s.eng.Read(b); n != 2 || rerr != nil {
+		t.Fatalf("second Read after the failure = %d, %v; want the rest", n, rerr)
+	}
+	if n, rerr := s.eng.Read(b); n != 0 || rerr != err {
+		t.Fatalf("Read after the data = %d, %v; want %v", n, rerr, err)
 	}
 }

@@ -13,17 +13,23 @@ import (
 // afterwards.
 func (e *Engine) Read(p []byte) (int, error) {
 	switch {
-	case e.err != nil:
-		return 0, e.err
 	case e.readClosed:
 		return 0, ErrClosed
+	case e.err != nil && e.msgCount == 0:
+		return 0, e.err
 	case len(p) == 0:
 		return 0, nil
 	}
+	// Bytes that arrived before a failure are still read, as TCP reads
+	// what came before a reset: their messages passed every check, and
+	// the peer counts them as delivered. The error comes after them.
 	n := 0
 	for n < len(p) && e.msgCount > 0 {
 		left := e.msgs[e.msgHead]
-		k := min(left, uint32(len(p)-n))
+		k := left
+		if rest := len(p) - n; rest < int(k) {
+			k = uint32(rest) // not min in uint32: len(p) may exceed 4 GiB
+		}
 		// A message never crosses a half (transfers are capped by the
 		// target entry), so it never wraps around the end of rbuf.
 		copy(p[n:], e.rbuf[e.rbufOff:e.rbufOff+k])
@@ -48,6 +54,9 @@ func (e *Engine) Read(p []byte) (int, error) {
 	e.stats.BytesRead += uint64(n)
 	if n > 0 {
 		e.sTurn = true // see sStart
+	}
+	if n == 0 && e.err != nil {
+		return 0, e.err
 	}
 	if n == 0 && (e.peerShutdown || e.peerDisconnected) {
 		return 0, io.EOF
@@ -105,11 +114,17 @@ func (e *Engine) completeRecv(wc *Completion) {
 		return
 	}
 	if e.finished() {
-		// After DISCONNECT nothing the peer says matters, except that
-		// more data shows it broken: its bytes must not pass for part
-		// of the stream it said was over.
-		if word, ok := e.msgWord(wc, seq); ok && e.err == nil && e.peerDisconnected && Msg(word).Op() == MsgData {
-			e.fail(protoErr(ErrDataAfterDisconnect, Msg(word), ""))
+		// Once the exchange is over nothing the peer says matters, except
+		// that data after its DISCONNECT or SHUTDOWN shows it broken: its
+		// bytes must not pass for part of the stream it said was over.
+		// (Data that crossed our own DISCONNECT is not its fault.)
+		if word, ok := e.msgWord(wc, seq); ok && e.err == nil && Msg(word).Op() == MsgData {
+			switch {
+			case e.peerDisconnected:
+				e.fail(protoErr(ErrDataAfterDisconnect, Msg(word), ""))
+			case e.peerShutdown:
+				e.fail(protoErr(ErrDataAfterShutdown, Msg(word), ""))
+			}
 		}
 		return
 	}
@@ -127,6 +142,13 @@ func (e *Engine) completeRecv(wc *Completion) {
 	}
 	switch m.Op() {
 	case MsgData:
+		if !e.cfg.IWARP && wc.ByteLen != m.Data() {
+			// The bytes the RDMA WRITE carried are the message: a length
+			// that claims more would hand the reader stale bytes of the
+			// ring as if they had just arrived.
+			e.fail(protoErr(ErrBadMessage, m, fmt.Sprintf("the write carried %d bytes", wc.ByteLen)))
+			return
+		}
 		e.recvData(m)
 	case MsgSGL:
 		e.recvCredits(m, wc)
