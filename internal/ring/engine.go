@@ -101,9 +101,8 @@ type Engine struct {
 	sseqComp     uint16       // sseqNo may not reach this
 	tgt          [2]RemoteSGE // where our transfers may go; tgt[tgtIdx] is current
 	tgtIdx       int
-	mailboxNext  int        // the entry of our target region the peer updates next
-	sglSuspect   sglSuspect // a mismatching update seen once; rejected if seen twice
-	sqAvail      int        // send queue entries for data
+	mailboxNext  int // the entry of our target region the peer updates next
+	sqAvail      int // send queue entries for data
 	ctrlInFlight int
 	ctrlSlotSeq  uint32 // picks the control slot for an SGL payload
 

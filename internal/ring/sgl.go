@@ -24,8 +24,13 @@ import (
 // completion's byte count tells which messages carried an update, and such
 // an update has landed when its completion is seen: it is judged then, and
 // only then. On iWARP the update is a separate RDMA WRITE before the message
-// SEND, and the completion cannot tell; there an entry that does not match
-// is rejected only if it still reads the same at the next credit message.
+// SEND, and the completion cannot tell which message follows it: an entry
+// that does not match may still be landing, however often it reads the same
+// (two messages polled in one batch read it nanoseconds apart). It is
+// rejected only once the other entry has been written too, which the peer
+// does after this one's message (iWARP places a connection's writes in
+// order); until then it is left alone. A peer that leaves garbage there
+// only withholds its grant, which it can always do.
 
 // takeLandedSGLUpdate takes the update that the credit message m carried
 // (RoCE and InfiniBand, where the two travel in one RDMA WRITE WITH
@@ -82,15 +87,13 @@ func (e *Engine) takeSGLUpdates(m Msg) {
 			return
 		}
 		if want := e.expectedSGE(i); s != want {
-			if e.sglSuspect != (sglSuspect{entry: i, sge: s, set: true}) {
-				e.sglSuspect = sglSuspect{entry: i, sge: s, set: true}
-				return // look again at the next credit message
+			if e.mailbox(i^1) == (RemoteSGE{}) {
+				return // may be landing: see above
 			}
 			e.fail(protoErr(ErrBadSGL, m, fmt.Sprintf("entry %d = {addr %#x key %#x len %d}, want {addr %#x key %#x len %d}",
 				i, s.Addr, s.Key, s.Length, want.Addr, want.Key, want.Length)))
 			return
 		}
-		e.sglSuspect = sglSuspect{}
 		e.tgt[i] = s
 		e.clearMailbox(i)
 		e.mailboxNext ^= 1
@@ -107,11 +110,4 @@ func (e *Engine) mailbox(i int) RemoteSGE {
 
 func (e *Engine) clearMailbox(i int) {
 	clear(e.target.Buf[i*RemoteSGESize : (i+1)*RemoteSGESize])
-}
-
-// sglSuspect is a mailbox entry that did not match when last read.
-type sglSuspect struct {
-	entry int
-	sge   RemoteSGE
-	set   bool
 }
