@@ -155,7 +155,8 @@ func TestCloseFlushesFirst(t *testing.T) {
 }
 
 // TestAbort: with the peer not reading, credits run out; Abort drops the
-// unsent data and disconnects at once.
+// unsent data and fails the engine instead of saying DISCONNECT, so the peer
+// cannot take the prefix it got for the whole stream.
 func TestAbort(t *testing.T) {
 	_, a, b := newAutoPair(t, ring.Config{SendBufSize: 64 << 10, RecvBufSize: 4096, RQSize: 16})
 	n, _ := a.eng.Write(make([]byte, 64<<10))
@@ -168,14 +169,52 @@ func TestAbort(t *testing.T) {
 	if a.eng.Finished() {
 		t.Fatal("Close should wait for the data")
 	}
-	a.eng.Abort()
-	settle(t, a, b)
+	dropped := a.eng.Abort()
+	if dropped == 0 || dropped >= uint64(n) {
+		t.Fatalf("Abort dropped %d of %d bytes", dropped, n)
+	}
+	if !errors.Is(a.eng.Err(), ring.ErrAborted) {
+		t.Fatalf("engine error after Abort: %v", a.eng.Err())
+	}
+	if wrs := a.eng.PostSends(nil); len(wrs) != 0 {
+		t.Fatalf("Abort still sends: %+v", wrs)
+	}
 	if !a.eng.Finished() || !a.eng.Flushed() {
 		t.Fatal("Abort did not finish")
 	}
-	got := readAll(t, b, a)
-	if len(got) == 0 || len(got) >= n {
-		t.Fatalf("peer got %d of %d bytes", len(got), n)
+	settle(t, b)
+	got, buf := 0, make([]byte, 3000)
+	for {
+		k, err := b.eng.Read(buf)
+		if err != nil {
+			t.Fatalf("peer's Read: %v", err)
+		}
+		if k == 0 {
+			break
+		}
+		got += k
+		settle(t, b)
+	}
+	if uint64(got) != uint64(n)-dropped {
+		t.Fatalf("peer got %d bytes, want the %d sent", got, uint64(n)-dropped)
+	}
+	if b.eng.PeerDisconnected() || b.eng.Finished() {
+		t.Fatal("the peer saw an orderly end of a truncated stream")
+	}
+}
+
+// TestAbortWithNothingUnsent is Close: the peer reads everything, then EOF.
+func TestAbortWithNothingUnsent(t *testing.T) {
+	_, a, b := newAutoPair(t, ring.Config{})
+	transfer(t, a, b, []byte("all of it"))
+	if dropped := a.eng.Abort(); dropped != 0 {
+		t.Fatalf("Abort dropped %d bytes", dropped)
+	}
+	if got := readAll(t, b, a); len(got) != 0 {
+		t.Fatalf("got %d more bytes", len(got))
+	}
+	if !b.eng.PeerDisconnected() || a.eng.Err() != nil {
+		t.Fatal(b.eng.PeerDisconnected(), a.eng.Err())
 	}
 }
 

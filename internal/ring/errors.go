@@ -63,6 +63,8 @@ var (
 	ErrWriteClosed = errors.New("write side closed")
 	// ErrClosed: Read after Close.
 	ErrClosed = errors.New("connection closed")
+	// ErrAborted: Abort dropped written data that had not been sent.
+	ErrAborted = errors.New("closed with written data unsent")
 	// ErrPeerDisconnected: Write after the peer sent DISCONNECT (the
 	// equivalent of ECONNRESET).
 	ErrPeerDisconnected = errors.New("connection reset by peer")

@@ -60,12 +60,23 @@ func (e *Engine) Close() {
 	e.queueClose(closeDisconnect)
 }
 
-// Abort drops data written but not yet sent and queues a DISCONNECT to go
-// out as soon as a control slot allows: a close that does not wait for the
-// peer's credits.
-func (e *Engine) Abort() {
+// Abort is a close that does not wait for the peer's credits: it drops
+// data written but not yet sent and returns how many bytes that was. If it
+// dropped none, it is Close. If it dropped some, the peer must not take
+// what it got for the whole stream, so no DISCONNECT (nor a SHUTDOWN still
+// queued) goes out: the engine fails with ErrAborted, and the driver's
+// teardown shows the peer an abrupt end (ErrPeerGone), as a TCP reset does.
+func (e *Engine) Abort() (dropped uint64) {
+	dropped = e.sHead - e.sPosted
 	e.sHead = e.sPosted
-	e.Close()
+	if dropped == 0 {
+		e.Close()
+		return 0
+	}
+	e.writeClosed, e.readClosed = true, true
+	e.closePending = closeNone
+	e.fail(fmt.Errorf("ring: %w (%d bytes)", ErrAborted, dropped))
+	return dropped
 }
 
 func (e *Engine) queueClose(k closeKind) {
