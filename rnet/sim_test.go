@@ -118,7 +118,7 @@ func (q *simQP) start(h eventHandler) {
 
 func (q *simQP) disconnect() {
 	q.discOnce.Do(func() {
-		q.ep.Disconnect()
+		q.ep.DisconnectLocal()
 		q.peer.goneOnce.Do(func() { close(q.peer.peerGone) })
 	})
 }

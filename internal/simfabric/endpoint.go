@@ -320,8 +320,19 @@ func (e *Endpoint) InjectError(status ring.WCStatus) {
 	e.inject = status
 }
 
-// Disconnect takes both queue pairs to the error state, as rdma_disconnect
-// does: everything outstanding on either side is flushed.
+// DisconnectLocal takes this queue pair to the error state, as
+// rdma_disconnect does on a device: what is outstanding here is flushed,
+// while the peer's queue pair stays up until it disconnects too (it hears
+// of the disconnect from the connection manager, not from its CQ), and
+// what it sends meanwhile fails with WCRetryExcErr.
+func (e *Endpoint) DisconnectLocal() {
+	e.f.mu.Lock()
+	defer e.f.mu.Unlock()
+	e.enterError()
+}
+
+// Disconnect takes both queue pairs to the error state at once: everything
+// outstanding on either side is flushed.
 func (e *Endpoint) Disconnect() {
 	f := e.f
 	f.mu.Lock()

@@ -247,6 +247,36 @@ func TestInjectErrorAndDisconnect(t *testing.T) {
 	}
 }
 
+// TestDisconnectLocal: only the side that disconnects is flushed; what its
+// peer sends afterwards finds nobody and fails with a retry error.
+func TestDisconnectLocal(t *testing.T) {
+	p := newPair(t, Options{Auto: true})
+	if err := p.a.PostRecv([]ring.RecvWR{{ID: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.b.PostRecv([]ring.RecvWR{{ID: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	p.a.DisconnectLocal()
+	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].ID != 1 || wcs[0].Status != ring.WCWRFlushErr {
+		t.Fatalf("disconnected side: %+v", wcs)
+	}
+	if wcs := poll(p.b); len(wcs) != 0 {
+		t.Fatalf("the peer was flushed: %+v", wcs)
+	}
+	if p.b.QueuedRecvs() != 1 {
+		t.Fatal("the peer's receive is gone")
+	}
+	wr := ring.SendWR{ID: 9, Op: ring.OpWriteImm, Signaled: true}
+	if err := p.b.PostSend([]ring.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	// The failed send takes the peer's queue pair to the error state too.
+	if wcs := poll(p.b); len(wcs) != 2 || wcs[0].ID != 9 || wcs[0].Status != ring.WCRetryExcErr || wcs[1].Status != ring.WCWRFlushErr {
+		t.Fatalf("the peer's send: %+v", wcs)
+	}
+}
+
 // TestAutoConcurrent drives both endpoints from goroutines that block on
 // Notify, as the rnet driver will, and counts every completion.
 func TestAutoConcurrent(t *testing.T) {
