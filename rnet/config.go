@@ -59,7 +59,8 @@ type Config struct {
 	// 0 means 15 s, like net.Dialer; negative disables keepalives.
 	KeepAlive time.Duration
 	// Linger bounds how long Close waits for written data to reach the
-	// peer before it discards the rest and disconnects. 0 means 10 s.
+	// peer before it discards the rest, tears the connection down (the peer
+	// sees ErrPeerGone, not io.EOF) and returns ErrAborted. 0 means 10 s.
 	Linger time.Duration
 	// HandshakeTimeout bounds a listener's handshake with one incoming
 	// connection, so a peer that vanishes mid-handshake costs nothing

@@ -1,6 +1,7 @@
 package rnet
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -361,22 +362,39 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 		c.queued++
 		c.parks++
 		c.mu.Unlock()
+		handedOver := false
 		select {
 		case <-wake:
 		case <-c.pollerFree:
+			handedOver = true
 		case <-stop:
 		case <-cancel:
 		}
 		c.mu.Lock()
 		c.queued--
-		c.mu.Unlock()
-		return true
+		if !handedOver || c.polling {
+			// Whoever handed the wait over (to any queued caller) may
+			// have stopped pushing for an engine that still needs it,
+			// and this caller may not come back: if nobody else is
+			// queued, the pusher takes over.
+			if !c.polling && c.queued == 0 {
+				c.pushIfBlockedLocked()
+			}
+			c.mu.Unlock()
+			return true
+		}
+		// The wait was handed to us: take it now, even if we are about
+		// to leave, so that it never rests with nobody (release passes
+		// it on).
+		parked = true
 	}
 	c.polling = true
 	c.mu.Unlock()
-	parked = c.awaitEvent(func() bool {
+	if c.awaitEvent(func() bool {
 		return ready() || c.fatal != nil || c.eng.Err() != nil || isClosed(stop) || isClosed(cancel)
-	})
+	}) {
+		parked = true
+	}
 	c.release()
 	return parked
 }
@@ -470,13 +488,16 @@ func (c *Conn) pusher() {
 			c.mu.Lock()
 			c.polling = false
 			handOff := c.queued > 0
+			if handOff {
+				// Stop pushing before the wait changes hands, so that a
+				// caller that receives it and leaves can start us again
+				// (see block).
+				c.pushing = false
+			}
 			c.mu.Unlock()
 			if handOff {
 				// A caller blocked meanwhile: the wait is its now.
 				notify(c.pollerFree)
-				c.mu.Lock()
-				c.pushing = false
-				c.mu.Unlock()
 				break
 			}
 		}
@@ -691,6 +712,12 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 	look, lastLook, lastSpin := 1, start, 0
 	for spin := 1; ; spin++ {
 		c.mu.Lock()
+		if c.closing {
+			// Close may release the queue pair once it has the
+			// completion channel, which a spinner does not hold.
+			c.mu.Unlock()
+			return
+		}
 		if spin == 1 {
 			c.spins++
 		}
@@ -820,7 +847,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 				window = c.streamSpin.window(c.set.busyPoll)
 				streamed = window > 0
 			}
-			c.busyPoll(window, c.eng.Readable, c.readDL.wait(), reply)
+			c.busyPoll(window, c.readReadyLocked, c.readDL.wait(), reply)
 			continue
 		}
 		blocked = true
@@ -955,13 +982,18 @@ func (c *Conn) close() error {
 		return c.eng.Flushed() || c.eng.Finished() || c.transDown || c.fatal != nil
 	})
 	c.mu.Lock()
+	var closeErr error
 	switch {
 	case c.transDown || c.fatal != nil || c.eng.Err() != nil || c.eng.PeerDisconnected():
 		// Nothing more can go out, or the peer is already gone.
 	case sent:
 		c.eng.Close()
 	default:
-		c.eng.Abort()
+		if dropped := c.eng.Abort(); dropped > 0 {
+			// The peer sees the connection torn down, not a clean
+			// end, and the caller learns that bytes were lost.
+			closeErr = fmt.Errorf("%w: %d bytes written were not sent within Linger (%v)", ErrAborted, dropped, c.set.linger)
+		}
 	}
 	c.driveLocked()
 	c.mu.Unlock()
@@ -978,9 +1010,9 @@ func (c *Conn) close() error {
 	// queue pair again and it can be released.
 	c.takePoller()
 	if err := c.qp.release(); err != nil {
-		return c.opError("close", err)
+		closeErr = errors.Join(closeErr, err)
 	}
-	return nil
+	return c.opError("close", closeErr)
 }
 
 // closeWait drives the connection until cond (called with c.mu held) holds

@@ -26,6 +26,10 @@ var (
 	// write, as happens when its process dies. The error's text names the
 	// completion status when there was one.
 	ErrPeerGone = ring.ErrPeerGone
+	// ErrAborted: Close gave up waiting for the peer to take written data
+	// (Config.Linger) and dropped the rest. Close returns it; the peer
+	// then sees ErrPeerGone, never a clean io.EOF after a truncated stream.
+	ErrAborted = ring.ErrAborted
 	// ErrDeviceRemoved: the RDMA device under the connection went away.
 	ErrDeviceRemoved = errors.New("rdma: device removed")
 	// ErrNoDevice: this machine has no RDMA device (or its kernel has no
