@@ -36,6 +36,7 @@ type verbsQP struct {
 
 	kicked         atomic.Bool
 	eventsDone     chan struct{}
+	eventsStop     chan struct{} // closed by shutdown: ends a retry's wait
 	startOnce      sync.Once
 	disconnectOnce sync.Once
 	shutdownOnce   sync.Once
@@ -116,6 +117,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 func (q *verbsQP) start(h eventHandler) {
 	q.startOnce.Do(func() {
 		q.eventsDone = make(chan struct{})
+		q.eventsStop = make(chan struct{})
 		go q.events(h)
 	})
 }
@@ -123,11 +125,19 @@ func (q *verbsQP) start(h eventHandler) {
 // events delivers the connection manager's news about this connection.
 func (q *verbsQP) events(h eventHandler) {
 	defer close(q.eventsDone)
+	var retry eventRetry
 	for {
 		ev, err := q.ch.Next(context.Background())
-		if err != nil {
-			return // the channel was closed by shutdown
+		if errors.Is(err, net.ErrClosed) {
+			return // shutdown closed the channel
 		}
+		if err != nil {
+			// Keep listening: a disconnect or a device removal must
+			// still reach the connection.
+			retry.wait(q.eventsStop)
+			continue
+		}
+		retry.reset()
 		switch ev.Type {
 		case cm.EventDisconnected:
 			h.transportDisconnected()
@@ -143,6 +153,9 @@ func (q *verbsQP) disconnect() {
 
 func (q *verbsQP) shutdown() {
 	q.shutdownOnce.Do(func() {
+		if q.eventsStop != nil {
+			close(q.eventsStop)
+		}
 		q.cc.Close()
 		q.ch.Close()
 		if q.eventsDone != nil {
@@ -405,14 +418,17 @@ type acceptor struct {
 
 func (a *acceptor) run() {
 	defer a.wg.Done()
+	var retry eventRetry
 	for {
 		ev, err := a.ch.Next(context.Background())
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			retry.wait(a.ctx.Done())
 			continue
 		}
+		retry.reset()
 		if ev.Type != cm.EventConnectRequest {
 			continue // events of ids still being handed over to a handshake
 		}
@@ -493,3 +509,23 @@ func (a *acceptor) handshake(ev cm.Event) {
 	}
 	a.l.offer(newConn(q, eng, a.set))
 }
+
+// eventRetry paces the retries of an event loop whose channel failed with
+// something other than being closed (an errno from rdma_get_cm_event, such
+// as ENOMEM): such a loop must neither spin on a failure that persists nor
+// stop listening for good. The waits double from 5 ms to at most 1 s.
+type eventRetry struct{ delay time.Duration }
+
+// wait waits out the next delay, or until done is closed.
+func (r *eventRetry) wait(done <-chan struct{}) {
+	r.delay = min(max(2*r.delay, 5*time.Millisecond), time.Second)
+	t := time.NewTimer(r.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-done:
+	}
+}
+
+// reset starts over after an event came through.
+func (r *eventRetry) reset() { r.delay = 0 }

@@ -199,7 +199,8 @@ func (id *ID) await(ctx context.Context, want EventType, op string) (Event, erro
 
 func paramToC(p *ConnParam) (*C.struct_rnet_conn_param, error) {
 	var c C.struct_rnet_conn_param
-	if len(p.PrivateData) > len(c.private_data) {
+	// The length travels in a uint8_t: 256 bytes would wrap to none.
+	if len(p.PrivateData) > min(len(c.private_data), 255) {
 		return nil, syscall.EINVAL
 	}
 	for i, b := range p.PrivateData {

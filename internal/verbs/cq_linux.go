@@ -81,7 +81,7 @@ func (cq *CQ) Poll(out []Completion) (int, error) {
 	CountCgoCall()
 	n := C.rnet_poll(handle(unsafe.Pointer(cq.c)), (*C.struct_rnet_wc)(unsafe.Pointer(&out[0])), C.int(min(len(out), 1<<30)))
 	if n < 0 {
-		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Errno: syscall.Errno(-n)}
+		return 0, pollError(cq.dev, int(-n))
 	}
 	return int(n), nil
 }

@@ -204,7 +204,7 @@ func (qp *QP) postPollLocked(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR
 		errno, _ := errnoFromPost(code)
 		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Errno: errno}
 	case 3:
-		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
+		return 0, pollError(cq.dev, int(code>>8))
 	case 5:
 		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
 	default:

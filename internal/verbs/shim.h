@@ -92,7 +92,7 @@ static inline int rnet_post_send(struct ibv_qp *qp, const struct rnet_send_wr *i
 		const struct rnet_send_wr *w = &in[i];
 		memset(&wr[i], 0, sizeof(wr[i]));
 		if (w->num_sge < 0 || w->num_sge > 2 || w->op > IBV_WR_SEND_WITH_IMM) {
-			return EINVAL << 8 | i;
+			return EINVAL << 8; // index 0: nothing of the batch was posted
 		}
 		for (j = 0; j < w->num_sge; j++) {
 			sge[i][j].addr = w->sge[j].addr;
@@ -140,7 +140,7 @@ static inline int rnet_post_recv(struct ibv_qp *qp, const struct rnet_recv_wr *i
 	for (i = 0; i < n; i++) {
 		const struct rnet_recv_wr *w = &in[i];
 		if (w->num_sge < 0 || w->num_sge > 1) {
-			return EINVAL << 8 | i;
+			return EINVAL << 8; // index 0: nothing of the batch was posted
 		}
 		sge[i].addr = w->sge.addr;
 		sge[i].length = w->sge.length;
