@@ -4,6 +4,7 @@ package faults
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -117,6 +118,75 @@ func TestFaultPeerKilled(t *testing.T) {
 	c.Close()
 	t.Logf("Close of the dead connection took %v", time.Since(closeStart).Round(time.Millisecond))
 	roundTrip(t, good1, good2, "unaffected by the killed peer")
+}
+
+// TestFaultChildBurst is not a test: TestFaultPeerKilledDataKept runs it as
+// the peer it kills. It dials RNET_FAULTS_BURST, writes burstMsg and waits
+// to be killed.
+func TestFaultChildBurst(t *testing.T) {
+	addr := os.Getenv("RNET_FAULTS_BURST")
+	if addr == "" {
+		t.Skip("only run as TestFaultPeerKilledDataKept's child")
+	}
+	pair := rdmatest.Require(t)
+	c, err := dialer(pair, keepCfg).Dial("rdma", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(burstMsg); err != nil {
+		t.Fatal(err)
+	}
+	c.Read(make([]byte, 1)) // until killed
+}
+
+// burstMsg is one message on the wire: under the 2 KiB a connection's first
+// transfer is cut to, so one byte read shows all of it has arrived.
+var burstMsg = bytes.Repeat([]byte("acknowledged bytes are not lost. "), 45)
+
+// TestFaultPeerKilledDataKept: bytes that arrived before the peer was killed
+// are read after the connection has learnt of the death (as TCP reads what
+// came before a reset), and then Read reports ErrPeerGone.
+func TestFaultPeerKilledDataKept(t *testing.T) {
+	pair := needLab(t)
+	ln := listen(t, pair, keepCfg)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFaultChildBurst$", "-test.v")
+	cmd.Env = append(os.Environ(), "RNET_FAULTS_BURST="+ln.Addr().String())
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	c, err := ln.AcceptRDMA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(errorLimit))
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(c, first); err != nil {
+		t.Fatalf("reading from the child: %v", err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	// Write until the connection knows: then the death has been handled
+	// while the rest of the message still waited to be read.
+	for {
+		if _, err := c.Write(burstMsg); err != nil {
+			if !peerDeadErr(err) {
+				t.Fatalf("Write to the killed peer: %v, want rnet.ErrPeerGone", err)
+			}
+			break
+		}
+	}
+	rest, err := io.ReadAll(c)
+	if !bytes.Equal(append(first, rest...), burstMsg) {
+		t.Errorf("read %d bytes after the kill, want the %d left of what arrived", len(rest), len(burstMsg)-1)
+	}
+	if !peerDeadErr(err) {
+		t.Errorf("Read after the data: %v, want rnet.ErrPeerGone", err)
+	}
 }
 
 // TestFaultListenerCloseDuringConnects closes a listener while a burst of
