@@ -234,8 +234,11 @@ func hostileCases() []hostileCase {
 			p.msg(data(half(p)-10), 0, pool[:half(p)-10])
 			p.msg(data(20), half(p)-10, pool[:20])
 		}},
-		{"ClaimBeyondWrite", ring.ErrDataOverrun, func(t *testing.T, p *fakePeer) {
+		{"ClaimBeyondWrite", ring.ErrBadMessage, func(t *testing.T, p *fakePeer) {
 			p.msg(data(ring.MaxMsgData), 0, nil) // claims 512 MiB, writes nothing
+		}},
+		{"ClaimLongerThanWrite", ring.ErrBadMessage, func(t *testing.T, p *fakePeer) {
+			p.msg(data(20), 0, pool[:10]) // within the grant, but 10 bytes short
 		}},
 		{"TooManyMessages", ring.ErrCreditOverrun, func(t *testing.T, p *fakePeer) {
 			// Nobody reads on the rnet side, so no credits come back.
