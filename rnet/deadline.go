@@ -62,13 +62,16 @@ func (d *deadline) wait() <-chan struct{} {
 	return d.cancel
 }
 
+// stop disarms the deadline for good (Close). A timer already firing is
+// waited for, as in set: forgotten, it would close a channel a later set
+// reuses or closes itself.
 func (d *deadline) stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
+	if d.timer != nil && !d.timer.Stop() {
+		<-d.cancel
 	}
+	d.timer = nil
 }
 
 func isClosed(c <-chan struct{}) bool {
