@@ -64,3 +64,27 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("negative values must disable: %+v", s)
 	}
 }
+
+// TestLocalIP: a Dialer's LocalAddr keeps its IPv6 zone, as net.Dialer's
+// does (a link-local source needs it), and a typed nil means none.
+func TestLocalIP(t *testing.T) {
+	for _, tc := range []struct {
+		a    net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("fe80::1"), Zone: "eth1"}, "fe80::1%eth1"},
+		{&net.IPAddr{IP: net.ParseIP("fe80::1"), Zone: "eth1"}, "fe80::1%eth1"},
+		{net.TCPAddrFromAddrPort(netip.MustParseAddrPort("[fe80::1%eth1]:0")), "fe80::1%eth1"},
+		{netAddr(netip.MustParseAddrPort("[fe80::1%eth1]:0")), "fe80::1%eth1"},
+		{&net.TCPAddr{IP: net.ParseIP("10.0.0.1")}, "10.0.0.1"},
+		{&net.TCPAddr{IP: net.ParseIP("::ffff:10.0.0.1")}, "10.0.0.1"},
+		{(*net.TCPAddr)(nil), "invalid IP"},
+		{(*net.IPAddr)(nil), "invalid IP"},
+		{(*Addr)(nil), "invalid IP"},
+	} {
+		ip, err := localIP(tc.a)
+		if err != nil || ip.String() != tc.want {
+			t.Errorf("localIP(%T %v) = %v, %v; want %s", tc.a, tc.a, ip, err, tc.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
@@ -31,7 +32,9 @@ var (
 	// then sees ErrPeerGone, never a clean io.EOF after a truncated stream.
 	ErrAborted = ring.ErrAborted
 	// ErrDeviceRemoved: the RDMA device under the connection went away.
-	ErrDeviceRemoved = errors.New("rdma: device removed")
+	// It is the connection manager's own, so that a Dial or Accept cut
+	// short by the removal matches it too.
+	ErrDeviceRemoved = cm.ErrDeviceRemoved
 	// ErrNoDevice: this machine has no RDMA device (or its kernel has no
 	// RDMA support), so nothing can be dialled or listened on.
 	ErrNoDevice = verbs.ErrNoDevice

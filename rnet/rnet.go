@@ -72,16 +72,25 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 	return dial(ctx, d.Config.settings(), laddr, raddr)
 }
 
+// localIP is the IP of a Dialer's LocalAddr. Like net.Dialer it keeps an
+// IPv6 zone (a link-local source needs it) and takes a typed nil for none.
 func localIP(a net.Addr) (netip.Addr, error) {
 	switch a := a.(type) {
 	case *Addr:
+		if a == nil {
+			return netip.Addr{}, nil
+		}
 		return a.Addr(), nil
 	case *net.TCPAddr:
-		ip, _ := netip.AddrFromSlice(a.IP)
-		return ip.Unmap(), nil
+		if a == nil {
+			return netip.Addr{}, nil
+		}
+		return ipWithZone(a.IP, a.Zone), nil
 	case *net.IPAddr:
-		ip, _ := netip.AddrFromSlice(a.IP)
-		return ip.Unmap(), nil
+		if a == nil {
+			return netip.Addr{}, nil
+		}
+		return ipWithZone(a.IP, a.Zone), nil
 	}
 	s := a.String()
 	if ap, err := netip.ParseAddrPort(s); err == nil {
@@ -119,4 +128,13 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		backlog = 128
 	}
 	return listen(lc.Config.settings(), laddr, backlog)
+}
+
+func ipWithZone(b net.IP, zone string) netip.Addr {
+	ip, _ := netip.AddrFromSlice(b)
+	ip = ip.Unmap()
+	if ip.Is6() && zone != "" {
+		ip = ip.WithZone(zone)
+	}
+	return ip
 }
