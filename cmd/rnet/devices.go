@@ -103,6 +103,12 @@ func ifName(i int) string {
 
 func runDevices(o devicesOpts, stdout io.Writer) error {
 	infos, err := verbs.Devices()
+	return reportDevices(o, stdout, infos, err)
+}
+
+// reportDevices prints a device listing; err says it stopped early (the
+// devices listed are printed, and the command then fails).
+func reportDevices(o devicesOpts, stdout io.Writer, infos []verbs.DeviceInfo, err error) error {
 	if err != nil && len(infos) == 0 {
 		return explainDevices(err)
 	}
@@ -110,9 +116,12 @@ func runDevices(o devicesOpts, stdout io.Writer) error {
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(devs)
+		if jerr := enc.Encode(devs); jerr != nil {
+			return jerr
+		}
+	} else {
+		printDevices(stdout, devs)
 	}
-	printDevices(stdout, devs)
 	if err != nil {
 		return fmt.Errorf("listing stopped early: %w", err)
 	}
@@ -159,40 +168,56 @@ func explainDevices(err error) error {
 	return err
 }
 
-// rdmaAddrs lists the IP addresses of the machine's RDMA devices, as
-// "ip (device)", and reports whether ip is one of them.
-func rdmaAddrs(ip netip.Addr) (found bool, all []string, err error) {
+// rdmaAddrs reports whether ip may be the address of an RDMA interface here
+// and lists the addresses RoCE GIDs name, as "ip (device)".
+func rdmaAddrs(ip netip.Addr) (ok bool, all []string, err error) {
 	infos, err := verbs.Devices()
 	if err != nil && len(infos) == 0 {
 		return false, nil, explainDevices(err)
 	}
+	ok, all = rdmaAddrMatch(ip, infos, err == nil)
+	return ok, all, nil
+}
+
+// rdmaAddrMatch is rdmaAddrs over a device listing. Only RoCE GIDs name IP
+// addresses: with any other device (InfiniBand, iWARP) or a listing cut
+// short, ip may belong to a device whose addresses are not known, so it
+// passes. A zone is ignored; link-local GIDs match but are not listed.
+func rdmaAddrMatch(ip netip.Addr, infos []verbs.DeviceInfo, complete bool) (ok bool, all []string) {
+	ok = !complete
+	want := ip.WithZone("").Unmap()
 	for _, d := range infos {
+		if d.Transport != verbs.TransportRoCE {
+			ok = true
+		}
 		for _, p := range d.Ports {
 			for _, g := range p.GIDs {
-				if !g.Addr.IsValid() || g.Addr.IsLinkLocalUnicast() {
+				if !g.Addr.IsValid() {
 					continue
 				}
-				all = append(all, g.Addr.String()+" ("+d.Name+")")
-				if g.Addr == ip.Unmap() {
-					found = true
+				if g.Addr.WithZone("").Unmap() == want {
+					ok = true
+				}
+				if !g.Addr.IsLinkLocalUnicast() {
+					all = append(all, g.Addr.String()+" ("+d.Name+")")
 				}
 			}
 		}
 	}
-	return found, all, nil
+	return ok || len(all) == 0, all
 }
 
-// checkRDMAAddr fails with a clear message when ip is not the address of an
-// RDMA interface (InfiniBand GIDs carry no IP, so IB-only machines pass).
+// checkRDMAAddr fails with a clear message when ip is surely not the address
+// of an RDMA interface (see rdmaAddrMatch).
 func checkRDMAAddr(ip netip.Addr, what string) error {
 	if !ip.IsValid() || ip.IsUnspecified() {
 		return nil
 	}
-	found, all, err := rdmaAddrs(ip)
+	ok, all, err := rdmaAddrs(ip)
 	if err != nil {
 		return err
 	}
-	if found || len(all) == 0 {
+	if ok {
 		return nil
 	}
 	return fmt.Errorf("%s %s is not on an RDMA interface; RDMA addresses here: %s (see rnet devices)", what, ip, strings.Join(all, ", "))

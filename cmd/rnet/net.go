@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -63,6 +64,10 @@ func hostPort(s string) (string, error) {
 	}
 	if _, err := netip.ParseAddr(s); err == nil {
 		return net.JoinHostPort(s, strconv.Itoa(DefaultPort)), nil
+	}
+	if h, ok := strings.CutPrefix(s, "["); ok && strings.HasSuffix(h, "]") {
+		// A bracketed IPv6 address without a port.
+		return net.JoinHostPort(strings.TrimSuffix(h, "]"), strconv.Itoa(DefaultPort)), nil
 	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
