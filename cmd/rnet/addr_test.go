@@ -31,9 +31,10 @@ func TestHostPort(t *testing.T) {
 	}
 }
 
-// TestRDMAAddrMatch: an address is refused only when every device is RoCE
-// (whose GIDs name their IPs), the listing is complete and no GID names it;
-// zones are ignored and link-local GIDs match.
+// TestRDMAAddrMatch: an address is refused only when the listing is complete,
+// no RoCE GID names it, and no other kind of device could own it (only RoCE
+// GIDs name IPs; a loopback address is owned by none); zones are ignored and
+// link-local GIDs match.
 func TestRDMAAddrMatch(t *testing.T) {
 	roce := verbs.DeviceInfo{Name: "rxe0", Transport: verbs.TransportRoCE, Ports: []verbs.PortInfo{{GIDs: []verbs.GIDEntry{
 		{Addr: netip.MustParseAddr("fe80::1")},
@@ -54,6 +55,8 @@ func TestRDMAAddrMatch(t *testing.T) {
 		{"10.77.0.9", []verbs.DeviceInfo{roce}, false, true}, // a device may be missing
 		{"10.77.0.9", []verbs.DeviceInfo{roce, ib}, true, true},
 		{"10.77.0.9", []verbs.DeviceInfo{ib}, true, true},
+		{"127.0.0.1", []verbs.DeviceInfo{roce, ib}, true, false},
+		{"::1", []verbs.DeviceInfo{roce, ib}, true, false},
 	} {
 		ok, all := rdmaAddrMatch(netip.MustParseAddr(tc.ip), tc.infos, tc.complete)
 		if ok != tc.want {

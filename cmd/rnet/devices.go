@@ -180,14 +180,15 @@ func rdmaAddrs(ip netip.Addr) (ok bool, all []string, err error) {
 }
 
 // rdmaAddrMatch is rdmaAddrs over a device listing. Only RoCE GIDs name IP
-// addresses: with any other device (InfiniBand, iWARP) or a listing cut
-// short, ip may belong to a device whose addresses are not known, so it
-// passes. A zone is ignored; link-local GIDs match but are not listed.
+// addresses: with any other device (InfiniBand's IPoIB, iWARP) or a listing
+// cut short, ip may belong to a device whose addresses are not known, so it
+// passes, unless it is a loopback address (which only a lab's siw on lo
+// could own). A zone is ignored; link-local GIDs match but are not listed.
 func rdmaAddrMatch(ip netip.Addr, infos []verbs.DeviceInfo, complete bool) (ok bool, all []string) {
 	ok = !complete
 	want := ip.WithZone("").Unmap()
 	for _, d := range infos {
-		if d.Transport != verbs.TransportRoCE {
+		if d.Transport != verbs.TransportRoCE && !want.IsLoopback() {
 			ok = true
 		}
 		for _, p := range d.Ports {
