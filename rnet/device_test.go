@@ -78,6 +78,120 @@ func TestRXEIPv6(t *testing.T) {
 	}
 }
 
+// TestRXEWildcardListen: Listen("rdma", ":port") takes IPv4 and IPv6
+// connections, as net.Listen("tcp", ":port") does; "rdma4" and "rdma6" refuse
+// the other family.
+func TestRXEWildcardListen(t *testing.T) {
+	pair4 := rdmatest.Require(t)
+	pair6 := rdmatest.Require6(t)
+	try := func(ln *Listener, from, to netip.Addr) error {
+		t.Helper()
+		port := ln.Addr().(*Addr).Port()
+		accepted := make(chan *Conn, 1)
+		go func() {
+			c, _ := ln.AcceptRDMA() // ends with the listener
+			accepted <- c
+		}()
+		d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(from, 0)}, Timeout: 30 * time.Second}
+		c, err := d.Dial("rdma", netip.AddrPortFrom(to, port).String())
+		if err != nil {
+			ln.Close()
+			<-accepted
+			return err
+		}
+		defer c.Close()
+		s := <-accepted
+		if s == nil {
+			t.Fatalf("dial %v to %v connected but Accept failed", from, to)
+		}
+		defer s.Close()
+		if got := s.LocalAddr().(*Addr).Addr(); got != to {
+			t.Errorf("accepted connection's local address %v, want %v", got, to)
+		}
+		if got := s.RemoteAddr().(*Addr).Addr(); got != from {
+			t.Errorf("accepted connection's remote address %v, want %v", got, from)
+		}
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(s, make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	}
+	listen := func(network string) *Listener {
+		t.Helper()
+		ln, err := Listen(network, ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		return ln
+	}
+
+	ln := listen("rdma")
+	if a := ln.Addr().(*Addr).Addr(); a != netip.IPv6Unspecified() {
+		t.Errorf("Listen(\"rdma\", \":0\").Addr() = %v, want [::]", ln.Addr())
+	}
+	if err := try(ln, pair4.Client, pair4.Server); err != nil {
+		t.Errorf("IPv4 to a wildcard rdma listener: %v", err)
+	}
+	if err := try(ln, pair6.Client, pair6.Server); err != nil {
+		t.Errorf("IPv6 to a wildcard rdma listener: %v", err)
+	}
+
+	ln = listen("rdma6")
+	if err := try(ln, pair6.Client, pair6.Server); err != nil {
+		t.Errorf("IPv6 to an rdma6 listener: %v", err)
+	}
+	if err := try(ln, pair4.Client, pair4.Server); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("IPv4 to an rdma6 listener = %v, want refused", err)
+	}
+
+	ln = listen("rdma4")
+	if err := try(ln, pair4.Client, pair4.Server); err != nil {
+		t.Errorf("IPv4 to an rdma4 listener: %v", err)
+	}
+	if err := try(ln, pair6.Client, pair6.Server); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("IPv6 to an rdma4 listener = %v, want refused", err)
+	}
+}
+
+// TestRXEDialTriesEachAddress: a host name whose first address refuses is
+// dialled at its next one, as net.Dialer does.
+func TestRXEDialTriesEachAddress(t *testing.T) {
+	pair := rdmatest.Require(t)
+	ln, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(int(ln.Addr().(*Addr).Port()))
+	// Nothing listens on the client's own address at that port: refused.
+	fakeLookup(t, pair.Client.String(), pair.Server.String())
+	accepted := make(chan *Conn, 1)
+	go func() {
+		c, _ := ln.AcceptRDMA()
+		accepted <- c
+	}()
+	d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, Timeout: 30 * time.Second}
+	c, err := d.Dial("rdma", net.JoinHostPort("peer.example", port))
+	if err != nil {
+		ln.Close()
+		<-accepted
+		t.Fatalf("Dial of a name whose second address listens: %v", err)
+	}
+	defer c.Close()
+	s := <-accepted
+	if s == nil {
+		t.Fatal("Accept failed")
+	}
+	defer s.Close()
+	if got := c.RemoteAddr().(*Addr).Addr(); got != pair.Server {
+		t.Errorf("connected to %v, want %v", got, pair.Server)
+	}
+}
+
 func TestRXEListenerClose(t *testing.T) {
 	pair := rdmatest.Require(t)
 	ln, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))

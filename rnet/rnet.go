@@ -10,7 +10,10 @@ import (
 
 // Listen announces on the local RDMA address, as net.Listen does for TCP.
 // network is "rdma", "rdma4" or "rdma6"; address is "host:port" where host is
-// the IP address of an RDMA-capable interface (or empty, for every device).
+// the IP address of an RDMA-capable interface, or empty (or a wildcard
+// address) for every device. As with "tcp", a wildcard on "rdma" takes IPv4
+// and IPv6 connections and its Addr is "[::]:port"; "rdma4" and "rdma6" keep
+// to one family.
 func Listen(network, address string) (*Listener, error) {
 	var lc ListenConfig
 	return lc.Listen(context.Background(), network, address)
@@ -49,27 +52,94 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 	return d.DialContext(context.Background(), network, address)
 }
 
-// DialContext connects to address, honouring ctx as net.Dialer does.
+// DialContext connects to address, honouring ctx as net.Dialer does. A host
+// name with several addresses is dialled one address after another, in the
+// resolver's order, until one connects; with a deadline each attempt gets a
+// share of the time left (at least 2 s, as net.Dialer gives), and the error
+// is the first attempt's. A LocalAddr limits the addresses to its family.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	raddr, err := resolveAddr(ctx, network, address)
+	raddrs, err := resolveAddrs(ctx, network, address)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
-	}
-	if !raddr.Addr().IsValid() || raddr.Addr().IsUnspecified() {
-		return nil, &net.OpError{Op: "dial", Net: "rdma", Addr: netAddr(raddr), Err: errors.New("missing address to dial")}
 	}
 	var laddr netip.Addr
 	if d.LocalAddr != nil {
 		if laddr, err = localIP(d.LocalAddr); err != nil {
-			return nil, &net.OpError{Op: "dial", Net: "rdma", Addr: netAddr(raddr), Err: err}
+			return nil, &net.OpError{Op: "dial", Net: "rdma", Addr: netAddr(raddrs[0]), Err: err}
 		}
 	}
-	return dial(ctx, d.Config.settings(), laddr, raddr)
+	if laddr.IsValid() {
+		raddrs = sameFamily(raddrs, laddr)
+		if len(raddrs) == 0 {
+			return nil, &net.OpError{Op: "dial", Net: "rdma", Source: netAddr(netip.AddrPortFrom(laddr, 0)),
+				Err: &net.AddrError{Err: "no suitable address found", Addr: address}}
+		}
+	}
+	set := d.Config.settings()
+	return dialSerial(ctx, raddrs, func(ctx context.Context, raddr netip.AddrPort) (*Conn, error) {
+		if !raddr.Addr().IsValid() || raddr.Addr().IsUnspecified() {
+			return nil, &net.OpError{Op: "dial", Net: "rdma", Addr: netAddr(raddr), Err: errors.New("missing address to dial")}
+		}
+		return dial(ctx, set, laddr, raddr)
+	})
+}
+
+// sameFamily keeps the addresses of local's family: a connection cannot run
+// from an IPv4 address to an IPv6 one.
+func sameFamily(addrs []netip.AddrPort, local netip.Addr) []netip.AddrPort {
+	var kept []netip.AddrPort
+	for _, a := range addrs {
+		if a.Addr().Is4() == local.Is4() {
+			kept = append(kept, a)
+		}
+	}
+	return kept
+}
+
+// dialSerial tries each address in turn until one connects, as net.Dialer
+// does without Happy Eyeballs, and returns the first error if none does.
+func dialSerial(ctx context.Context, raddrs []netip.AddrPort, dialOne func(context.Context, netip.AddrPort) (*Conn, error)) (*Conn, error) {
+	var first error
+	for i, raddr := range raddrs {
+		if err := ctx.Err(); err != nil {
+			if first == nil {
+				first = dialError(ctx, nil, netAddr(raddr), err)
+			}
+			break
+		}
+		attempt := ctx
+		cancel := func() {}
+		if deadline, ok := ctx.Deadline(); ok && len(raddrs)-i > 1 {
+			attempt, cancel = context.WithDeadline(ctx, partialDeadline(time.Now(), deadline, len(raddrs)-i))
+		}
+		c, err := dialOne(attempt, raddr)
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, first
+}
+
+// partialDeadline is the deadline of one attempt among addrsLeft when the
+// whole dial must end by deadline: an equal share of the time left, but at
+// least 2 s (or all of it, if less is left), as net.Dialer gives.
+func partialDeadline(now, deadline time.Time, addrsLeft int) time.Time {
+	const saneMinimum = 2 * time.Second
+	left := deadline.Sub(now)
+	share := left / time.Duration(addrsLeft)
+	if share < saneMinimum {
+		share = min(saneMinimum, left)
+	}
+	return now.Add(share)
 }
 
 // localIP is the IP of a Dialer's LocalAddr. Like net.Dialer it keeps an
@@ -127,7 +197,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if backlog <= 0 {
 		backlog = 128
 	}
-	return listen(lc.Config.settings(), laddr, backlog)
+	return listen(lc.Config.settings(), network, laddr, backlog)
 }
 
 func ipWithZone(b net.IP, zone string) netip.Addr {

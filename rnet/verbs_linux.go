@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -360,7 +361,7 @@ func dial(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrP
 	return newConn(q, eng, set), nil
 }
 
-func listen(set settings, laddr netip.AddrPort, backlog int) (*Listener, error) {
+func listen(set settings, network string, laddr netip.AddrPort, backlog int) (*Listener, error) {
 	addr := netAddr(laddr)
 	fail := func(err error) (*Listener, error) {
 		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: addr, Err: err}
@@ -374,7 +375,7 @@ func listen(set settings, laddr netip.AddrPort, backlog int) (*Listener, error) 
 		ch.Close()
 		return fail(err)
 	}
-	if err := id.Bind(laddr); err != nil {
+	if err := bindListener(id, network, laddr); err != nil {
 		id.Close()
 		ch.Close()
 		return fail(err)
@@ -403,6 +404,24 @@ func listen(set settings, laddr netip.AddrPort, backlog int) (*Listener, error) 
 	a.wg.Add(1)
 	go a.run()
 	return l, nil
+}
+
+// bindListener binds a listening id as bindAddr says: a wildcard on "rdma"
+// takes IPv6 and IPv4 requests, falling back to IPv4 alone on a kernel
+// without IPv6, as net.Listen does.
+func bindListener(id *cm.ID, network string, laddr netip.AddrPort) error {
+	bind, v6only, dual := bindAddr(network, laddr)
+	if !bind.Addr().Is6() || !bind.Addr().IsUnspecified() {
+		return id.Bind(bind)
+	}
+	err := id.SetAFOnly(v6only)
+	if err == nil {
+		err = id.Bind(bind)
+	}
+	if err != nil && dual && (errors.Is(err, syscall.EAFNOSUPPORT) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
+		return id.Bind(netip.AddrPortFrom(netip.IPv4Unspecified(), bind.Port()))
+	}
+	return err
 }
 
 // acceptor turns connection requests on a listening id into Conns.

@@ -94,6 +94,17 @@ func (id *ID) Bind(addr netip.AddrPort) error {
 	return err
 }
 
+// SetAFOnly says whether a later Bind to the IPv6 wildcard address takes
+// IPv6 connection requests only, or IPv4 ones as well (the kernel's default
+// follows net.ipv6.bindv6only). It must come before Bind.
+func (id *ID) SetAFOnly(only bool) error {
+	v := C.int(0)
+	if only {
+		v = 1
+	}
+	return id.call("rdma_set_option(AFONLY)", func(c *C.struct_rdma_cm_id) C.int { return C.rnet_set_afonly(c, v) })
+}
+
 // Listen starts listening; CONNECT_REQUEST events follow on the channel.
 func (id *ID) Listen(backlog int) error {
 	return id.call("rdma_listen", func(c *C.struct_rdma_cm_id) C.int {

@@ -72,6 +72,14 @@ static inline int rnet_bind_addr(struct rdma_cm_id *id, struct rnet_addr a)
 	return rnet_errno(rdma_bind_addr(id, (struct sockaddr *)&ss));
 }
 
+/* Whether a wildcard IPv6 bind takes IPv6 requests only (1) or IPv4 ones too
+ * (0); set before binding, as IPV6_V6ONLY is. */
+static inline int rnet_set_afonly(struct rdma_cm_id *id, int only)
+{
+	errno = 0;
+	return rnet_errno(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &only, sizeof only));
+}
+
 static inline int rnet_resolve_addr(struct rdma_cm_id *id, struct rnet_addr src, struct rnet_addr dst, int timeout_ms)
 {
 	struct sockaddr_storage s, d;
