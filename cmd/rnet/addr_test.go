@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -26,8 +28,18 @@ func TestHostPort(t *testing.T) {
 			t.Errorf("hostPort(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if _, err := hostPort("host:http"); err == nil {
-		t.Error("a port name passed")
+	// A service name is looked up, as net.Dial does; /etc/services may be
+	// missing, so only a name the resolver knows is expected to pass.
+	if n, err := net.LookupPort("tcp", "http"); err == nil {
+		if got, err := hostPort("host:http"); err != nil || got != "host:"+strconv.Itoa(n) {
+			t.Errorf("hostPort(host:http) = %q, %v; want host:%d", got, err, n)
+		}
+	}
+	if _, err := hostPort("host:no-such-service"); err == nil || !strings.Contains(err.Error(), "bad port") {
+		t.Errorf("an unknown port name: %v, want a bad-port error", err)
+	}
+	if _, err := hostPort("host:99999"); err == nil {
+		t.Error("port 99999 passed")
 	}
 }
 

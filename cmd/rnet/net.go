@@ -75,7 +75,12 @@ func hostPort(s string) (string, error) {
 		return net.JoinHostPort(s, strconv.Itoa(DefaultPort)), nil
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return "", fmt.Errorf("bad port in %q", s)
+		// A service name, as rnet.Dial and net.Dial take.
+		n, lerr := net.LookupPort("tcp", port)
+		if lerr != nil {
+			return "", fmt.Errorf("bad port in %q: not a number or a known service name", s)
+		}
+		port = strconv.Itoa(n)
 	}
 	return net.JoinHostPort(host, port), nil
 }
