@@ -16,6 +16,20 @@ type Listener struct {
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
 	stop      func() // stops the connection manager side; returns when its goroutines have ended
+
+	failOnce sync.Once
+	failed   chan struct{} // closed when the listener can accept no more, with failErr
+	failErr  error
+}
+
+// fail ends accepting for a reason other than Close, such as the removal of
+// the device the listener is bound to: Accept returns err from then on,
+// after any connection already established.
+func (l *Listener) fail(err error) {
+	l.failOnce.Do(func() {
+		l.failErr = err
+		close(l.failed)
+	})
 }
 
 // Accept waits for and returns the next connection, as a net.Conn.
@@ -39,6 +53,13 @@ func (l *Listener) AcceptRDMA() (*Conn, error) {
 		return c, nil
 	case <-l.done:
 		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: net.ErrClosed}
+	case <-l.failed:
+		select {
+		case c := <-l.conns:
+			return c, nil
+		default:
+			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: l.failErr}
+		}
 	}
 }
 

@@ -388,13 +388,20 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog int) (*L
 	if a := id.LocalAddr(); a.IsValid() {
 		addr = netAddr(a)
 	}
+	device := "" // a wildcard listener is on no device, and outlives any one
+	if !laddr.Addr().IsUnspecified() {
+		if vctx, err := id.Context(); err == nil {
+			device = vctx.Name()
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Listener{
-		addr:  addr,
-		conns: make(chan *Conn, backlog),
-		done:  make(chan struct{}),
+		addr:   addr,
+		conns:  make(chan *Conn, backlog),
+		done:   make(chan struct{}),
+		failed: make(chan struct{}),
 	}
-	a := &acceptor{l: l, ch: ch, id: id, set: set, ctx: ctx, slots: make(chan struct{}, backlog)}
+	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx, slots: make(chan struct{}, backlog)}
 	l.stop = func() {
 		cancel()
 		ch.Close()
@@ -426,13 +433,14 @@ func bindListener(id *cm.ID, network string, laddr netip.AddrPort) error {
 
 // acceptor turns connection requests on a listening id into Conns.
 type acceptor struct {
-	l     *Listener
-	ch    *cm.EventChannel
-	id    *cm.ID
-	set   settings
-	ctx   context.Context // cancelled by Listener.Close
-	slots chan struct{}   // bounds concurrent handshakes
-	wg    sync.WaitGroup
+	l      *Listener
+	ch     *cm.EventChannel
+	id     *cm.ID
+	device string // the device a listener on one address is bound to
+	set    settings
+	ctx    context.Context // cancelled by Listener.Close
+	slots  chan struct{}   // bounds concurrent handshakes
+	wg     sync.WaitGroup
 }
 
 func (a *acceptor) run() {
@@ -448,6 +456,13 @@ func (a *acceptor) run() {
 			continue
 		}
 		retry.reset()
+		if ev.Type == cm.EventDeviceRemoval && ev.ID == a.id {
+			// The listening id is dead: it will never see another
+			// request, even if a device of that name comes back. Accept
+			// says so instead of blocking for ever; Close releases it.
+			a.l.fail(fmt.Errorf("%w: %s", ErrDeviceRemoved, a.device))
+			return
+		}
 		if ev.Type != cm.EventConnectRequest {
 			continue // events of ids still being handed over to a handshake
 		}

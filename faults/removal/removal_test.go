@@ -64,6 +64,28 @@ func TestDeviceRemovedUnderTraffic(t *testing.T) {
 	defer otherClient.Close()
 	defer otherServer.Close()
 
+	// A listener bound to the doomed device's address must stop blocking in
+	// Accept; one on every device must keep accepting on the others.
+	doomedLn, err := rnet.Listen("rdma", net.JoinHostPort(v4.Client.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer doomedLn.Close()
+	acceptErr := make(chan error, 1)
+	go func() {
+		c, err := doomedLn.Accept()
+		if err == nil {
+			c.Close()
+			err = errors.New("accepted a connection nobody dialled")
+		}
+		acceptErr <- err
+	}()
+	wildLn, err := rnet.Listen("rdma", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wildLn.Close()
+
 	// Stream from the doomed client until it fails; drain on the server.
 	writeErr := make(chan error, 1)
 	go func() {
@@ -124,6 +146,19 @@ func TestDeviceRemovedUnderTraffic(t *testing.T) {
 	case <-time.After(bound):
 		t.Fatal("the peer of the removed device never noticed")
 	}
+	select {
+	case err := <-acceptErr:
+		t.Logf("Accept on the removed device's address ended after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		var oe *net.OpError
+		if !errors.Is(err, rnet.ErrDeviceRemoved) || !errors.As(err, &oe) || oe.Op != "accept" {
+			t.Errorf("Accept error = %v, want an accept *net.OpError matching rnet.ErrDeviceRemoved", err)
+		}
+	case <-time.After(bound):
+		t.Fatal("Accept on the removed device's address still blocks")
+	}
+	if err := doomedLn.Close(); err != nil {
+		t.Errorf("Close of the listener on the removed device: %v", err)
+	}
 	closed := make(chan error, 2)
 	go func() { closed <- doomedClient.Close() }()
 	go func() { closed <- doomedServer.Close() }()
@@ -148,6 +183,32 @@ func TestDeviceRemovedUnderTraffic(t *testing.T) {
 	default:
 		t.Logf("rdma link delete rxe0 still waits for the device's last user (librdmacm's context, held until exit)")
 	}
+
+	// The wildcard listener still accepts over the remaining device.
+	wildDone := make(chan error, 1)
+	go func() {
+		c, err := wildLn.AcceptRDMA()
+		if err == nil {
+			_, err = c.Write([]byte("ok"))
+			c.Close()
+		}
+		wildDone <- err
+	}()
+	port := wildLn.Addr().(*rnet.Addr).Port()
+	d := &rnet.Dialer{LocalAddr: &rnet.Addr{AddrPort: netip.AddrPortFrom(v6.Client, 0)}, Timeout: bound}
+	wc, err := d.Dial("rdma", netip.AddrPortFrom(v6.Server, port).String())
+	if err != nil {
+		wildLn.Close()
+		t.Fatalf("dial a wildcard listener after the removal: %v (accept: %v)", err, <-wildDone)
+	}
+	if err := <-wildDone; err != nil {
+		t.Errorf("wildcard listener after the removal: %v", err)
+	}
+	wbuf := make([]byte, 2)
+	if _, err := io.ReadFull(wc, wbuf); err != nil || string(wbuf) != "ok" {
+		t.Errorf("wildcard listener's connection after the removal: %q, %v", wbuf, err)
+	}
+	wc.Close()
 
 	// The connection that never touched rxe0 still moves bytes.
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
