@@ -8,17 +8,22 @@ FUZZTIME  ?= 10s
 # worth a guest boot each.
 DEVICE_PKGS = $(shell $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/rdmatest/ && $$1 !~ /internal\/rdmatest$$/ {print $$1}')
 
-.PHONY: test test-host fuzz lab-selftest lab-smoke test-device test-native lab-shell
+.PHONY: test test-host fuzz lab-selftest lab-smoke test-device test-native lab-shell build-deps
 test: test-host fuzz lab-selftest lab-smoke test-device
 
-test-host:
+# The cgo packages need libibverbs-dev and librdmacm-dev on the host: install them (as
+# root) or say which are missing, before the C compiler fails on a missing header.
+build-deps:
+	@scripts/softroce/host-setup.sh --build
+
+test-host: build-deps
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) build ./...
 	GOOS=darwin $(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
 # Each fuzz target for a short run: enough to catch a regression in a decoder, not a search.
-fuzz:
+fuzz: build-deps
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
@@ -56,7 +61,7 @@ lab-shell:
 # Soft-RoCE guest (server on 10.77.0.2/rxe1, client from 10.77.0.1/rxe0).
 DEMO_BIN ?= $(or $(TMPDIR),/tmp)/rnet-demo-$(shell id -u)
 .PHONY: demo
-demo:
+demo: build-deps
 	@mkdir -p $(DEMO_BIN)
 	$(GO) build -o $(DEMO_BIN)/echo ./examples/echo
 	$(GO) build -o $(DEMO_BIN)/grpc ./examples/grpc
@@ -90,7 +95,7 @@ BENCH_OUT   ?= bench-results
 BENCH_ARGS  ?=
 BENCH_BIN   ?= $(or $(TMPDIR),/tmp)/rnet-bench-$(shell id -u)
 .PHONY: bench bench-go
-bench:
+bench: build-deps
 	@mkdir -p $(BENCH_BIN) $(BENCH_OUT)
 	$(GO) build -o $(BENCH_BIN)/rnet ./cmd/rnet
 	$(GO) build -o $(BENCH_BIN)/rnet-benchreport ./cmd/rnet-benchreport
@@ -103,14 +108,14 @@ bench:
 	fi
 
 BENCHTIME ?= 300x
-bench-go:
+bench-go: build-deps
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -exec $(VM) ./benchmarks/
 
 # make bench-floor: what the Go runtime alone adds to a busy-polling ping-pong, against a C
 # twin, in the bench guest (no RDMA): the floor under rnet's latency ratio to rstream.
 FLOOR_ARGS ?= -runs 5 -n 5000 -work 20
 .PHONY: bench-floor
-bench-floor:
+bench-floor: build-deps
 	@mkdir -p $(BENCH_BIN)
 	$(GO) build -o $(BENCH_BIN)/gofloor ./benchmarks/gofloor
 	$(CC) -O2 -Wall -o $(BENCH_BIN)/gofloor-c benchmarks/gofloor/c/floor.c
