@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -298,4 +299,37 @@ func TestRDMAConfigBusyPoll(t *testing.T) {
 	if c := rdmaConfig(); c != nil {
 		t.Errorf("a bad RNET_BUSY_POLL must be ignored, got %+v", c)
 	}
+}
+
+// TestTCPDialFromZonedAddress: -tcp -from keeps a link-local address's zone,
+// as the RDMA path does (without it, bind fails with EINVAL).
+func TestTCPDialFromZonedAddress(t *testing.T) {
+	var from netip.Addr
+	ifaces, _ := net.Interfaces()
+	for _, ifc := range ifaces {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
+				from = p.Addr().WithZone(ifc.Name)
+			}
+		}
+	}
+	if !from.IsValid() {
+		t.Skip("no interface with an IPv6 link-local address")
+	}
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(from, 0).String())
+	if err != nil {
+		t.Skipf("cannot listen on %v: %v", from, err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	c, err := dial(true, ln.Addr().String(), from.String())
+	if err != nil {
+		t.Fatalf("dial -tcp -from %v: %v", from, err)
+	}
+	c.Close()
 }

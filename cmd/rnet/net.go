@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/rnet"
 )
 
@@ -121,7 +120,7 @@ func dial(tcp bool, addr, from string) (net.Conn, error) {
 	if tcp {
 		d := net.Dialer{}
 		if fromIP.IsValid() {
-			d.LocalAddr = &net.TCPAddr{IP: fromIP.AsSlice()}
+			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(fromIP, 0)) // keeps a zone
 		}
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
@@ -146,12 +145,12 @@ func dial(tcp bool, addr, from string) (net.Conn, error) {
 // explain turns the errors a user can fix into a sentence saying how.
 func explain(err error, addr string) error {
 	switch {
-	case errors.Is(err, verbs.ErrNoDevice): // rnet.ErrNoDevice, which exists on Linux only
+	case errors.Is(err, rnet.ErrNoDevice):
 		return fmt.Errorf("no RDMA device on this machine (rnet devices lists none): %w", err)
-	case errors.Is(err, verbs.ErrNotSupported):
+	case errors.Is(err, rnet.ErrNotSupported):
 		return fmt.Errorf("this build has no RDMA support (needs Linux, cgo, libibverbs and librdmacm): %w", err)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("%s refused the connection: nothing listens there (start rnet perf -s on the peer): %w", addr, err)
+		return fmt.Errorf("%s refused the connection: nothing listens there (start rnet perf -s on the peer), or its listener's backlog is full: %w", addr, err)
 	case errors.Is(err, syscall.ENODEV), errors.Is(err, syscall.EADDRNOTAVAIL), errors.Is(err, syscall.ENETUNREACH):
 		return fmt.Errorf("%s is not reachable over RDMA: the address is not on an RDMA interface, or no RDMA route leads there (see rnet devices): %w", addr, err)
 	case errors.Is(err, context.DeadlineExceeded):
