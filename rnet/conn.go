@@ -288,6 +288,15 @@ func (w *waitEstimate) observe(d, window, limit time.Duration) {
 // probe count.
 const keepaliveProbes = 3
 
+// keepaliveProbesBusyPeer replaces keepaliveProbes while the sends in
+// flight may be waiting for the peer to post receives (see
+// ring.Engine.PeerMayLackReceives): a C rsocket peer whose application
+// does not call into the library for a while is alive, and its device
+// answers our retries, as a TCP peer advertising a zero window is. A
+// minute's idleness (four periods of 15 s) must not pass for death there;
+// twenty periods, five minutes by default, still end a truly dead one.
+const keepaliveProbesBusyPeer = 20
+
 // completionBatch is how many completions one poll of the CQ moves, in one
 // crossing into C.
 const completionBatch = 64
@@ -1095,7 +1104,11 @@ func (c *Conn) keepaliveLocked() {
 		c.kaStalled = 0
 	}
 	c.kaSendDone = done
-	if c.kaStalled >= keepaliveProbes {
+	limit := keepaliveProbes
+	if c.eng.PeerMayLackReceives() {
+		limit = keepaliveProbesBusyPeer
+	}
+	if c.kaStalled >= limit {
 		c.failLocked(fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
 			ErrPeerGone, c.kaStalled, c.set.keepAlive))
 		c.signalLocked()

@@ -7,6 +7,9 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/simfabric"
 )
 
 // TestSimPeerVanishedDataKept: bytes that arrived before the peer's transport
@@ -126,5 +129,103 @@ func TestSimLingerExpiryIsNotEOF(t *testing.T) {
 	}
 	if !errors.Is(err, ErrPeerGone) {
 		t.Errorf("peer's Read after %d bytes = %v, want ErrPeerGone", len(got), err)
+	}
+}
+
+// TestSimBusyRsocketPeerIsNotDead: a C rsocket peer posts exactly RQSize
+// receives and puts them back only when its application calls into the
+// library. If it stays away while we send its credits' worth of DATA plus a
+// message it does not credit, our send waits in RNR retries with no
+// completion. The keepalive watchdog must not call that peer gone after
+// keepaliveProbes periods (it did, dropping the written bytes); once the
+// peer polls, every byte arrives.
+func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
+	set := (&Config{KeepAlive: 5 * time.Millisecond}).settings()
+	peerCfg := ring.Config{RQSize: 16}.Normalize()
+	f := simfabric.New(1, simfabric.Options{Auto: true, DirectLanding: true, RNRRetry: true})
+	la, lb := set.ring.Layout(), peerCfg.Layout()
+	a, b := f.Pair(simfabric.Caps{SendDepth: la.SendDepth, RecvDepth: la.RecvDepth, MaxInline: 256},
+		simfabric.Caps{SendDepth: lb.SendDepth, RecvDepth: lb.RecvDepth, MaxInline: 256})
+	ea, err := ring.New(set.ring, a.Register(make([]byte, la.SendRegion), false),
+		a.Register(make([]byte, la.RecvRegion), true), a.Register(make([]byte, la.TargetRegion), true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PostRecv(ea.PostRecvs(nil)); err != nil {
+		t.Fatal(err)
+	}
+	eb, err := ring.New(peerCfg, b.Register(make([]byte, lb.SendRegion), false),
+		b.Register(make([]byte, lb.RecvRegion), true), b.Register(make([]byte, lb.TargetRegion), true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As rsocket: RQSize receives, no headroom; the rest go up later.
+	peerRecvs := eb.PostRecvs(nil)
+	if err := b.PostRecv(peerRecvs[:16]); err != nil {
+		t.Fatal(err)
+	}
+	pa, pb := ea.LocalConnData(), eb.LocalConnData()
+	if err := ea.Establish(pb[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := eb.Establish(pa[:]); err != nil {
+		t.Fatal(err)
+	}
+	qa := newSimQP(a, "10.0.0.1:40000", "10.0.0.2:7471")
+	qb := newSimQP(b, "10.0.0.2:7471", "10.0.0.1:40000")
+	qa.peer, qb.peer = qb, qa
+	c := newConn(qa, ea, set)
+	defer c.Close()
+
+	const writes = 20
+	for i := range writes {
+		if _, err := c.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait for more stalled keepalive periods than keepaliveProbes allows
+	// a peer that acknowledges nothing, or for the connection to fail.
+	for {
+		c.mu.Lock()
+		stalled, fatal := c.kaStalled, c.fatal
+		c.mu.Unlock()
+		if fatal != nil {
+			t.Fatalf("the connection failed while the peer was busy: %v (fabric %+v)", fatal, f.Stats())
+		}
+		if stalled > keepaliveProbes {
+			break
+		}
+		runtime.Gosched()
+	}
+	if f.Stats().RNRStalls == 0 {
+		t.Fatalf("no RNR stall: the test did not test it (fabric %+v)", f.Stats())
+	}
+
+	// The peer's application calls in: receives go back, data is read.
+	if err := b.PostRecv(peerRecvs[16:]); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]ring.Completion, lb.CQDepth)
+	var got []byte
+	buf := make([]byte, 64)
+	for len(got) < writes {
+		n := b.PollCQ(wcs)
+		if err := eb.Complete(wcs[:n]); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.PostRecv(eb.PostRecvs(nil)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.PostSend(eb.PostSends(nil)); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := eb.Read(buf)
+		got = append(got, buf[:m]...)
+		runtime.Gosched()
+	}
+	for i, x := range got {
+		if x != byte(i) {
+			t.Fatalf("byte %d = %d", i, x)
+		}
 	}
 }

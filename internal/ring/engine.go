@@ -60,6 +60,10 @@ type Engine struct {
 
 	// The peer, from its private data.
 	peerCredits   uint16    // its rq_size
+	// ctrlSinceGrant counts the messages other than DATA sent since the
+	// peer's last credit grant: rsocket grants a receive for each DATA
+	// message but none for these, which take receives all the same.
+	ctrlSinceGrant uint32
 	peerBigEndian bool      // write SGL updates to it big-endian
 	peerTarget    RemoteSGE // its target SGL (2 entries)
 	peerBuf       RemoteSGE // the first half of its rbuf
@@ -423,6 +427,20 @@ func (e *Engine) RepostDue() bool {
 // back yet. A driver that sees it stay above zero while no completion
 // arrives knows the transport is retrying into the void.
 func (e *Engine) InFlight() int { return e.inflightLen }
+
+// PeerMayLackReceives reports whether sends in flight may be waiting for
+// the peer to post receives rather than lost. A grant of credits says the
+// peer had taken in all but rq_size of our DATA messages, and so had a
+// receive back for each; the messages it does not count (credit updates,
+// SHUTDOWN, DISCONNECT) take receives too, so once they outnumber the
+// credits left, a send may find none. An rsocket peer puts receives back
+// only when its application calls into the library, and the device
+// retries such a send without limit (rnr_retry_count 7), as it must for a
+// live peer busy elsewhere; a watchdog should not take that silence for a
+// dead peer as soon.
+func (e *Engine) PeerMayLackReceives() bool {
+	return e.established && e.ctrlSinceGrant > uint32(uint16(e.sseqComp-e.sseqNo))
+}
 
 // Readable reports that Read would return something: data, io.EOF or an
 // error.

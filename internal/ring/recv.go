@@ -242,6 +242,7 @@ func (e *Engine) recvCredits(m Msg, wc *Completion) {
 		return
 	}
 	e.sseqComp = comp
+	e.ctrlSinceGrant = 0
 	e.stats.CreditUpdatesReceived++
 	if e.cfg.IWARP {
 		e.takeSGLUpdates(m)

@@ -108,10 +108,18 @@ func (e *Engine) PostSends(dst []SendWR) []SendWR {
 	if !e.established || e.finished() || e.disconnectPosted {
 		return dst
 	}
+	n := len(dst)
 	dst = e.postCredits(dst)
 	dst = e.postData(dst)
 	dst = e.postClose(dst)
 	dst = e.postKeepalive(dst)
+	for i := n; i < len(dst); i++ {
+		// A message that takes a receive the peer's credits do not cover.
+		wr := &dst[i]
+		if (wr.Op == OpWriteImm || wr.Op == OpSend) && !e.isDataSend(wr.ID) {
+			e.ctrlSinceGrant++
+		}
+	}
 	return dst
 }
 
@@ -327,6 +335,13 @@ func (e *Engine) msgSend(kind sendKind, msg uint32) SendWR {
 		NumSGE:   1,
 		SGE:      [2]SGE{{Addr: e.send.Addr + uint64(off), Length: MsgWordSize, LKey: e.send.LKey}},
 	}
+}
+
+// isDataSend reports whether the send in flight with this ID belongs to a
+// DATA transfer.
+func (e *Engine) isDataSend(id uint64) bool {
+	k := e.inflight[(e.inflightHead+int(id-e.sendDoneSeq))%len(e.inflight)].kind
+	return k == sendData || k == sendDataMsg
 }
 
 // pushSend records a send in flight and returns its work request ID. The
