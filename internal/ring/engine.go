@@ -60,14 +60,15 @@ type Engine struct {
 
 	// The peer, from its private data.
 	peerCredits   uint16    // its rq_size
-	// ctrlSinceGrant counts the messages other than DATA sent since the
-	// peer's last credit grant: rsocket grants a receive for each DATA
-	// message but none for these, which take receives all the same.
-	ctrlSinceGrant uint32
 	peerBigEndian bool      // write SGL updates to it big-endian
 	peerTarget    RemoteSGE // its target SGL (2 entries)
 	peerBuf       RemoteSGE // the first half of its rbuf
 	peerHalf      uint32
+
+	// ctrlSinceGrant counts the messages other than DATA sent since the
+	// peer's last credit grant: rsocket grants a receive for each DATA
+	// message but none for these, which take receives all the same.
+	ctrlSinceGrant uint32
 
 	// Send ring. Byte counters only grow; position = counter % len(sbuf).
 	// tail <= posted <= head: [tail,posted) is in flight, [posted,head)
