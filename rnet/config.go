@@ -60,14 +60,17 @@ type Config struct {
 	KeepAlive time.Duration
 	// Linger bounds how long Close waits for written data to reach the
 	// peer before it discards the rest, tears the connection down (the peer
-	// sees ErrPeerGone, not io.EOF) and returns ErrAborted. 0 means 10 s.
+	// sees ErrPeerGone, not io.EOF) and returns ErrAborted. 0 means 10 s;
+	// negative means Close does not wait at all, as TCP's SetLinger(0):
+	// anything unsent is discarded at once.
 	Linger time.Duration
 	// HandshakeTimeout bounds a listener's handshake with one incoming
 	// connection, so a peer that vanishes mid-handshake costs nothing
 	// lasting. The dialer already counts itself connected while the
 	// listener waits for the connection manager's last message (RTU), which
 	// the CM retries over seconds when it is lost, so a short bound drops
-	// connections the peer is already using. 0 means 30 s.
+	// connections the peer is already using. 0 means 30 s; negative means
+	// no bound but the connection manager's own retries.
 	HandshakeTimeout time.Duration
 }
 
@@ -86,8 +89,8 @@ type settings struct {
 	busyPollLimit    time.Duration // the spin limit, or its floor when adaptive
 	busyPollLimitMax time.Duration // the ceiling of an adaptive spin limit
 	keepAlive        time.Duration
-	linger           time.Duration
-	handshakeTimeout time.Duration
+	linger           time.Duration // 0: Close does not wait
+	handshakeTimeout time.Duration // 0: no bound of our own
 }
 
 func (c *Config) settings() settings {

@@ -782,6 +782,13 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 func (c *Conn) Read(b []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	if len(b) == 0 {
+		// As *net.TCPConn: nothing to wait for, so no deadline applies.
+		if isClosed(c.closed) {
+			return 0, c.opError("read", net.ErrClosed)
+		}
+		return 0, nil
+	}
 	spun := false
 	var (
 		waitStart time.Time     // set once Read finds nothing to return
@@ -809,10 +816,6 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, io.EOF
 		}
-		if len(b) == 0 {
-			c.mu.Unlock()
-			return 0, nil
-		}
 		n, err := c.eng.Read(b)
 		if n > 0 {
 			// Consuming may earn the peer a credit update: send it now.
@@ -834,7 +837,11 @@ func (c *Conn) Read(b []byte) (int, error) {
 		if err == nil && c.fatal != nil {
 			err = c.fatal
 		}
-		reply = c.wroteSinceRead
+		if !spun {
+			// What kind of wait this is is settled when it begins: a
+			// Write while it waits does not make it a reply wait.
+			reply = c.wroteSinceRead
+		}
 		c.mu.Unlock()
 		if err != nil {
 			return 0, c.opError("read", err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -190,6 +191,39 @@ func TestRXEDialTriesEachAddress(t *testing.T) {
 	if got := c.RemoteAddr().(*Addr).Addr(); got != pair.Server {
 		t.Errorf("connected to %v, want %v", got, pair.Server)
 	}
+}
+
+// TestRXENegativeDurations: a negative HandshakeTimeout means no bound of
+// our own (it dropped every incoming connection at once), and a negative
+// Linger closes without waiting.
+func TestRXENegativeDurations(t *testing.T) {
+	cfg := &Config{HandshakeTimeout: -1, Linger: -1}
+	c1, c2 := rxeMaker(rdmatest.Require(t), cfg)(t)
+	defer c2.Close()
+	if _, err := c1.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c2, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.Close(); err != nil && !errors.Is(err, ErrAborted) {
+		t.Fatalf("Close with a negative Linger = %v", err)
+	}
+}
+
+// TestRXEHugeBacklog: a Backlog past any sensible size is capped, not a
+// panic in make(chan) or an int truncated on its way to rdma_listen.
+func TestRXEHugeBacklog(t *testing.T) {
+	pair := rdmatest.Require(t)
+	lc := &ListenConfig{Backlog: math.MaxInt}
+	ln, err := lc.Listen(context.Background(), "rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c1, c2 := rxeMaker(pair, nil)(t) // other listeners still work beside it
+	c1.Close()
+	c2.Close()
 }
 
 func TestRXEListenerClose(t *testing.T) {

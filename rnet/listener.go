@@ -71,10 +71,14 @@ func (l *Listener) Close() error {
 		first = true
 		close(l.done)
 		l.stop()
+		// Side by side: each Close may wait up to Linger for a peer that
+		// vanished, and a full backlog of them must not add up.
+		var wg sync.WaitGroup
+		defer wg.Wait()
 		for {
 			select {
 			case c := <-l.conns:
-				c.Close()
+				wg.Go(func() { c.Close() })
 			default:
 				return
 			}

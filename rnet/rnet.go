@@ -179,7 +179,8 @@ type ListenConfig struct {
 	Config *Config
 	// Backlog is how many connection requests may wait in the connection
 	// manager, and how many handshakes and accepted-but-unclaimed
-	// connections the Listener holds. 0 means 128.
+	// connections the Listener holds. 0 means 128; more than 65535 means
+	// 65535.
 	Backlog int
 }
 
@@ -197,8 +198,13 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if backlog <= 0 {
 		backlog = 128
 	}
+	backlog = min(backlog, maxBacklog)
 	return listen(lc.Config.settings(), network, laddr, backlog)
 }
+
+// maxBacklog caps ListenConfig.Backlog: it sizes channels made up front,
+// and the kernel caps a listen backlog far lower anyway.
+const maxBacklog = 65535
 
 func ipWithZone(b net.IP, zone string) netip.Addr {
 	ip, _ := netip.AddrFromSlice(b)

@@ -3,6 +3,7 @@ package rnet
 import (
 	"errors"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"testing"
@@ -227,5 +228,64 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 		if x != byte(i) {
 			t.Fatalf("byte %d = %d", i, x)
 		}
+	}
+}
+
+// TestSimZeroReadIgnoresDeadline: a zero-length Read returns 0, nil even
+// past its deadline, as *net.TCPConn's does; once closed, net.ErrClosed.
+func TestSimZeroReadIgnoresDeadline(t *testing.T) {
+	a, b := simPipe(t, nil)
+	defer b.Close()
+	a.SetReadDeadline(time.Unix(1, 0))
+	if n, err := a.Read(nil); n != 0 || err != nil {
+		t.Errorf("zero-length Read past the deadline = %d, %v; want 0, nil", n, err)
+	}
+	a.Close()
+	if _, err := a.Read(nil); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("zero-length Read after Close = %v, want net.ErrClosed", err)
+	}
+}
+
+// TestSimStreamWaitStaysStreamWait: a Read that began waiting with no Write
+// of ours before it is a streaming wait even if the connection writes while
+// it waits; taking it for a reply wait fed a wait "since the zero time" into
+// the reply estimate, saturating it toward the spin limit.
+func TestSimStreamWaitStaysStreamWait(t *testing.T) {
+	// Short keepalive periods: each tick drives the engine and wakes the
+	// parked Read to look again.
+	a, b := simPipe(t, &Config{BusyPoll: -1, KeepAlive: time.Millisecond})
+	defer a.Close()
+	defer b.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Read(make([]byte, 1))
+		done <- err
+	}()
+	parks := func() uint64 { return a.Stats().Parks }
+	for parks() == 0 {
+		runtime.Gosched()
+	}
+	// A tick wakes the parked Read, which finds no data and waits again,
+	// now with a Write since its last Read.
+	if _, err := a.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for parks() < 2 {
+		runtime.Gosched()
+	}
+	if _, err := io.ReadFull(b, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	avg := a.readWait.avg
+	a.mu.Unlock()
+	if avg != 0 {
+		t.Errorf("reply-wait estimate %v after a streaming wait, want untouched", avg)
 	}
 }

@@ -535,7 +535,10 @@ func (a *acceptor) handshake(ev cm.Event) {
 	// The clock starts at the reply, not at the request: setting up many
 	// connections at once takes a while under load, and the dialer counts
 	// itself connected as soon as it has our reply.
-	ctx, cancel := context.WithTimeout(a.ctx, a.set.handshakeTimeout)
+	ctx, cancel := a.ctx, context.CancelFunc(func() {})
+	if a.set.handshakeTimeout > 0 {
+		ctx, cancel = context.WithTimeout(a.ctx, a.set.handshakeTimeout)
+	}
 	defer cancel()
 	if _, err := id.Await(ctx, cm.EventEstablished); err != nil {
 		drop()

@@ -25,6 +25,9 @@ type EventChannel struct {
 	mu     sync.Mutex
 	ids    int // live IDs on the channel; it is destroyed only when none remain
 	closed bool
+	// pollClosed: PollFD.Close has returned, so no Next callback still
+	// uses c; only then may c be destroyed.
+	pollClosed bool
 }
 
 // NewEventChannel creates an event channel. Without an RDMA device it fails
@@ -63,7 +66,7 @@ func (ch *EventChannel) Next(ctx context.Context) (Event, error) {
 			errno C.int
 		)
 		err := ch.poll.Wait(ctx, func() bool {
-			// ch.c is destroyed only after PollFD.Close, which waits
+			// ch.c is destroyed only after PollFD.Close (pollClosed), which waits
 			// for running callbacks.
 			verbs.CountCgoCall()
 			errno = C.rnet_get_cm_event(ch.c, &ev)
@@ -143,6 +146,7 @@ func (ch *EventChannel) Close() error {
 	ch.mu.Unlock()
 	perr := ch.poll.Close()
 	ch.mu.Lock()
+	ch.pollClosed = true
 	ch.destroyIfUnusedLocked()
 	ch.mu.Unlock()
 	if perr != nil {
@@ -170,7 +174,7 @@ func (ch *EventChannel) removeID() {
 }
 
 func (ch *EventChannel) destroyIfUnusedLocked() {
-	if ch.closed && ch.ids == 0 && ch.c != nil {
+	if ch.pollClosed && ch.ids == 0 && ch.c != nil {
 		verbs.CountCgoCall()
 		C.rdma_destroy_event_channel(ch.c)
 		ch.c = nil

@@ -107,6 +107,7 @@ func (id *ID) SetAFOnly(only bool) error {
 
 // Listen starts listening; CONNECT_REQUEST events follow on the channel.
 func (id *ID) Listen(backlog int) error {
+	backlog = min(max(backlog, 0), 1<<31-1) // the kernel caps it far lower anyway
 	return id.call("rdma_listen", func(c *C.struct_rdma_cm_id) C.int {
 		return C.rnet_listen(c, C.int(backlog))
 	})
@@ -139,7 +140,8 @@ func ms(d time.Duration) int {
 	if d <= 0 {
 		return 1
 	}
-	return int(min((d+time.Millisecond-1)/time.Millisecond, 1<<31-1))
+	const most = (1<<31 - 1) * time.Millisecond // rdma_cm takes an int of ms
+	return int((min(d, most) + time.Millisecond - 1) / time.Millisecond)
 }
 
 // Resolve resolves dst's address and then the route to it, waiting for each
@@ -170,7 +172,7 @@ func (id *ID) resolveStep(ctx context.Context, r Retry, op string, want EventTyp
 			// (ADDR_ERROR and ROUTE_ERROR follow their success events.)
 			return err
 		}
-		to *= 2
+		to = min(2*to, time.Hour) // doubling, never overflowing
 	}
 }
 

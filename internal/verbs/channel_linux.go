@@ -33,7 +33,10 @@ type CompChannel struct {
 	mu     sync.Mutex
 	cqs    map[C.uintptr_t]*CQ // live CQs on this channel by handle, to turn an event into a *CQ
 	closed bool
-	sole   atomic.Bool // len(cqs) == 1, read without mu on the hot path
+	// pollClosed: PollFD.Close has returned, so no Wait callback still
+	// uses c; only then may c be destroyed.
+	pollClosed bool
+	sole       atomic.Bool // len(cqs) == 1, read without mu on the hot path
 }
 
 // NewCompChannel creates a completion channel and prepares its fd for
@@ -199,6 +202,7 @@ func (ch *CompChannel) Close() error {
 	perr := ch.poll.Close()
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
+	ch.pollClosed = true
 	if err := ch.destroyIfUnusedLocked(); err != nil {
 		return err
 	}
@@ -209,7 +213,7 @@ func (ch *CompChannel) Close() error {
 }
 
 func (ch *CompChannel) destroyIfUnusedLocked() error {
-	if !ch.closed || len(ch.cqs) != 0 || ch.c == nil {
+	if !ch.pollClosed || len(ch.cqs) != 0 || ch.c == nil {
 		return nil
 	}
 	CountCgoCall()

@@ -44,6 +44,9 @@ func (ctx *Context) NewCQ(cqe int, ch *CompChannel) (*CQ, error) {
 		}
 		cch = ch.c
 	}
+	if cqe < 0 || cqe > 1<<31-1 {
+		return nil, &Error{Op: "ibv_create_cq", Device: ctx.name, Errno: syscall.EINVAL}
+	}
 	CountCgoCall()
 	c, err := C.ibv_create_cq(ctx.c, C.int(cqe), nil, cch, 0)
 	if c == nil {
