@@ -87,6 +87,8 @@ func FuzzEngine(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 0x10, 2, 0x40, 3, 0x20})
 	f.Add([]byte{0x80, 0x80, 0, 0x01, 0x80, 5, 0, 0, 0, 0x10, 0x30, 0x50})
 	f.Add([]byte{1, 0x61, 0, 0, 0x10, 0x00, 0x70, 0x80, 0, 0, 0x20})
+	// A landed SGL update (RoCE) after the right entry was written.
+	f.Add([]byte{0, 0x30, 0x01, 0x81, 0x70, 0x40, 0x90, 0x00, 0x10, 0x01, 0x81})
 	f.Fuzz(func(t *testing.T, prog []byte) {
 		fz := newFuzzEngine(t, prog)
 		for fz.more() {
@@ -151,15 +153,18 @@ func (fz *fuzzEngine) step() {
 	switch op >> 4 {
 	case 0, 1, 2: // a message from the peer, usually well-formed DATA or SGL
 		var m uint32
+		landed := false // on RoCE, an SGL update came in the same write
 		switch op & 3 {
 		case 0:
 			m = uint32(MakeMsg(MsgData, uint32(fz.byte())))
 		case 1:
-			m = uint32(MakeMsg(MsgSGL, uint32(e.sseqNo)+uint32(fz.byte()%17)))
+			b := fz.byte()
+			m = uint32(MakeMsg(MsgSGL, uint32(e.sseqNo)+uint32(b&0x7f%17)))
+			landed = b&0x80 != 0
 		default:
 			m = fz.u32()
 		}
-		fz.deliver(m, op&4 != 0, op&8 != 0)
+		fz.deliver(m, op&4 != 0, op&8 != 0, landed)
 	case 3: // the peer writes a target SGL entry: often the right one
 		i := int(op & 1)
 		s := RemoteSGE{Addr: 0xb00000, Key: 0xbb, Length: 128}
@@ -207,7 +212,7 @@ func (fz *fuzzEngine) step() {
 // deliver completes the oldest posted receive with message word m (in an
 // immediate, or in iWARP mode in the receive's slot). bad bends the
 // completion: a wrong opcode or length.
-func (fz *fuzzEngine) deliver(m uint32, bad, fail bool) {
+func (fz *fuzzEngine) deliver(m uint32, bad, fail, landed bool) {
 	e := fz.e
 	if len(fz.recvs) == 0 {
 		return
@@ -217,6 +222,9 @@ func (fz *fuzzEngine) deliver(m uint32, bad, fail bool) {
 	wc := Completion{ID: r.ID, Opcode: WCRecvRDMAWithImm, Imm: m}
 	if Msg(m).Op() == MsgData {
 		wc.ByteLen = Msg(m).Data() // the write carries what the immediate says
+	}
+	if landed {
+		wc.ByteLen = RemoteSGESize // an rs_sge written into our target SGL
 	}
 	if e.cfg.IWARP {
 		off := r.SGE.Addr - e.recv.Addr
