@@ -4,6 +4,9 @@
 GO        ?= go
 VM        := $(CURDIR)/scripts/softroce-vm
 FUZZTIME  ?= 10s
+# Device tests whose checks hold only without -race (allocations per call), run once more
+# without it.
+NORACE_TESTS = ^TestConnectWriteImmDisconnect$$
 # Packages whose tests ask for a device (they import internal/rdmatest): only these are
 # worth a guest boot each.
 DEVICE_PKGS = $(shell $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/rdmatest/ && $$1 !~ /internal\/rdmatest$$/ {print $$1}')
@@ -38,6 +41,7 @@ lab-smoke:
 	@echo "RNET_NATIVE=1: using this host's RDMA devices"; rdma link show
 test-device:
 	RNET_REQUIRE_RDMA=1 $(GO) test -race -count=1 $(DEVICE_PKGS)
+	RNET_REQUIRE_RDMA=1 $(GO) test -count=1 -run '$(NORACE_TESTS)' ./internal/cm
 else
 # The harness reports exit codes, timeouts and missing devices as it must.
 lab-selftest:
@@ -49,6 +53,8 @@ test-device:
 	# One package (one guest) at a time: two emulated guests on two cores slow each
 	# other enough to stretch timing-sensitive handshakes.
 	$(GO) test -race -count=1 -p 1 -timeout 20m -exec $(VM) $(DEVICE_PKGS)
+	# Allocation counts mean something only without the race detector.
+	$(GO) test -count=1 -run '$(NORACE_TESTS)' -exec $(VM) ./internal/cm
 endif
 
 # An interactive-less shell command in the lab, e.g. make lab-shell CMD='ibv_devinfo -v'

@@ -3,6 +3,7 @@
 package faults
 
 import (
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +45,11 @@ func TestChurn(t *testing.T) {
 				defer writers.Done()
 				c1.Write(pool[:256<<10])
 			}()
+			// The first byte arriving proves the Write began; the rest,
+			// larger than both rings, is still on its way.
+			if _, err := io.ReadFull(c2, make([]byte, 1)); err != nil {
+				t.Fatal(err)
+			}
 		case 1:
 			roundTrip(t, c1, c2, "x")
 		}

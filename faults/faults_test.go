@@ -236,6 +236,12 @@ func TestFaultListenerCloseDuringConnects(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
+				// Refused, or a handshake cut off by the Close: either way
+				// a typed dial error, and not a wait for a timeout.
+				var oe *net.OpError
+				if !errors.As(err, &oe) || oe.Op != "dial" || isTimeout(err) {
+					t.Errorf("dial while the listener closed: %v, want a prompt dial *net.OpError", err)
+				}
 				refused++
 				return
 			}
@@ -250,7 +256,12 @@ func TestFaultListenerCloseDuringConnects(t *testing.T) {
 			mu.Lock()
 		}()
 	}
-	<-accepted // the burst is under way
+	select { // the burst is under way
+	case <-accepted:
+	case <-time.After(wait):
+		ln.Close()
+		t.Fatal("no dial of the burst got through")
+	}
 	if err := ln.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -258,6 +269,9 @@ func TestFaultListenerCloseDuringConnects(t *testing.T) {
 	acceptWG.Wait()
 	t.Logf("listener closed during a burst of %d dials: %d connected and ended, %d refused, all within %v",
 		dials, ok, refused, time.Since(start).Round(time.Millisecond))
+	if ok == 0 || ok+refused != dials {
+		t.Errorf("%d connected and %d refused of %d dials", ok, refused, dials)
+	}
 	checkNoLeaks(t, before, "listener closed mid-burst")
 }
 

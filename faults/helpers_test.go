@@ -193,7 +193,7 @@ func takeSnapshot(t testing.TB) snapshot {
 func checkNoLeaks(t testing.TB, before snapshot, what string) {
 	t.Helper()
 	fresh := verbstest.WaitNoNewGoroutines(before.goroutines)
-	after := takeSnapshot(t)
+	after := snapshot{fds: verbstest.OpenFDs(t), goroutines: verbstest.GoroutineIDs(), rdma: verbstest.WaitResources(t, before.rdma)}
 	var diffs []string
 	if len(fresh) > 0 {
 		diffs = append(diffs, fmt.Sprintf("%d new goroutines", len(fresh)))
@@ -201,7 +201,7 @@ func checkNoLeaks(t testing.TB, before snapshot, what string) {
 	if after.fds != before.fds {
 		diffs = append(diffs, fmt.Sprintf("fds %d -> %d", before.fds, after.fds))
 	}
-	for _, k := range []string{"qp", "cq", "mr", "pd", "cm_id", "ctx"} {
+	for _, k := range verbstest.ResourceKinds {
 		if after.rdma[k] != before.rdma[k] {
 			diffs = append(diffs, fmt.Sprintf("%s %d -> %d", k, before.rdma[k], after.rdma[k]))
 		}

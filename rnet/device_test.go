@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,20 +195,102 @@ func TestRXEDialTriesEachAddress(t *testing.T) {
 }
 
 // TestRXENegativeDurations: a negative HandshakeTimeout means no bound of
-// our own (it dropped every incoming connection at once), and a negative
-// Linger closes without waiting.
+// our own (it dropped every incoming connection at once, so connecting at
+// all shows it), and a negative Linger makes Close discard what the peer
+// has not taken at once, with ErrAborted, rather than wait for it.
 func TestRXENegativeDurations(t *testing.T) {
-	cfg := &Config{HandshakeTimeout: -1, Linger: -1}
-	c1, c2 := rxeMaker(rdmatest.Require(t), cfg)(t)
-	defer c2.Close()
-	if _, err := c1.Write([]byte("x")); err != nil {
+	pair := rdmatest.Require(t)
+	warmUp(t, pair)
+	gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+	c1, c2 := rxeMaker(pair, &Config{HandshakeTimeout: -1, Linger: -1})(t)
+	// More than the peer's ring, which nobody reads: some stays unsent.
+	if _, err := c1.Write(make([]byte, 200<<10)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.ReadFull(c2, make([]byte, 1)); err != nil {
+	closed := make(chan error, 1)
+	go func() { closed <- c1.Close() }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, ErrAborted) {
+			t.Fatalf("Close with unsent data and a negative Linger = %v, want ErrAborted", err)
+		}
+	case <-time.After(time.Minute): // a hang detector
+		t.Fatal("Close with a negative Linger waits for a peer that does not read")
+	}
+	c2.Close()
+	// An aborted connection leaves nothing behind either.
+	if fresh := verbstest.WaitNoNewGoroutines(gor0); len(fresh) > 0 {
+		t.Errorf("%d goroutines left:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
+	}
+	if fds := countFDs(t); fds != fds0 {
+		t.Errorf("open fds: %d before, %d after", fds0, fds)
+	}
+	res := verbstest.WaitResources(t, res0)
+	for _, k := range verbstest.ResourceKinds {
+		if res[k] != res0[k] {
+			t.Errorf("%s in rdma resource show: %d before, %d after", k, res0[k], res[k])
+		}
+	}
+}
+
+// TestRXEListenerCloseReleasesUnaccepted: connections the listener has
+// established but nobody accepted are closed with it, their dialers see
+// the end, and nothing of them is left.
+func TestRXEListenerCloseReleasesUnaccepted(t *testing.T) {
+	pair := rdmatest.Require(t)
+	warmUp(t, pair)
+	gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+	ln, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c1.Close(); err != nil && !errors.Is(err, ErrAborted) {
-		t.Fatalf("Close with a negative Linger = %v", err)
+	const n = 4
+	d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, Timeout: 30 * time.Second}
+	var dialed []*Conn
+	for range n {
+		c, err := d.Dial("rdma", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialed = append(dialed, c)
+	}
+	// The dialer counts itself connected a moment before the listener
+	// does; wait until all n wait for Accept.
+	deadline := time.Now().Add(time.Minute)
+	for len(ln.conns) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d connections reached the accept queue", len(ln.conns), n)
+		}
+		runtime.Gosched()
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- ln.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute): // a hang detector
+		t.Fatal("Listener.Close hung closing unaccepted connections")
+	}
+	for i, c := range dialed {
+		c.SetReadDeadline(time.Now().Add(time.Minute))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("dialer %d after the listener closed its unaccepted peer: %v, want io.EOF", i, err)
+		}
+		c.Close()
+	}
+	if fresh := verbstest.WaitNoNewGoroutines(gor0); len(fresh) > 0 {
+		t.Errorf("%d goroutines left:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
+	}
+	if fds := countFDs(t); fds != fds0 {
+		t.Errorf("open fds: %d before, %d after", fds0, fds)
+	}
+	res := verbstest.WaitResources(t, res0)
+	for _, k := range verbstest.ResourceKinds {
+		if res[k] != res0[k] {
+			t.Errorf("%s in rdma resource show: %d before, %d after", k, res0[k], res[k])
+		}
 	}
 }
 
@@ -221,9 +304,28 @@ func TestRXEHugeBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c1, c2 := rxeMaker(pair, nil)(t) // other listeners still work beside it
-	c1.Close()
-	c2.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.AcceptRDMA()
+		if err == nil {
+			_, err = c.Write([]byte("x"))
+			c.Close()
+		}
+		accepted <- err
+	}()
+	d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, Timeout: 30 * time.Second}
+	c, err := d.Dial("rdma", ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		t.Fatalf("dial a listener with a huge backlog: %v (accept: %v)", err, <-accepted)
+	}
+	defer c.Close()
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestRXEListenerClose(t *testing.T) {
@@ -303,7 +405,7 @@ func TestRXEResourcesReleased(t *testing.T) {
 	c1, c2 := mk(t)
 	c1.Close()
 	c2.Close()
-	fds0, gor0, qps0 := countFDs(t), verbstest.GoroutineIDs(), countQPs(t)
+	fds0, gor0, res0 := countFDs(t), verbstest.GoroutineIDs(), verbstest.Resources(t)
 	var writers sync.WaitGroup
 	for i := 0; i < cycles; i++ {
 		c1, c2 := mk(t)
@@ -314,6 +416,11 @@ func TestRXEResourcesReleased(t *testing.T) {
 				defer writers.Done()
 				c1.Write(make([]byte, 256<<10))
 			}()
+			// The first byte arriving proves the Write began; the rest,
+			// larger than both rings, is still on its way.
+			if _, err := io.ReadFull(c2, make([]byte, 1)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		c1.Close()
 		c2.Close()
@@ -328,9 +435,21 @@ func TestRXEResourcesReleased(t *testing.T) {
 	if fds := countFDs(t); fds != fds0 {
 		t.Errorf("open fds: %d before, %d after %d cycles", fds0, fds, cycles)
 	}
-	if qps := countQPs(t); qps != qps0 {
-		t.Errorf("QPs in rdma resource show: %d before, %d after %d cycles", qps0, qps, cycles)
+	res := verbstest.WaitResources(t, res0)
+	for _, k := range verbstest.ResourceKinds {
+		if res[k] != res0[k] {
+			t.Errorf("%s in rdma resource show: %d before, %d after %d cycles", k, res0[k], res[k], cycles)
+		}
 	}
+}
+
+// warmUp makes and closes one connection, so that what librdmacm opens
+// once per process and device is open before a test counts resources.
+func warmUp(t *testing.T, pair rdmatest.Pair) {
+	t.Helper()
+	c1, c2 := rxeMaker(pair, nil)(t)
+	c1.Close()
+	c2.Close()
 }
 
 func countFDs(t *testing.T) int {
@@ -339,23 +458,4 @@ func countFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
-}
-
-func countQPs(t *testing.T) int {
-	out, err := execOutput("rdma", "resource", "show")
-	if err != nil {
-		t.Fatalf("rdma resource show: %v", err)
-	}
-	// "0: rxe0: pd 3 cq 4 qp 5 cm_id 2 mr 6 ctx 2 ..." per device; sum qp.
-	total := 0
-	fields := splitFields(out)
-	for i := 0; i+1 < len(fields); i++ {
-		if fields[i] == "qp" {
-			n, err := strconv.Atoi(fields[i+1])
-			if err == nil {
-				total += n
-			}
-		}
-	}
-	return total
 }

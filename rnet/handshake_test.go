@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 )
 
 // TestRXEHostileHandshake sends the listener connection requests it must
@@ -31,8 +33,12 @@ func TestRXEHostileHandshake(t *testing.T) {
 	target := ln.Addr().(*Addr).AddrPort
 
 	// request sends a connect request with the given private data from an
-	// id without a queue pair, and returns the listener's answer.
-	request := func(t *testing.T, private []byte, vanish bool) error {
+	// id without a queue pair, and returns the listener's answer. vanish
+	// destroys the id right after the request; stall takes the listener's
+	// accept (CONNECT_RESPONSE) and never completes the handshake (an id
+	// without a QP sends no RTU), so the listener's HandshakeTimeout must
+	// end it: request then returns the listener's giving up.
+	request := func(t *testing.T, private []byte, vanish, stall bool) error {
 		t.Helper()
 		ch, err := cm.NewEventChannel()
 		if err != nil {
@@ -55,8 +61,32 @@ func TestRXEHostileHandshake(t *testing.T) {
 		if vanish {
 			return nil // the deferred Close destroys the id mid-handshake
 		}
+		if stall {
+			if _, err := id.Await(ctx, cm.EventConnectResponse); err != nil {
+				t.Fatalf("listener did not accept: %v", err)
+			}
+			_, err = id.Await(ctx, cm.EventEstablished)
+			return err
+		}
 		_, err = id.Await(ctx, cm.EventEstablished)
 		return err
+	}
+	// released checks that a handshake that ended left nothing behind:
+	// goroutines, fds and the kernel's RDMA objects are as before.
+	released := func(t *testing.T, before map[string]bool, fds0 int, res0 map[string]int) {
+		t.Helper()
+		if fresh := verbstest.WaitNoNewGoroutines(before); len(fresh) > 0 {
+			t.Errorf("%d goroutines left:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
+		}
+		if fds := countFDs(t); fds != fds0 {
+			t.Errorf("open fds: %d before, %d after", fds0, fds)
+		}
+		res := verbstest.WaitResources(t, res0)
+		for _, k := range verbstest.ResourceKinds {
+			if res[k] != res0[k] {
+				t.Errorf("%s in rdma resource show: %d before, %d after", k, res0[k], res[k])
+			}
+		}
 	}
 	sane := ring.ConnData{
 		Version: 1, Flags: ring.FlagIOMap, Credits: 16,
@@ -76,7 +106,7 @@ func TestRXEHostileHandshake(t *testing.T) {
 		{"NoCredits", encode(noCredits)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := request(t, tc.private, false)
+			err := request(t, tc.private, false, false)
 			var rej *cm.RejectError
 			if !errors.As(err, &rej) || !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Fatalf("listener answered %v, want a reject", err)
@@ -84,7 +114,18 @@ func TestRXEHostileHandshake(t *testing.T) {
 		})
 	}
 	t.Run("Vanish", func(t *testing.T) {
-		request(t, encode(sane), true)
+		gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+		request(t, encode(sane), true, false)
+		released(t, gor0, fds0, res0)
+	})
+	t.Run("TimesOut", func(t *testing.T) {
+		gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+		err := request(t, encode(sane), false, true)
+		if err == nil {
+			t.Fatal("a handshake without an RTU was established")
+		}
+		t.Logf("the listener gave up on a stalled handshake: %v", err)
+		released(t, gor0, fds0, res0)
 	})
 
 	// The listener is unharmed: a real connection works.

@@ -59,9 +59,7 @@ func TestSimCloseReadEndsSpinningRead(t *testing.T) {
 		_, err := a.Read(make([]byte, 1))
 		errc <- err
 	}()
-	for a.Stats().Spins == 0 {
-		runtime.Gosched() // until the Read spins
-	}
+	waitUntil(t, "the Read to spin", func() bool { return a.Stats().Spins > 0 })
 	if err := a.CloseRead(); err != nil {
 		t.Fatal(err)
 	}
@@ -80,28 +78,26 @@ func TestSimCloseReadEndsSpinningRead(t *testing.T) {
 // behind it, and the deadline's kick makes the pusher hand the wait over to
 // that Read, which leaves. Someone must still poll: the peer's grant has to
 // bring the rest of the Write out (before, it waited for the 15 s tick).
+// Keepalive ticks are an hour apart here, so none can rescue a lost wakeup
+// before the 10 s deadline fails the test.
 func TestSimPusherHandOverToLeavingRead(t *testing.T) {
-	cfg := &Config{SendBufferSize: 4096, RecvBufferSize: 4096, SendQueueSize: 16, RecvQueueSize: 16}
+	cfg := &Config{SendBufferSize: 4096, RecvBufferSize: 4096, SendQueueSize: 16, RecvQueueSize: 16, KeepAlive: time.Hour}
 	for range 20 {
 		a, b := simPipe(t, cfg)
 		msg := make([]byte, 6000)
 		if n, err := a.Write(msg); n != len(msg) || err != nil {
 			t.Fatal(n, err)
 		}
-		for {
+		waitUntil(t, "the pusher to poll", func() bool {
 			a.mu.Lock()
-			pushing := a.pushing && a.polling
-			a.mu.Unlock()
-			if pushing {
-				break
-			}
-			runtime.Gosched()
-		}
+			defer a.mu.Unlock()
+			return a.pushing && a.polling
+		})
 		a.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 		if _, err := a.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("Read: %v", err)
 		}
-		b.SetReadDeadline(time.Now().Add(10 * time.Second)) // under the 15 s tick
+		b.SetReadDeadline(time.Now().Add(10 * time.Second)) // a failure bound only
 		if _, err := io.ReadFull(b, make([]byte, len(msg))); err != nil {
 			t.Fatalf("the rest of the Write did not come: %v", err)
 		}
@@ -186,17 +182,16 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	}
 	// Wait for more stalled keepalive periods than keepaliveProbes allows
 	// a peer that acknowledges nothing, or for the connection to fail.
-	for {
+	waitUntil(t, "more stalled keepalive periods than keepaliveProbes", func() bool {
 		c.mu.Lock()
-		stalled, fatal := c.kaStalled, c.fatal
-		c.mu.Unlock()
-		if fatal != nil {
-			t.Fatalf("the connection failed while the peer was busy: %v (fabric %+v)", fatal, f.Stats())
-		}
-		if stalled > keepaliveProbes {
-			break
-		}
-		runtime.Gosched()
+		defer c.mu.Unlock()
+		return c.kaStalled > keepaliveProbes || c.fatal != nil
+	})
+	c.mu.Lock()
+	fatal := c.fatal
+	c.mu.Unlock()
+	if fatal != nil {
+		t.Fatalf("the connection failed while the peer was busy: %v (fabric %+v)", fatal, f.Stats())
 	}
 	if f.Stats().RNRStalls == 0 {
 		t.Fatalf("no RNR stall: the test did not test it (fabric %+v)", f.Stats())
@@ -209,6 +204,7 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	wcs := make([]ring.Completion, lb.CQDepth)
 	var got []byte
 	buf := make([]byte, 64)
+	deadline := time.Now().Add(time.Minute)
 	for len(got) < writes {
 		n := b.PollCQ(wcs)
 		if err := eb.Complete(wcs[:n]); err != nil {
@@ -222,6 +218,9 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 		}
 		m, _ := eb.Read(buf)
 		got = append(got, buf[:m]...)
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d bytes came after the peer polled", len(got), writes)
+		}
 		runtime.Gosched()
 	}
 	for i, x := range got {
@@ -262,17 +261,13 @@ func TestSimStreamWaitStaysStreamWait(t *testing.T) {
 		done <- err
 	}()
 	parks := func() uint64 { return a.Stats().Parks }
-	for parks() == 0 {
-		runtime.Gosched()
-	}
+	waitUntil(t, "the Read to park", func() bool { return parks() > 0 })
 	// A tick wakes the parked Read, which finds no data and waits again,
 	// now with a Write since its last Read.
 	if _, err := a.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	for parks() < 2 {
-		runtime.Gosched()
-	}
+	waitUntil(t, "the Read to park again", func() bool { return parks() >= 2 })
 	if _, err := io.ReadFull(b, make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestRXEDevicesJSON(t *testing.T) {
 		}
 	}
 	for _, a := range []string{p.Server.String(), p.Client.String()} {
-		if !strings.Contains(ips[a], "RoCE") || !strings.Contains(ips[a], "rvm") && os.Getenv("RNET_VM") != "" {
+		if !strings.Contains(ips[a], "RoCE") || !strings.Contains(ips[a], "rvm") && os.Getenv("RNET_GUEST") == "1" {
 			t.Errorf("no RoCE GID with IP %s: %v", a, ips)
 		}
 	}

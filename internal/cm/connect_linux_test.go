@@ -617,13 +617,6 @@ func TestResolveUnansweredAddressTimesOut(t *testing.T) {
 		if !errors.Is(err, syscall.ETIMEDOUT) {
 			t.Errorf("got %v, want ETIMEDOUT", err)
 		}
-		var budget time.Duration
-		for i, to := 0, r.Timeout; i < r.Tries; i, to = i+1, to*2 {
-			budget += to
-		}
-		if took > budget+3*time.Second {
-			t.Errorf("took %v, asked for %v", took, budget)
-		}
 		id.Close()
 		ch.Close()
 	}
@@ -647,8 +640,7 @@ func TestEventChannelWaits(t *testing.T) {
 	}
 	ch.SetDeadline(time.Time{})
 	done := make(chan error)
-	go func() { _, err := ch.Next(context.Background()); done <- err }()
-	verbstest.WaitParked(t, 1)
+	verbstest.StartParked(t, func() { _, err := ch.Next(context.Background()); done <- err })
 	ch.Close()
 	if err := <-done; !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Next during Close = %v", err)

@@ -60,6 +60,9 @@ func TestIWARPSendInlineAndRefused(t *testing.T) {
 	_, err = p.client.qp.PostSend([]verbs.SendWR{{ID: 4, Op: verbs.OpWriteImm, Imm: 1, Signaled: true,
 		RemoteAddr: rbuf.Addr(), RKey: rbuf.RKey()}})
 	t.Logf("RDMA WRITE WITH IMMEDIATE on siw: %v", err)
+	if err == nil {
+		t.Error("RDMA WRITE WITH IMMEDIATE was posted on siw, which has no such operation")
+	}
 	if got := rbuf.Bytes()[4096:4100]; !bytes.Equal(got, sbuf.Bytes()[:4]) {
 		t.Fatalf("received %x, want %x", got, sbuf.Bytes()[:4])
 	}

@@ -48,8 +48,7 @@ func signal(t testing.TB, fd int) {
 func TestPollFDWakesOnEvent(t *testing.T) {
 	p, fd, try := eventfdPoll(t)
 	done := make(chan error)
-	go func() { done <- p.Wait(context.Background(), try) }()
-	verbstest.WaitParked(t, 1)
+	verbstest.StartParked(t, func() { done <- p.Wait(context.Background(), try) })
 	signal(t, fd)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -65,8 +64,7 @@ func TestPollFDDeadline(t *testing.T) {
 	// A past deadline set from another goroutine wakes a waiter.
 	p.SetDeadline(time.Time{})
 	done := make(chan error)
-	go func() { done <- p.Wait(context.Background(), try) }()
-	verbstest.WaitParked(t, 1)
+	verbstest.StartParked(t, func() { done <- p.Wait(context.Background(), try) })
 	p.SetDeadline(time.Unix(1, 0))
 	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Wait = %v, want os.ErrDeadlineExceeded", err)
@@ -77,8 +75,7 @@ func TestPollFDContext(t *testing.T) {
 	p, fd, try := eventfdPoll(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- p.Wait(ctx, try) }()
-	verbstest.WaitParked(t, 1)
+	verbstest.StartParked(t, func() { done <- p.Wait(ctx, try) })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait = %v, want context.Canceled", err)
@@ -98,8 +95,7 @@ func TestPollFDContext(t *testing.T) {
 func TestPollFDCloseWakesWaiter(t *testing.T) {
 	p, _, try := eventfdPoll(t)
 	done := make(chan error)
-	go func() { done <- p.Wait(context.Background(), try) }()
-	verbstest.WaitParked(t, 1)
+	verbstest.StartParked(t, func() { done <- p.Wait(context.Background(), try) })
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +115,7 @@ func TestPollFD1000WaitersFewThreads(t *testing.T) {
 	var wg sync.WaitGroup
 	polls := make([]*PollFD, n)
 	errs := make(chan error, n)
+	base := verbstest.NetpollWaiters()
 	for i := range polls {
 		p, _, try := eventfdPoll(t)
 		polls[i] = p
@@ -128,9 +125,9 @@ func TestPollFD1000WaitersFewThreads(t *testing.T) {
 			errs <- p.Wait(context.Background(), try)
 		}()
 	}
-	verbstest.WaitParked(t, n)
-	if th := verbstest.OSThreads(t); th >= 20 {
-		t.Errorf("%d goroutines parked use %d OS threads, want < 20", n, th)
+	verbstest.WaitParked(t, base+n)
+	if th := verbstest.OSThreads(t); th >= verbstest.ThreadLimit() {
+		t.Errorf("%d goroutines parked use %d OS threads, want < %d", n, th, verbstest.ThreadLimit())
 	} else {
 		t.Logf("%d parked goroutines, %d OS threads", n, th)
 	}

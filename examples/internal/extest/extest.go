@@ -41,6 +41,7 @@ var listenLine = regexp.MustCompile(`(?:listening on|serving .* on) (\S+) `)
 func Server(t *testing.T, args ...string) (addr string, wait func() string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel) // a test that fails early does not leave the server running
 	cmd := command(ctx, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

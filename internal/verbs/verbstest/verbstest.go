@@ -65,6 +65,21 @@ func WaitParked(tb testing.TB, n int) {
 	}
 }
 
+// StartParked runs wait in a new goroutine and returns once one more
+// goroutine than before is parked in the netpoller, so that what the caller
+// does next finds wait parked, not still on its way there.
+func StartParked(tb testing.TB, wait func()) {
+	tb.Helper()
+	base := NetpollWaiters()
+	go wait()
+	WaitParked(tb, base+1)
+}
+
+// ThreadLimit is the most OS threads a process whose goroutines all park in
+// the netpoller should need: the runtime keeps a thread per P and a few of
+// its own, so the bound grows with GOMAXPROCS; it is 20 on small machines.
+func ThreadLimit() int { return max(20, runtime.GOMAXPROCS(0)+16) }
+
 // NetpollWaiters is the number of goroutines parked in the netpoller.
 func NetpollWaiters() int {
 	n := 0
@@ -131,6 +146,31 @@ func WaitNoNewGoroutines(before map[string]bool) []string {
 			return fresh
 		}
 		runtime.Gosched()
+	}
+}
+
+// ResourceKinds are the kernel objects a connection makes, as `rdma resource
+// show` names them.
+var ResourceKinds = []string{"qp", "cq", "mr", "pd", "cm_id", "ctx"}
+
+// WaitResources re-reads Resources until every kind in ResourceKinds counts
+// as in want, for up to 10 s, and returns the last reading. The kernel
+// frees some objects after the call that releases them returns (rxe
+// destroys QPs from a work queue), so one reading can see objects on
+// their way out.
+func WaitResources(tb testing.TB, want map[string]int) map[string]int {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := Resources(tb)
+		same := true
+		for _, k := range ResourceKinds {
+			same = same && got[k] == want[k]
+		}
+		if same || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(10 * time.Millisecond) // between readings of a real condition
 	}
 }
 
