@@ -55,8 +55,12 @@ type Config struct {
 	BusyPollLimit time.Duration
 	// KeepAlive is the idle period after which a keepalive (a zero-byte
 	// RDMA write the peer's software never sees) probes the peer; a dead
-	// peer then fails the connection once the transport's retries run out.
-	// 0 means 15 s, like net.Dialer; negative disables keepalives.
+	// peer then fails the connection once the transport's retries run out,
+	// or after three periods in which sends went unacknowledged (some
+	// devices retry for ever). While our sends may be waiting for a busy
+	// C rsocket peer to post receives, which it does only when its
+	// application calls in, that takes twenty periods instead. 0 means
+	// 15 s, like net.Dialer; negative disables keepalives.
 	KeepAlive time.Duration
 	// Linger bounds how long Close waits for written data to reach the
 	// peer before it discards the rest, tears the connection down (the peer
