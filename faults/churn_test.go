@@ -53,8 +53,12 @@ func TestChurn(t *testing.T) {
 		case 1:
 			roundTrip(t, c1, c2, "x")
 		}
+		// Both ends at once: c1 alone would wait Linger for a reader
+		// that is not reading.
+		var closing sync.WaitGroup
+		closing.Go(func() { c2.Close() })
 		c1.Close()
-		c2.Close()
+		closing.Wait()
 	}
 	writers.Wait()
 	t.Logf("%d connect/close cycles (%d closed mid-stream) in %v", cycles, midStream, time.Since(start).Round(time.Millisecond))

@@ -422,8 +422,12 @@ func TestRXEResourcesReleased(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// Both ends at once: c1 alone would wait Linger for a reader
+		// that is not reading.
+		var closing sync.WaitGroup
+		closing.Go(func() { c2.Close() })
 		c1.Close()
-		c2.Close()
+		closing.Wait()
 	}
 	writers.Wait()
 	// By identity, with a bounded wait for goroutines on their way out:
