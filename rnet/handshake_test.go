@@ -71,23 +71,7 @@ func TestRXEHostileHandshake(t *testing.T) {
 		_, err = id.Await(ctx, cm.EventEstablished)
 		return err
 	}
-	// released checks that a handshake that ended left nothing behind:
-	// goroutines, fds and the kernel's RDMA objects are as before.
-	released := func(t *testing.T, before map[string]bool, fds0 int, res0 map[string]int) {
-		t.Helper()
-		if fresh := verbstest.WaitNoNewGoroutines(before); len(fresh) > 0 {
-			t.Errorf("%d goroutines left:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
-		}
-		if fds := countFDs(t); fds != fds0 {
-			t.Errorf("open fds: %d before, %d after", fds0, fds)
-		}
-		res := verbstest.WaitResources(t, res0)
-		for _, k := range verbstest.ResourceKinds {
-			if res[k] != res0[k] {
-				t.Errorf("%s in rdma resource show: %d before, %d after", k, res0[k], res[k])
-			}
-		}
-	}
+
 	sane := ring.ConnData{
 		Version: 1, Flags: ring.FlagIOMap, Credits: 16,
 		TargetSGL: ring.RemoteSGE{Addr: 0x10000, Key: 7, Length: 2},
@@ -116,7 +100,7 @@ func TestRXEHostileHandshake(t *testing.T) {
 	t.Run("Vanish", func(t *testing.T) {
 		gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
 		request(t, encode(sane), true, false)
-		released(t, gor0, fds0, res0)
+		checkReleased(t, gor0, fds0, res0)
 	})
 	t.Run("TimesOut", func(t *testing.T) {
 		gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
@@ -125,7 +109,7 @@ func TestRXEHostileHandshake(t *testing.T) {
 			t.Fatal("a handshake without an RTU was established")
 		}
 		t.Logf("the listener gave up on a stalled handshake: %v", err)
-		released(t, gor0, fds0, res0)
+		checkReleased(t, gor0, fds0, res0)
 	})
 
 	// The listener is unharmed: a real connection works.
@@ -149,6 +133,105 @@ func TestRXEHostileHandshake(t *testing.T) {
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "still serving" {
 		t.Fatalf("echo after hostile handshakes: %q, %v", buf, err)
 	}
+}
+
+// checkReleased checks that what ended left nothing behind: goroutines
+// (by identity), fds and the kernel's RDMA objects are as before.
+func checkReleased(t *testing.T, before map[string]bool, fds0 int, res0 map[string]int) {
+	t.Helper()
+	if fresh := verbstest.WaitNoNewGoroutines(before); len(fresh) > 0 {
+		t.Errorf("%d goroutines left:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
+	}
+	if fds := countFDs(t); fds != fds0 {
+		t.Errorf("open fds: %d before, %d after", fds0, fds)
+	}
+	res := verbstest.WaitResources(t, res0)
+	for _, k := range verbstest.ResourceKinds {
+		if res[k] != res0[k] {
+			t.Errorf("%s in rdma resource show: %d before, %d after", k, res0[k], res[k])
+		}
+	}
+}
+
+// TestRXEDialFailuresRelease: a dial that fails after it has made its queue
+// pair, rings and ids (cancelled while the peer has not answered, or
+// answered with private data it cannot use) releases them all.
+func TestRXEDialFailuresRelease(t *testing.T) {
+	pair := rdmatest.Require(t)
+	warmUp(t, pair)
+	from := &Addr{netip.AddrPortFrom(pair.Client, 0)}
+	// rawRequest listens with a bare connection manager id, dials it, and
+	// returns the connection request with the dial's outcome to come.
+	rawRequest := func(t *testing.T, ctx context.Context) (req cm.Event, dialed <-chan error, cleanup func()) {
+		t.Helper()
+		ch, err := cm.NewEventChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lid, err := ch.NewID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lid.Bind(netip.AddrPortFrom(pair.Server, 0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := lid.Listen(8); err != nil {
+			t.Fatal(err)
+		}
+		out := make(chan error, 1)
+		go func() {
+			c, err := (&Dialer{LocalAddr: from}).DialContext(ctx, "rdma", lid.LocalAddr().String())
+			if c != nil {
+				c.Close()
+			}
+			out <- err
+		}()
+		nctx, ncancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ncancel()
+		ev, err := ch.Next(nctx)
+		if err != nil || ev.Type != cm.EventConnectRequest {
+			t.Fatalf("raw listener: %v, %v; want a connect request", ev.Type, err)
+		}
+		return ev, out, func() {
+			ev.ID.Close()
+			lid.Close()
+			ch.Close()
+		}
+	}
+	t.Run("CancelledAfterConnect", func(t *testing.T) {
+		gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, dialed, cleanup := rawRequest(t, ctx)
+		cancel() // the dialer waits for an answer that never comes
+		if err := <-dialed; !errors.Is(err, context.Canceled) {
+			t.Errorf("dial cancelled after its request = %v, want context.Canceled", err)
+		}
+		req.ID.Reject(nil)
+		cleanup()
+		checkReleased(t, gor0, fds0, res0)
+	})
+	t.Run("BadAcceptData", func(t *testing.T) {
+		gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		req, dialed, cleanup := rawRequest(t, ctx)
+		bad := ring.ConnData{Version: 2, Flags: ring.FlagIOMap, Credits: 16,
+			TargetSGL: ring.RemoteSGE{Addr: 0x10000, Key: 7, Length: 2},
+			DataBuf:   ring.RemoteSGE{Addr: 0x20000, Key: 7, Length: 1 << 16}}
+		p := cm.RsocketConnParam(encode(bad))
+		p.QPNum = 0x1234
+		if err := req.ID.Accept(p); err != nil {
+			t.Fatal(err)
+		}
+		err := <-dialed
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != "dial" || !errors.Is(err, ErrProtocol) {
+			t.Errorf("dial answered with version 2 = %v, want a dial *net.OpError matching ErrProtocol", err)
+		}
+		cleanup()
+		checkReleased(t, gor0, fds0, res0)
+	})
 }
 
 func encode(c ring.ConnData) []byte {
