@@ -108,18 +108,10 @@ func (e *Engine) PostSends(dst []SendWR) []SendWR {
 	if !e.established || e.finished() || e.disconnectPosted {
 		return dst
 	}
-	n := len(dst)
 	dst = e.postCredits(dst)
 	dst = e.postData(dst)
 	dst = e.postClose(dst)
 	dst = e.postKeepalive(dst)
-	for i := n; i < len(dst); i++ {
-		// A message that takes a receive the peer's credits do not cover.
-		wr := &dst[i]
-		if (wr.Op == OpWriteImm || wr.Op == OpSend) && !e.isDataSend(wr.ID) {
-			e.ctrlSinceGrant++
-		}
-	}
 	return dst
 }
 
@@ -233,6 +225,7 @@ func (e *Engine) postCredits(dst []SendWR) []SendWR {
 	e.grantedSeq = e.rseqNo + uint16(e.cfg.RQSize)
 	e.rseqComp = e.rseqNo + uint16(e.cfg.RQSize/2)
 	e.stats.CreditUpdatesSent++
+	e.ctrlSinceGrant++ // one message, one receive at the peer, no credit
 
 	if !withBuf {
 		return append(dst, e.msgSend(sendCtrl, uint32(msg)))
@@ -297,6 +290,7 @@ func (e *Engine) postClose(dst []SendWR) []SendWR {
 	}
 	e.closePending = closeNone
 	e.ctrlInFlight++
+	e.ctrlSinceGrant++ // takes a receive the peer's credits do not cover
 	return append(dst, e.msgSend(kind, uint32(MakeMsg(MsgCtrl, code))))
 }
 
@@ -335,13 +329,6 @@ func (e *Engine) msgSend(kind sendKind, msg uint32) SendWR {
 		NumSGE:   1,
 		SGE:      [2]SGE{{Addr: e.send.Addr + uint64(off), Length: MsgWordSize, LKey: e.send.LKey}},
 	}
-}
-
-// isDataSend reports whether the send in flight with this ID belongs to a
-// DATA transfer.
-func (e *Engine) isDataSend(id uint64) bool {
-	k := e.inflight[(e.inflightHead+int(id-e.sendDoneSeq))%len(e.inflight)].kind
-	return k == sendData || k == sendDataMsg
 }
 
 // pushSend records a send in flight and returns its work request ID. The
