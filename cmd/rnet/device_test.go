@@ -108,7 +108,10 @@ func TestRXEPerfAndPing(t *testing.T) {
 	// call, and the peer's reply can land while it runs, so that the
 	// Write's own poll takes it (about a third of round trips in the lab).
 	// But 200 replies never all come that way, and waits must be counted.
-	if pg.SpinsPerTrip+pg.ParksPerTrip <= 0 || pg.CgoPerTrip < 1 {
+	if pg.CgoPerTrip == nil || pg.SpinsPerTrip == nil || pg.ParksPerTrip == nil {
+		t.Fatalf("ping result %q: rdma costs missing", out)
+	}
+	if *pg.SpinsPerTrip+*pg.ParksPerTrip <= 0 || *pg.CgoPerTrip < 1 {
 		t.Errorf("ping result %q: no waits counted, or fewer crossings than round trips", out)
 	}
 	// Text forms.

@@ -206,6 +206,23 @@ func TestLoopbackTCP(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &pg); err != nil || pg.Count != 20 || pg.P50Us <= 0 || pg.P99Us < pg.P50Us {
 		t.Fatalf("ping result %s: %+v, %v", out.String(), pg, err)
 	}
+	if pg.CgoPerTrip != nil || pg.SpinsPerTrip != nil || pg.ParksPerTrip != nil {
+		t.Errorf("ping over TCP reports rdma costs: %s", out.String())
+	}
+}
+
+// Over rdma a round trip that never parked says so: 0 is a figure, not a
+// missing one.
+func TestPingJSONKeepsZeroCounts(t *testing.T) {
+	b, err := json.Marshal(PingResult{Transport: "rdma", CgoPerTrip: ptr(1.5), SpinsPerTrip: ptr(0.0), ParksPerTrip: ptr(0.0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"cgo_per_round_trip":1.5`, `"spins_per_round_trip":0`, `"parks_per_round_trip":0`} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("%s lacks %s", b, key)
+		}
+	}
 }
 
 // With --json the server's standard output is JSON alone, one object per

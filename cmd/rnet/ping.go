@@ -67,12 +67,14 @@ type PingResult struct {
 	P99Us      float64 `json:"p99_us"`
 	MaxUs      float64 `json:"max_us"`
 	MeanUs     float64 `json:"mean_us"`
-	CgoPerTrip float64 `json:"cgo_per_round_trip,omitempty"`
+	// The rest is measured on rdma only, and absent over TCP; over rdma a
+	// zero is reported, since no parks at all is worth knowing.
+	CgoPerTrip *float64 `json:"cgo_per_round_trip,omitempty"`
 	// Client-side waits per round trip: spins, and parks (each a wakeup
 	// through the netpoller, which costs far more than a spin under
 	// emulation).
-	SpinsPerTrip float64 `json:"spins_per_round_trip,omitempty"`
-	ParksPerTrip float64 `json:"parks_per_round_trip,omitempty"`
+	SpinsPerTrip *float64 `json:"spins_per_round_trip,omitempty"`
+	ParksPerTrip *float64 `json:"parks_per_round_trip,omitempty"`
 }
 
 func runPing(o pingOpts, stdout io.Writer) error {
@@ -116,17 +118,17 @@ func runPing(o pingOpts, stdout io.Writer) error {
 	if rc != nil && len(rtt) > 0 {
 		st := rc.Stats()
 		trips := float64(len(rtt))
-		r.CgoPerTrip = float64(cgo) / trips
-		r.SpinsPerTrip = float64(st.Spins-st0.Spins) / trips
-		r.ParksPerTrip = float64(st.Parks-st0.Parks) / trips
+		r.CgoPerTrip = ptr(float64(cgo) / trips)
+		r.SpinsPerTrip = ptr(float64(st.Spins-st0.Spins) / trips)
+		r.ParksPerTrip = ptr(float64(st.Parks-st0.Parks) / trips)
 	}
 	if o.json {
 		return json.NewEncoder(stdout).Encode(r)
 	}
 	line := fmt.Sprintf("%s %s -> %s: %d round trips of %d B: min %.1f  p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  mean %.1f µs",
 		r.Transport, r.Local, r.Server, r.Count, r.Size, r.MinUs, r.P50Us, r.P90Us, r.P99Us, r.MaxUs, r.MeanUs)
-	if rc != nil {
-		line += fmt.Sprintf("; per round trip: %.2f cgo calls, %.2f spins, %.3f parks", r.CgoPerTrip, r.SpinsPerTrip, r.ParksPerTrip)
+	if r.CgoPerTrip != nil {
+		line += fmt.Sprintf("; per round trip: %.2f cgo calls, %.2f spins, %.3f parks", *r.CgoPerTrip, *r.SpinsPerTrip, *r.ParksPerTrip)
 	}
 	_, err = fmt.Fprintln(stdout, line)
 	return err
@@ -150,3 +152,5 @@ func summarize(rtt []time.Duration) PingResult {
 	r.MeanUs = us(sum) / float64(len(s))
 	return r
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -111,17 +111,23 @@ func queryDevice(c *C.struct_ibv_context, name string) (DeviceInfo, error) {
 	default:
 		info.Transport = TransportInfiniBand
 	}
-	queryGIDs(c, &info, total)
+	if err := queryGIDs(c, &info, total); err != nil {
+		return info, err
+	}
 	return info, nil
 }
 
 // queryGIDs fills each port's valid GID entries, with ibv_query_gid_table
 // where the kernel has it and entry by entry otherwise.
-func queryGIDs(c *C.struct_ibv_context, info *DeviceInfo, total int) {
+func queryGIDs(c *C.struct_ibv_context, info *DeviceInfo, total int) error {
 	if total == 0 {
-		return
+		return nil
 	}
+	// Unlike C.malloc, C.calloc is libc's own and may return NULL.
 	entries := (*C.struct_ibv_gid_entry)(C.calloc(C.size_t(total), C.sizeof_struct_ibv_gid_entry))
+	if entries == nil {
+		return &Error{Op: "calloc GID table", Device: info.Name, Errno: syscall.ENOMEM}
+	}
 	defer C.free(unsafe.Pointer(entries))
 	es := unsafe.Slice(entries, total)
 	CountCgoCall()
@@ -156,6 +162,7 @@ func queryGIDs(c *C.struct_ibv_context, info *DeviceInfo, total int) {
 			}
 		}
 	}
+	return nil
 }
 
 func mtuBytes(m uint32) int {
