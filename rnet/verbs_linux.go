@@ -464,45 +464,63 @@ func (a *acceptor) run() {
 			return
 		}
 		if ev.Type != cm.EventConnectRequest {
-			continue // events of ids still being handed over to a handshake
+			// Every other id on this channel was handed over below before
+			// this loop read on: nothing is left here for them.
+			continue
 		}
 		select {
 		case a.slots <- struct{}{}:
-			a.wg.Add(1)
-			go a.handshake(ev)
 		default:
 			// Too many handshakes at once: refuse, as a full TCP backlog would.
 			ev.ID.Reject(nil)
 			ev.ID.Close()
+			continue
 		}
+		ch, ok := a.handOver(ev)
+		if !ok {
+			<-a.slots
+			continue
+		}
+		a.wg.Add(1)
+		go a.handshake(ev, ch)
 	}
 }
 
-// handshake accepts one connection request. Any failure refuses or drops
-// this request only.
-func (a *acceptor) handshake(ev cm.Event) {
-	defer a.wg.Done()
-	defer func() { <-a.slots }()
+// handOver gives a requesting id its own event channel, or refuses it. It
+// runs in the loop, before the next read: the kernel moves the events it
+// holds for the id along with it, so none can be read here first and lost
+// (a REJ or DISCONNECTED that came before the handshake's own wait began
+// would otherwise leave that wait to the handshake timeout).
+func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
 	id := ev.ID
 	// rsocket refuses a request whose private data it cannot use; so do
 	// we, before spending any memory on it.
 	if _, err := ring.DecodeConnData(ev.Param.PrivateData); err != nil {
 		id.Reject(nil)
 		id.Close()
-		return
+		return nil, false
 	}
 	ch, err := cm.NewEventChannel()
 	if err != nil {
 		id.Reject(nil)
 		id.Close()
-		return
+		return nil, false
 	}
 	if err := id.Migrate(ch); err != nil {
 		id.Reject(nil)
 		id.Close()
 		ch.Close()
-		return
+		return nil, false
 	}
+	return ch, true
+}
+
+// handshake accepts one connection request, whose id is already alone on
+// ch. Any failure refuses or drops this request only.
+func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
+	defer a.wg.Done()
+	defer func() { <-a.slots }()
+	id := ev.ID
 	q, eng, err := setup(id, ch, a.set.ring)
 	if err != nil {
 		id.Reject(nil)
