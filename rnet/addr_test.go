@@ -256,3 +256,108 @@ func TestBindAddr(t *testing.T) {
 		}
 	}
 }
+
+var (
+	heV6 = netip.MustParseAddrPort("[fd77::2]:7471")
+	heV4 = netip.MustParseAddrPort("10.77.0.2:7471")
+)
+
+func TestSplitFamilies(t *testing.T) {
+	v6b := netip.MustParseAddrPort("[fd77::3]:7471")
+	p, f := splitFamilies([]netip.AddrPort{heV6, heV4, v6b})
+	if fmt.Sprint(p) != fmt.Sprint([]netip.AddrPort{heV6, v6b}) || fmt.Sprint(f) != fmt.Sprint([]netip.AddrPort{heV4}) {
+		t.Fatalf("splitFamilies = %v, %v", p, f)
+	}
+}
+
+// A primary that hangs (a black-holed address) does not hold the dial: the
+// fallback starts after the delay and wins, and the primary's attempt is
+// cancelled and has ended by the time the dial returns.
+func TestDialParallelFallsBackFromAHangingPrimary(t *testing.T) {
+	want := &Conn{}
+	var primaryEnded bool
+	c, err := dialParallel(context.Background(), []netip.AddrPort{heV6}, []netip.AddrPort{heV4}, time.Millisecond,
+		func(ctx context.Context, a netip.AddrPort) (*Conn, error) {
+			if a == heV4 {
+				return want, nil
+			}
+			<-ctx.Done()
+			primaryEnded = true // read after dialParallel returns: the race detector checks the ordering
+			return nil, ctx.Err()
+		}, func(*Conn) { t.Error("nothing to discard") })
+	if c != want || err != nil {
+		t.Fatalf("dialParallel = %p, %v; want the fallback's Conn", c, err)
+	}
+	if !primaryEnded {
+		t.Fatal("dialParallel returned before the cancelled primary attempt ended")
+	}
+}
+
+// The fallback starts as soon as the primaries fail, not a delay later.
+func TestDialParallelPrimaryFailureStartsTheFallback(t *testing.T) {
+	want := &Conn{}
+	c, err := dialParallel(context.Background(), []netip.AddrPort{heV6}, []netip.AddrPort{heV4}, time.Hour,
+		func(ctx context.Context, a netip.AddrPort) (*Conn, error) {
+			if a == heV4 {
+				return want, nil
+			}
+			return nil, syscall.ECONNREFUSED
+		}, func(*Conn) { t.Error("nothing to discard") })
+	if c != want || err != nil {
+		t.Fatalf("dialParallel = %p, %v; want the fallback's Conn", c, err)
+	}
+}
+
+// A primary that connects before the delay leaves the fallback undialled.
+func TestDialParallelPrimaryWins(t *testing.T) {
+	want := &Conn{}
+	c, err := dialParallel(context.Background(), []netip.AddrPort{heV6}, []netip.AddrPort{heV4}, time.Hour,
+		func(ctx context.Context, a netip.AddrPort) (*Conn, error) {
+			if a == heV4 {
+				t.Error("the fallback was dialled")
+			}
+			return want, nil
+		}, func(*Conn) { t.Error("nothing to discard") })
+	if c != want || err != nil {
+		t.Fatalf("dialParallel = %p, %v; want the primary's Conn", c, err)
+	}
+}
+
+// When both connect, one is returned and the other is discarded, once.
+func TestDialParallelDiscardsTheLoser(t *testing.T) {
+	primaryConn, fallbackConn := &Conn{}, &Conn{}
+	fallbackConnected := make(chan struct{})
+	var discarded []*Conn
+	c, err := dialParallel(context.Background(), []netip.AddrPort{heV6}, []netip.AddrPort{heV4}, time.Millisecond,
+		func(ctx context.Context, a netip.AddrPort) (*Conn, error) {
+			if a == heV4 {
+				close(fallbackConnected)
+				return fallbackConn, nil
+			}
+			<-fallbackConnected // connects too, before it can see the cancel
+			return primaryConn, nil
+		}, func(c *Conn) { discarded = append(discarded, c) })
+	if err != nil || c != primaryConn && c != fallbackConn {
+		t.Fatalf("dialParallel = %p, %v", c, err)
+	}
+	if len(discarded) != 1 || discarded[0] == c {
+		t.Fatalf("returned %p, discarded %p; want the other one discarded once", c, discarded)
+	}
+}
+
+// When both families fail, the error is the primaries', as net.Dialer's is.
+func TestDialParallelReturnsThePrimaryError(t *testing.T) {
+	fallbackFailed := make(chan struct{})
+	_, err := dialParallel(context.Background(), []netip.AddrPort{heV6}, []netip.AddrPort{heV4}, time.Millisecond,
+		func(ctx context.Context, a netip.AddrPort) (*Conn, error) {
+			if a == heV4 {
+				close(fallbackFailed)
+				return nil, syscall.EHOSTUNREACH
+			}
+			<-fallbackFailed // fails last
+			return nil, syscall.ECONNREFUSED
+		}, func(*Conn) { t.Error("nothing to discard") })
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dialParallel = %v, want the primary's ECONNREFUSED", err)
+	}
+}

@@ -193,6 +193,54 @@ func TestRXEDialTriesEachAddress(t *testing.T) {
 	}
 }
 
+// TestRXEDialFallsBackToIPv4: a name whose IPv6 address answers nobody
+// (address resolution finds no neighbour) and whose IPv4 address listens
+// connects over IPv4 once the fallback starts, and the abandoned IPv6
+// attempt leaves nothing behind.
+func TestRXEDialFallsBackToIPv4(t *testing.T) {
+	pair := rdmatest.Require(t)
+	pair6 := rdmatest.Require6(t)
+	warmUp(t, pair)
+	ln, err := Listen("rdma4", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+	// An unused address in the lab's IPv6 subnet.
+	silent := pair6.Server.As16()
+	silent[15] ^= 0x77
+	fakeLookup(t, netip.AddrFrom16(silent).String(), pair.Server.String())
+	accepted := make(chan *Conn, 1)
+	go func() {
+		c, _ := ln.AcceptRDMA()
+		accepted <- c
+	}()
+	var d Dialer // the routing table picks the source; the fallback starts after 300 ms
+	c, err := d.Dial("rdma", net.JoinHostPort("peer.example", strconv.Itoa(int(ln.Addr().(*Addr).Port()))))
+	if err != nil {
+		ln.Close()
+		<-accepted
+		t.Fatalf("Dial of a name whose IPv6 address is silent: %v", err)
+	}
+	s := <-accepted
+	if s == nil {
+		t.Fatal("Accept failed")
+	}
+	if got := c.RemoteAddr().(*Addr).Addr(); got != pair.Server {
+		t.Errorf("connected to %v, want %v", got, pair.Server)
+	}
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(s, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	s.Close()
+	checkReleased(t, gor0, fds0, res0)
+}
+
 // TestRXENegativeDurations: a negative HandshakeTimeout means no bound of
 // our own (it dropped every incoming connection at once, so connecting at
 // all shows it), and a negative Linger makes Close discard what the peer

@@ -45,6 +45,13 @@ type Dialer struct {
 	// String() is "host:port" or an IP address. nil lets the routing table
 	// choose.
 	LocalAddr net.Addr
+	// FallbackDelay is how long a dial on "rdma" to a host name with both
+	// IPv4 and IPv6 addresses gives the resolver's first family before it
+	// also tries the other family (RFC 6555 Fast Fallback, as net.Dialer
+	// does): the first to connect wins, and the other attempt is abandoned
+	// and released. 0 means 300 ms; a negative value tries the addresses one
+	// after another.
+	FallbackDelay time.Duration
 }
 
 // Dial connects to address.
@@ -53,10 +60,13 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 }
 
 // DialContext connects to address, honouring ctx as net.Dialer does. A host
-// name with several addresses is dialled one address after another, in the
-// resolver's order, until one connects; with a deadline each attempt gets a
-// share of the time left (at least 2 s, as net.Dialer gives), and the error
-// is the first attempt's. A LocalAddr limits the addresses to its family.
+// name with several addresses of one family is dialled one address after
+// another, in the resolver's order, until one connects; with a deadline each
+// attempt gets a share of the time left (at least 2 s, as net.Dialer gives),
+// and the error is the first attempt's. A name with both families is dialled
+// family by family side by side, the second starting FallbackDelay after the
+// first or as soon as the first fails. A LocalAddr limits the addresses to
+// its family.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -81,12 +91,103 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 		}
 	}
 	set := d.Config.settings()
-	return dialSerial(ctx, raddrs, func(ctx context.Context, raddr netip.AddrPort) (*Conn, error) {
+	dialOne := func(ctx context.Context, raddr netip.AddrPort) (*Conn, error) {
 		if !raddr.Addr().IsValid() || raddr.Addr().IsUnspecified() {
 			return nil, &net.OpError{Op: "dial", Net: "rdma", Addr: netAddr(raddr), Err: errors.New("missing address to dial")}
 		}
 		return dial(ctx, set, laddr, raddr)
-	})
+	}
+	if network != "rdma" || d.FallbackDelay < 0 {
+		return dialSerial(ctx, raddrs, dialOne)
+	}
+	primaries, fallbacks := splitFamilies(raddrs)
+	delay := d.FallbackDelay
+	if delay == 0 {
+		delay = defaultFallbackDelay
+	}
+	return dialParallel(ctx, primaries, fallbacks, delay, dialOne, func(c *Conn) { c.Close() })
+}
+
+// defaultFallbackDelay is net.Dialer's, which RFC 6555 suggests.
+const defaultFallbackDelay = 300 * time.Millisecond
+
+// splitFamilies splits addrs into those of the first address's family, in
+// order, and the rest.
+func splitFamilies(addrs []netip.AddrPort) (primaries, fallbacks []netip.AddrPort) {
+	for _, a := range addrs {
+		if a.Addr().Is4() == addrs[0].Addr().Is4() {
+			primaries = append(primaries, a)
+		} else {
+			fallbacks = append(fallbacks, a)
+		}
+	}
+	return primaries, fallbacks
+}
+
+// dialParallel races the primaries, dialled in turn, against the fallbacks,
+// dialled in turn from delay later or from the primaries' failure if that
+// comes first. The first connection wins; the other race is cancelled, and a
+// connection it still made is passed to discard. Both races have ended when
+// it returns, so that nothing either made outlives the dial unaccounted for.
+// If both fail, the error is the primaries'.
+func dialParallel(ctx context.Context, primaries, fallbacks []netip.AddrPort, delay time.Duration,
+	dialOne func(context.Context, netip.AddrPort) (*Conn, error), discard func(*Conn)) (*Conn, error) {
+	if len(fallbacks) == 0 {
+		return dialSerial(ctx, primaries, dialOne)
+	}
+	type outcome struct {
+		c       *Conn
+		err     error
+		primary bool
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	outcomes := make(chan outcome, 2)
+	race := func(addrs []netip.AddrPort, primary bool) {
+		go func() {
+			c, err := dialSerial(ctx, addrs, dialOne)
+			outcomes <- outcome{c, err, primary}
+		}()
+	}
+	race(primaries, true)
+	running, fallbackStarted := 1, false
+	startFallback := func() {
+		if !fallbackStarted {
+			fallbackStarted = true
+			running++
+			race(fallbacks, false)
+		}
+	}
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	var primaryErr, fallbackErr error
+	for running > 0 {
+		select {
+		case <-timer.C:
+			startFallback()
+		case o := <-outcomes:
+			running--
+			if o.err == nil {
+				cancel()
+				for ; running > 0; running-- {
+					if late := <-outcomes; late.err == nil {
+						discard(late.c)
+					}
+				}
+				return o.c, nil
+			}
+			if o.primary {
+				primaryErr = o.err
+				startFallback()
+			} else {
+				fallbackErr = o.err
+			}
+		}
+	}
+	if primaryErr != nil {
+		return nil, primaryErr
+	}
+	return nil, fallbackErr
 }
 
 // sameFamily keeps the addresses of local's family: a connection cannot run
