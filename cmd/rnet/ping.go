@@ -55,18 +55,18 @@ func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
 
 // PingResult is the summary of `rnet ping`; times are round trips in µs.
 type PingResult struct {
-	Test       string  `json:"test"` // "ping"
-	Transport  string  `json:"transport"`
-	Server     string  `json:"server"`
-	Local      string  `json:"local"`
-	Size       int     `json:"size"`
-	Count      int     `json:"count"`
-	MinUs      float64 `json:"min_us"`
-	P50Us      float64 `json:"p50_us"`
-	P90Us      float64 `json:"p90_us"`
-	P99Us      float64 `json:"p99_us"`
-	MaxUs      float64 `json:"max_us"`
-	MeanUs     float64 `json:"mean_us"`
+	Test      string  `json:"test"` // "ping"
+	Transport string  `json:"transport"`
+	Server    string  `json:"server"`
+	Local     string  `json:"local"`
+	Size      int     `json:"size"`
+	Count     int     `json:"count"`
+	MinUs     float64 `json:"min_us"`
+	P50Us     float64 `json:"p50_us"`
+	P90Us     float64 `json:"p90_us"`
+	P99Us     float64 `json:"p99_us"`
+	MaxUs     float64 `json:"max_us"`
+	MeanUs    float64 `json:"mean_us"`
 	// The rest is measured on rdma only, and absent over TCP; over rdma a
 	// zero is reported, since no parks at all is worth knowing.
 	CgoPerTrip *float64 `json:"cgo_per_round_trip,omitempty"`
