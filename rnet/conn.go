@@ -14,13 +14,15 @@ import (
 	"github.com/rnet-dev/rnet/internal/ring"
 )
 
-// Conn is one RDMA stream connection. It implements net.Conn, and like
-// *net.TCPConn it also has CloseWrite and CloseRead.
+// conn is one connection's state and the goroutines that drive it; the
+// user holds it through a Conn, so that a Conn nobody references can be
+// collected even while the pusher, the keepalive timer and the transport's
+// event goroutine still reference the conn (see Conn).
 //
 // All methods may be called concurrently. Concurrent Reads (and concurrent
 // Writes) are serialised, so one Write's bytes are never interleaved with
 // another's.
-type Conn struct {
+type conn struct {
 	qp           queuePair
 	laddr, raddr net.Addr
 	set          settings
@@ -315,10 +317,15 @@ const spinPollTries = 16
 // receive; this reposts them long before the headroom runs out.
 const housekeepingPeriod = 15 * time.Second
 
-// newConn starts driving an established engine over qp.
+// newConn starts driving an established engine over qp, and hands it out.
 func newConn(qp queuePair, eng *ring.Engine, set settings) *Conn {
+	return newHandle(startConn(qp, eng, set))
+}
+
+// startConn starts driving an established engine over qp.
+func startConn(qp queuePair, eng *ring.Engine, set settings) *conn {
 	layout := eng.Layout()
-	c := &Conn{
+	c := &conn{
 		qp:         qp,
 		laddr:      qp.localAddr(),
 		raddr:      qp.remoteAddr(),
@@ -359,7 +366,7 @@ func newConn(qp queuePair, eng *ring.Engine, set settings) *Conn {
 // re-checks its condition after block returns; wakeups may be spurious.
 // parked says the caller did wait (on a channel or for an event), rather
 // than find its condition already true.
-func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan struct{}) (parked bool) {
+func (c *conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan struct{}) (parked bool) {
 	c.mu.Lock()
 	if c.polling {
 		// Look again under the lock that signalLocked holds: from here on
@@ -417,7 +424,7 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 // costs the one that polls it. A deadline, Close or a transport event
 // kicks the wait; after shutdown it fails for good, and the caller then
 // sees why. parked says the wait found no event at first and parked.
-func (c *Conn) awaitEvent(done func() bool) (parked bool) {
+func (c *conn) awaitEvent(done func() bool) (parked bool) {
 	c.mu.Lock()
 	if c.armed {
 		// Nothing to poll: whatever completed since the last poll has
@@ -447,7 +454,7 @@ func (c *Conn) awaitEvent(done func() bool) (parked bool) {
 
 // release gives up the completion channel wait: to a queued caller if there
 // is one, else to the pusher if the engine needs it.
-func (c *Conn) release() {
+func (c *conn) release() {
 	c.mu.Lock()
 	c.polling = false
 	handOff := c.queued > 0
@@ -462,7 +469,7 @@ func (c *Conn) release() {
 
 // pushIfBlockedLocked starts the pusher when the engine waits for a
 // completion and no caller is waiting on the completion channel.
-func (c *Conn) pushIfBlockedLocked() {
+func (c *conn) pushIfBlockedLocked() {
 	if !c.polling && !c.pushing && !c.closing && c.fatal == nil && c.eng.Blocked() {
 		c.pushing = true
 		c.readied = true
@@ -474,7 +481,7 @@ func (c *Conn) pushIfBlockedLocked() {
 // engine has work that waits for one (see Engine.Blocked) and no Read, Write
 // or Close is blocked. It is parked on pushWake the rest of the time, so a
 // busy connection's events wake the caller that waits for them, not it.
-func (c *Conn) pusher() {
+func (c *conn) pusher() {
 	defer close(c.pusherDone)
 	for {
 		select {
@@ -515,7 +522,7 @@ func (c *Conn) pusher() {
 
 // kickLocked wakes the caller waiting on the completion channel, for news
 // that does not come through the CQ (Close, CloseRead, a transport event).
-func (c *Conn) kickLocked() {
+func (c *conn) kickLocked() {
 	if c.polling {
 		c.qp.kick()
 	}
@@ -524,16 +531,16 @@ func (c *Conn) kickLocked() {
 // driveLocked posts whatever work the engine has and polls completions into
 // it, until the CQ is empty and nothing is left to post, and wakes whoever
 // can now proceed. Each round is one crossing into C (see postPoll).
-func (c *Conn) driveLocked() { c.stepLocked(true, plainFirst) }
+func (c *conn) driveLocked() { c.stepLocked(true, plainFirst) }
 
 // driveMovedLocked is driveLocked that reports whether anything moved:
 // work posted or completions polled.
-func (c *Conn) driveMovedLocked() bool { return c.stepLocked(true, plainFirst) }
+func (c *conn) driveMovedLocked() bool { return c.stepLocked(true, plainFirst) }
 
 // flushLocked is driveLocked for a caller that needs no news from the CQ
 // (a Read that found data): it crosses into C only when there is work to
 // post.
-func (c *Conn) flushLocked() { c.stepLocked(false, plainFirst) }
+func (c *conn) flushLocked() { c.stepLocked(false, plainFirst) }
 
 // firstCrossing is what the first crossing of a step does besides posting
 // and polling.
@@ -547,7 +554,7 @@ const (
 
 // stepLocked is driveLocked (poll) or flushLocked, with first's extra work
 // folded into the first round's crossing.
-func (c *Conn) stepLocked(poll bool, first firstCrossing) (moved bool) {
+func (c *conn) stepLocked(poll bool, first firstCrossing) (moved bool) {
 	for {
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
 		switch {
@@ -617,7 +624,7 @@ func (c *Conn) stepLocked(poll bool, first firstCrossing) (moved bool) {
 
 // discardInboundLocked consumes received bytes nobody will read, so the peer
 // keeps its credits and can go on reading what we still have to send.
-func (c *Conn) discardInboundLocked() {
+func (c *conn) discardInboundLocked() {
 	if c.eng.ReadableBytes() == 0 {
 		return
 	}
@@ -632,7 +639,7 @@ func (c *Conn) discardInboundLocked() {
 	}
 }
 
-func (c *Conn) failLocked(err error) {
+func (c *conn) failLocked(err error) {
 	if c.fatal == nil {
 		c.fatal = err
 		c.eng.Fail(err)
@@ -640,7 +647,7 @@ func (c *Conn) failLocked(err error) {
 	}
 }
 
-func (c *Conn) signalLocked() {
+func (c *conn) signalLocked() {
 	if c.queued == 0 {
 		return // nobody parked on a channel (see block)
 	}
@@ -656,10 +663,10 @@ func (c *Conn) signalLocked() {
 }
 
 // readReadyLocked reports whether a blocked Read has something to return.
-func (c *Conn) readReadyLocked() bool { return c.eng.Readable() || c.readShut || c.closing }
+func (c *conn) readReadyLocked() bool { return c.eng.Readable() || c.readShut || c.closing }
 
 // writeReadyLocked reports whether a blocked Write can make progress.
-func (c *Conn) writeReadyLocked() bool { return c.eng.Writable() || c.closing }
+func (c *conn) writeReadyLocked() bool { return c.eng.Writable() || c.closing }
 
 func notify(ch chan struct{}) {
 	select {
@@ -674,7 +681,7 @@ func notify(ch chan struct{}) {
 // Config); or the whole limit for a probe while spinning is off (see
 // waitEstimate). measure says a park after this spin measures what a park
 // costs.
-func (c *Conn) spinWindow(w *waitEstimate) (window time.Duration, measure bool) {
+func (c *conn) spinWindow(w *waitEstimate) (window time.Duration, measure bool) {
 	d, limit := c.set.busyPoll, w.limit(&c.set)
 	if d <= 0 {
 		return 0, false // spinning is off
@@ -705,7 +712,7 @@ func (c *Conn) spinWindow(w *waitEstimate) (window time.Duration, measure bool) 
 // deadline matters once BusyPoll is long (polling the way rstream does):
 // a spin must not outlive the caller's deadline. reply says the caller
 // waits for the answer to its own Write.
-func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) {
+func (c *conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) {
 	if window <= 0 {
 		return
 	}
@@ -777,9 +784,8 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 	}
 }
 
-// Read reads received bytes into b. It returns io.EOF once the peer has
-// closed its side (CloseWrite or Close) and every byte before that was read.
-func (c *Conn) Read(b []byte) (int, error) {
+// Read: see Conn.Read.
+func (c *conn) Read(b []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	if len(b) == 0 {
@@ -876,10 +882,8 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 }
 
-// Write writes b to the connection. It returns once every byte has been
-// copied into the send ring (it never keeps b), or with the count written so
-// far when the write deadline passes or the connection fails.
-func (c *Conn) Write(b []byte) (int, error) {
+// Write: see Conn.Write.
+func (c *conn) Write(b []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	written := 0
@@ -932,9 +936,8 @@ func (c *Conn) Write(b []byte) (int, error) {
 	}
 }
 
-// CloseWrite shuts down the sending side, like TCP's FIN: the peer reads
-// io.EOF once it has read everything written before. Reading goes on.
-func (c *Conn) CloseWrite() error {
+// CloseWrite: see Conn.CloseWrite.
+func (c *conn) CloseWrite() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -945,9 +948,8 @@ func (c *Conn) CloseWrite() error {
 	return nil
 }
 
-// CloseRead shuts down the receiving side: Read returns io.EOF, and bytes
-// that arrive later are discarded (the peer is not told, as with TCP).
-func (c *Conn) CloseRead() error {
+// CloseRead: see Conn.CloseRead.
+func (c *conn) CloseRead() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -959,11 +961,8 @@ func (c *Conn) CloseRead() error {
 	return nil
 }
 
-// Close sends what was written (waiting up to Config.Linger for the peer's
-// credits), tells the peer with rsocket's DISCONNECT, and releases the queue
-// pair, the rings and the connection's goroutine. Blocked Reads and Writes
-// return net.ErrClosed.
-func (c *Conn) Close() error {
+// Close: see Conn.Close.
+func (c *conn) Close() error {
 	first := false
 	c.closeOnce.Do(func() {
 		first = true
@@ -975,7 +974,7 @@ func (c *Conn) Close() error {
 	return c.closeErr
 }
 
-func (c *Conn) close() error {
+func (c *conn) close() error {
 	c.mu.Lock()
 	c.closing = true
 	close(c.closed)
@@ -1033,7 +1032,7 @@ func (c *Conn) close() error {
 
 // closeWait drives the connection until cond (called with c.mu held) holds
 // or timeout is closed, and reports whether cond held.
-func (c *Conn) closeWait(timeout <-chan struct{}, cond func() bool) bool {
+func (c *conn) closeWait(timeout <-chan struct{}, cond func() bool) bool {
 	for {
 		c.mu.Lock()
 		ok := cond()
@@ -1050,7 +1049,7 @@ func (c *Conn) closeWait(timeout <-chan struct{}, cond func() bool) bool {
 
 // takePoller makes the caller the owner of the completion channel wait and
 // never gives it back.
-func (c *Conn) takePoller() {
+func (c *conn) takePoller() {
 	for {
 		c.mu.Lock()
 		if !c.polling {
@@ -1069,7 +1068,7 @@ func (c *Conn) takePoller() {
 
 // tickPeriod is the keepalive period, or the housekeeping period when
 // keepalives are off.
-func (c *Conn) tickPeriod() time.Duration {
+func (c *conn) tickPeriod() time.Duration {
 	if c.set.keepAlive > 0 {
 		return c.set.keepAlive
 	}
@@ -1079,7 +1078,7 @@ func (c *Conn) tickPeriod() time.Duration {
 // tick runs every tickPeriod: it sends a keepalive (when they are on) and
 // drives the engine, which on an idle connection is the only thing that
 // reposts the receives the peer's control messages used.
-func (c *Conn) tick() {
+func (c *conn) tick() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -1096,7 +1095,7 @@ func (c *Conn) tick() {
 	c.keepalive.Reset(c.tickPeriod())
 }
 
-func (c *Conn) keepaliveLocked() {
+func (c *conn) keepaliveLocked() {
 	// A peer that is gone without a word (its link down, its host dead)
 	// shows as sends that never complete. The transport's retries should
 	// end that with a failed completion, but some devices retry without
@@ -1128,7 +1127,7 @@ func (c *Conn) keepaliveLocked() {
 // transportDisconnected is called when the connection manager reports the
 // connection gone. If the peer said goodbye with DISCONNECT first, this is
 // just the end of an orderly close; otherwise the peer vanished.
-func (c *Conn) transportDisconnected() {
+func (c *conn) transportDisconnected() {
 	c.mu.Lock()
 	c.driveLocked() // account what arrived before the disconnect
 	c.transDown = true
@@ -1144,7 +1143,7 @@ func (c *Conn) transportDisconnected() {
 	c.qp.disconnect()
 }
 
-func (c *Conn) transportFailed(err error) {
+func (c *conn) transportFailed(err error) {
 	c.mu.Lock()
 	c.transDown = true
 	c.failLocked(err)
@@ -1153,18 +1152,18 @@ func (c *Conn) transportFailed(err error) {
 	c.mu.Unlock()
 }
 
-func (c *Conn) opError(op string, err error) error {
+func (c *conn) opError(op string, err error) error {
 	return opError(op, c.laddr, c.raddr, err)
 }
 
-// LocalAddr returns the local address, an *Addr.
-func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+// LocalAddr: see Conn.LocalAddr.
+func (c *conn) LocalAddr() net.Addr { return c.laddr }
 
-// RemoteAddr returns the peer's address, an *Addr.
-func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+// RemoteAddr: see Conn.RemoteAddr.
+func (c *conn) RemoteAddr() net.Addr { return c.raddr }
 
-// SetDeadline sets the read and write deadlines, as net.Conn documents.
-func (c *Conn) SetDeadline(t time.Time) error {
+// SetDeadline: see Conn.SetDeadline.
+func (c *conn) SetDeadline(t time.Time) error {
 	if isClosed(c.closed) {
 		return c.opError("set", net.ErrClosed)
 	}
@@ -1173,8 +1172,8 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	return nil
 }
 
-// SetReadDeadline sets the deadline for Read; a past one wakes a blocked Read.
-func (c *Conn) SetReadDeadline(t time.Time) error {
+// SetReadDeadline: see Conn.SetReadDeadline.
+func (c *conn) SetReadDeadline(t time.Time) error {
 	if isClosed(c.closed) {
 		return c.opError("set", net.ErrClosed)
 	}
@@ -1182,8 +1181,8 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	return nil
 }
 
-// SetWriteDeadline sets the deadline for Write; a past one wakes a blocked Write.
-func (c *Conn) SetWriteDeadline(t time.Time) error {
+// SetWriteDeadline: see Conn.SetWriteDeadline.
+func (c *conn) SetWriteDeadline(t time.Time) error {
 	if isClosed(c.closed) {
 		return c.opError("set", net.ErrClosed)
 	}

@@ -9,7 +9,7 @@ import (
 // The adaptive spin follows short waits, stays at BusyPoll for long ones,
 // and never spins when busy polling is off.
 func TestSpinWindow(t *testing.T) {
-	c := &Conn{set: (&Config{}).settings()}
+	c := &conn{set: (&Config{}).settings()}
 	busy, limit := c.set.busyPoll, c.set.busyPollLimit
 	var w waitEstimate
 	if got := window(c, &w); got != busy {
@@ -40,7 +40,7 @@ func TestSpinWindow(t *testing.T) {
 		t.Fatalf("waits of 5ms (past the %v limit): window %v, want BusyPoll's %v", limit, got, busy)
 	}
 
-	off := &Conn{set: (&Config{BusyPoll: -1}).settings()}
+	off := &conn{set: (&Config{BusyPoll: -1}).settings()}
 	var short waitEstimate
 	for range 64 {
 		short.observe(50*time.Microsecond, limit, limit)
@@ -48,7 +48,7 @@ func TestSpinWindow(t *testing.T) {
 	if got := window(off, &short); got != 0 {
 		t.Fatalf("BusyPoll off: window %v, want 0", got)
 	}
-	fixed := &Conn{set: (&Config{BusyPollLimit: -1}).settings()}
+	fixed := &conn{set: (&Config{BusyPollLimit: -1}).settings()}
 	for range 2 * probeEvery {
 		if got := window(fixed, &w); got != busy {
 			t.Fatalf("BusyPollLimit off: window %v, want BusyPoll's %v, and no probes", got, busy)
@@ -62,7 +62,7 @@ func TestSpinWindow(t *testing.T) {
 // probeEvery-th wait spins the whole limit, and one that catches its reply
 // restarts the average.
 func TestSpinWindowRecovers(t *testing.T) {
-	c := &Conn{set: (&Config{}).settings()}
+	c := &conn{set: (&Config{}).settings()}
 	busy, limit := c.set.busyPoll, c.set.busyPollLimit
 	var w waitEstimate
 	for range 64 {
@@ -96,7 +96,7 @@ func TestSpinWindowRecovers(t *testing.T) {
 // and the waits between probes spin only BusyPoll: a peer that stays slow
 // costs one long spin per probeEvery waits.
 func TestSpinWindowProbesStaySparse(t *testing.T) {
-	c := &Conn{set: (&Config{}).settings()}
+	c := &conn{set: (&Config{}).settings()}
 	busy, limit := c.set.busyPoll, c.set.busyPollLimit
 	var w waitEstimate
 	var probes []int
@@ -125,7 +125,7 @@ func TestSpinWindowProbesStaySparse(t *testing.T) {
 }
 
 // window is the spin window alone.
-func window(c *Conn, w *waitEstimate) time.Duration {
+func window(c *conn, w *waitEstimate) time.Duration {
 	d, _ := c.spinWindow(w)
 	return d
 }
@@ -136,7 +136,7 @@ func window(c *Conn, w *waitEstimate) time.Duration {
 // Only those waits are measured; the estimate is the median of the last
 // parkSamples, so a few late replies do not inflate it.
 func TestSpinWindowCoversParkCost(t *testing.T) {
-	c := &Conn{set: (&Config{}).settings()}
+	c := &conn{set: (&Config{}).settings()}
 	var w waitEstimate
 	for range 64 {
 		w.observe(60*time.Microsecond, window(c, &w), w.limit(&c.set))
@@ -195,7 +195,7 @@ func TestSpinWindowCoversParkCost(t *testing.T) {
 	}
 
 	// A fixed limit stays fixed.
-	fixed := &Conn{set: (&Config{BusyPollLimit: 300 * time.Microsecond}).settings()}
+	fixed := &conn{set: (&Config{BusyPollLimit: 300 * time.Microsecond}).settings()}
 	for range parkSamples {
 		w.observePark(700 * time.Microsecond)
 	}
@@ -244,18 +244,18 @@ func TestSimReadMeasuresParks(t *testing.T) {
 		}
 	}
 	done := 0
-	for ; done < rounds && client.readWait.nParked < parkSamplesMin; done++ {
+	for ; done < rounds && client.conn.readWait.nParked < parkSamplesMin; done++ {
 		roundTrip()
 	}
-	if client.readWait.nParked < parkSamplesMin || client.readWait.park <= 0 {
-		t.Fatalf("after %d parked round trips: %d parks measured, cost %v", done, client.readWait.nParked, client.readWait.park)
+	if client.conn.readWait.nParked < parkSamplesMin || client.conn.readWait.park <= 0 {
+		t.Fatalf("after %d parked round trips: %d parks measured, cost %v", done, client.conn.readWait.nParked, client.conn.readWait.park)
 	}
-	before := client.readWait.nParked
+	before := client.conn.readWait.nParked
 	for range 2 * measureEvery {
 		roundTrip()
 	}
 	done += 2 * measureEvery
-	if got := client.readWait.nParked - before; got > 3 {
+	if got := client.conn.readWait.nParked - before; got > 3 {
 		t.Fatalf("%d parks measured in %d parked round trips, want at most 3 (one wait in %d measures)", got, 2*measureEvery, measureEvery)
 	}
 	for ; done < rounds; done++ {
@@ -275,7 +275,7 @@ func TestSimReadMeasuresParks(t *testing.T) {
 // transfer comes as a second RDMA write), without counting as one; the
 // Read after that is an ordinary wait again.
 func TestRestWindow(t *testing.T) {
-	c := &Conn{set: (&Config{}).settings()}
+	c := &conn{set: (&Config{}).settings()}
 	var w waitEstimate
 	if got := w.restWindow(&c.set); got != c.set.busyPoll {
 		t.Fatalf("no history: rest window %v, want BusyPoll's %v", got, c.set.busyPoll)
@@ -302,7 +302,7 @@ func TestRestWindow(t *testing.T) {
 	if got := w.restWindow(&c.set); got != c.set.busyPoll {
 		t.Fatalf("spinning off: rest window %v, want BusyPoll's %v", got, c.set.busyPoll)
 	}
-	off := &Conn{set: (&Config{BusyPoll: -1}).settings()}
+	off := &conn{set: (&Config{BusyPoll: -1}).settings()}
 	if got := before.restWindow(&off.set); got != 0 {
 		t.Fatalf("BusyPoll off: rest window %v, want 0", got)
 	}
@@ -324,13 +324,13 @@ func TestRestWindow(t *testing.T) {
 	if _, err := io.ReadFull(client, buf); err != nil {
 		t.Fatal(err)
 	}
-	if !client.replyRest {
+	if !client.conn.replyRest {
 		t.Fatal("after the start of a reply: the next Read does not wait for its rest")
 	}
 	if _, err := io.ReadFull(client, buf[:5]); err != nil {
 		t.Fatal(err)
 	}
-	if client.replyRest {
+	if client.conn.replyRest {
 		t.Fatal("after the rest of a reply: the next Read still waits for a rest")
 	}
 }
@@ -443,7 +443,7 @@ func parkSignallingPipe(t *testing.T) (client, server *Conn, cqp *simQP) {
 		client.Close()
 		server.Close()
 	})
-	cqp = client.qp.(*simQP)
+	cqp = client.conn.qp.(*simQP)
 	cqp.waiting = make(chan struct{}, 1)
 	return client, server, cqp
 }

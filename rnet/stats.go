@@ -36,8 +36,8 @@ type Stats struct {
 	Parks uint64
 }
 
-// Stats returns a snapshot of the connection's counters.
-func (c *Conn) Stats() Stats {
+// Stats: see Conn.Stats.
+func (c *conn) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.eng.Stats()

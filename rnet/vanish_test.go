@@ -29,7 +29,7 @@ func TestSimPeerVanishedDataKept(t *testing.T) {
 	if _, err := io.ReadFull(b, first); err != nil {
 		t.Fatal(err)
 	}
-	a.qp.(*simQP).disconnect() // the transport goes, no DISCONNECT said
+	a.conn.qp.(*simQP).disconnect() // the transport goes, no DISCONNECT said
 	// Once a Write fails, the connection knows the peer is gone.
 	for {
 		if _, err := b.Write(msg); err != nil {
@@ -89,9 +89,9 @@ func TestSimPusherHandOverToLeavingRead(t *testing.T) {
 			t.Fatal(n, err)
 		}
 		waitUntil(t, "the pusher to poll", func() bool {
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			return a.pushing && a.polling
+			a.conn.mu.Lock()
+			defer a.conn.mu.Unlock()
+			return a.conn.pushing && a.conn.polling
 		})
 		a.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 		if _, err := a.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -183,13 +183,13 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	// Wait for more stalled keepalive periods than keepaliveProbes allows
 	// a peer that acknowledges nothing, or for the connection to fail.
 	waitUntil(t, "more stalled keepalive periods than keepaliveProbes", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.kaStalled > keepaliveProbes || c.fatal != nil
+		c.conn.mu.Lock()
+		defer c.conn.mu.Unlock()
+		return c.conn.kaStalled > keepaliveProbes || c.conn.fatal != nil
 	})
-	c.mu.Lock()
-	fatal := c.fatal
-	c.mu.Unlock()
+	c.conn.mu.Lock()
+	fatal := c.conn.fatal
+	c.conn.mu.Unlock()
 	if fatal != nil {
 		t.Fatalf("the connection failed while the peer was busy: %v (fabric %+v)", fatal, f.Stats())
 	}
@@ -277,9 +277,9 @@ func TestSimStreamWaitStaysStreamWait(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	a.mu.Lock()
-	avg := a.readWait.avg
-	a.mu.Unlock()
+	a.conn.mu.Lock()
+	avg := a.conn.readWait.avg
+	a.conn.mu.Unlock()
 	if avg != 0 {
 		t.Errorf("reply-wait estimate %v after a streaming wait, want untouched", avg)
 	}

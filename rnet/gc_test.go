@@ -1,0 +1,115 @@
+package rnet
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
+)
+
+// collectUntil runs the garbage collector until done delivers, for at most
+// a minute: a cleanup runs on its own goroutine some time after the cycle
+// that found its object unreachable.
+func collectUntil[T any](t *testing.T, what string, done <-chan T) T {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		runtime.GC()
+		select {
+		case v := <-done:
+			return v
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting after a minute of collections for %s", what)
+		}
+	}
+}
+
+// writeAndDropOn writes msg on a fresh connection and forgets it without
+// closing it, returning only its peer. A Write returns once msg is in the
+// send ring, so the rest is sent after the caller has dropped the Conn.
+func writeAndDropOn(t *testing.T, pipe pipeMaker, msg []byte) *Conn {
+	c1, c2 := pipe(t)
+	if _, err := c1.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	return c2
+}
+
+// TestSimUnreferencedConnIsClosed: a Conn that nobody references any more,
+// and that was never closed, is closed once the collector finds it, as a
+// *net.TCPConn's socket is: the peer reads every byte it was written, then
+// io.EOF, and the Conn's goroutines end.
+func TestSimUnreferencedConnIsClosed(t *testing.T) {
+	before := verbstest.GoroutineIDs()
+	// More than the peer's ring, less than both rings: some is still
+	// waiting in the send ring for credits when the Conn is dropped.
+	msg := bytes.Repeat([]byte("dropped but delivered "), 9000)
+	c2 := writeAndDropOn(t, simMaker(nil), msg)
+	defer c2.Close()
+	c2.SetReadDeadline(time.Now().Add(2 * time.Minute)) // fail, not hang, if it is never closed
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		data, err := io.ReadAll(c2)
+		done <- result{data, err}
+	}()
+	r := collectUntil(t, "the peer's io.EOF", done)
+	if r.err != nil || !bytes.Equal(r.data, msg) {
+		t.Fatalf("peer read %d of %d bytes, then %v; want all, then io.EOF", len(r.data), len(msg), r.err)
+	}
+	c2.Close()
+	if fresh := verbstest.WaitNoNewGoroutines(before); len(fresh) > 0 {
+		t.Errorf("%d goroutines left:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
+	}
+}
+
+// readOn reads from c; the caller keeps no reference to c.
+func readOn(c *Conn, got chan<- error) {
+	_, err := c.Read(make([]byte, 1))
+	got <- err
+}
+
+// TestSimBlockedReadKeepsItsConn: a Read blocked on a Conn that its caller
+// mentions nowhere else keeps the Conn alive; the collector does not close
+// it under the Read.
+func TestSimBlockedReadKeepsItsConn(t *testing.T) {
+	c1, c2 := simPipe(t, nil)
+	defer c2.Close()
+	inner := c1.conn // does not keep the handle alive
+	got := make(chan error, 1)
+	go readOn(c1, got)
+	c1 = nil
+	waitUntil(t, "the Read to park", func() bool {
+		inner.mu.Lock()
+		defer inner.mu.Unlock()
+		return inner.polling
+	})
+	for range 5 {
+		runtime.GC()
+	}
+	if _, err := c2.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("blocked Read on an otherwise unreferenced Conn: %v", err)
+	}
+	// Now nothing references it: it closes, and the peer sees io.EOF.
+	eof := make(chan error, 1)
+	go func() {
+		_, err := c2.Read(make([]byte, 1))
+		eof <- err
+	}()
+	if err := collectUntil(t, "the peer's io.EOF", eof); !errors.Is(err, io.EOF) {
+		t.Fatalf("peer Read after the Conn was collected: %v, want io.EOF", err)
+	}
+}

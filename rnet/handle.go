@@ -1,0 +1,99 @@
+package rnet
+
+import (
+	"net"
+	"runtime"
+	"time"
+)
+
+// Conn is one RDMA stream connection. It implements net.Conn, and like
+// *net.TCPConn it also has CloseWrite and CloseRead.
+//
+// All methods may be called concurrently. Concurrent Reads (and concurrent
+// Writes) are serialised, so one Write's bytes are never interleaved with
+// another's.
+//
+// A Conn that is no longer referenced anywhere is closed when the garbage
+// collector finds it, as a *net.TCPConn's socket is, so that a forgotten
+// Close does not hold a queue pair and its registered memory for the life
+// of the process. Do not rely on it: a collection may come late or never,
+// and queue pairs are scarcer than file descriptors. Close the Conn.
+type Conn struct {
+	conn    *conn
+	cleanup runtime.Cleanup
+}
+
+// newHandle hands c out. The connection's own goroutines and timers
+// reference c, never the handle, so the handle can become unreachable while
+// they run; its cleanup then closes c. Every method keeps the handle alive
+// until it returns, so that a Read blocked on a Conn that the caller no
+// longer mentions is not closed under it.
+func newHandle(c *conn) *Conn {
+	h := &Conn{conn: c}
+	// Close may wait up to Linger, and cleanups share one goroutine.
+	h.cleanup = runtime.AddCleanup(h, func(c *conn) { go c.Close() }, c)
+	return h
+}
+
+// Read reads received bytes into b. It returns io.EOF once the peer has
+// closed its side (CloseWrite or Close) and every byte before that was read.
+func (h *Conn) Read(b []byte) (int, error) {
+	n, err := h.conn.Read(b)
+	runtime.KeepAlive(h)
+	return n, err
+}
+
+// Write writes b to the connection. It returns once every byte has been
+// copied into the send ring (it never keeps b), or with the count written so
+// far when the write deadline passes or the connection fails.
+func (h *Conn) Write(b []byte) (int, error) {
+	n, err := h.conn.Write(b)
+	runtime.KeepAlive(h)
+	return n, err
+}
+
+// CloseWrite shuts down the sending side, like TCP's FIN: the peer reads
+// io.EOF once it has read everything written before. Reading goes on.
+func (h *Conn) CloseWrite() error {
+	err := h.conn.CloseWrite()
+	runtime.KeepAlive(h)
+	return err
+}
+
+// CloseRead shuts down the receiving side: Read returns io.EOF, and bytes
+// that arrive later are discarded (the peer is not told, as with TCP).
+func (h *Conn) CloseRead() error {
+	err := h.conn.CloseRead()
+	runtime.KeepAlive(h)
+	return err
+}
+
+// Close sends what was written (waiting up to Config.Linger for the peer's
+// credits), tells the peer with rsocket's DISCONNECT, and releases the queue
+// pair, the rings and the connection's goroutines. Blocked Reads and Writes
+// return net.ErrClosed.
+func (h *Conn) Close() error {
+	h.cleanup.Stop()
+	err := h.conn.Close()
+	runtime.KeepAlive(h)
+	return err
+}
+
+// LocalAddr returns the local address, an *Addr.
+func (h *Conn) LocalAddr() net.Addr { return h.conn.LocalAddr() }
+
+// RemoteAddr returns the peer's address, an *Addr.
+func (h *Conn) RemoteAddr() net.Addr { return h.conn.RemoteAddr() }
+
+// SetDeadline sets the read and write deadlines, as net.Conn documents.
+func (h *Conn) SetDeadline(t time.Time) error { return h.conn.SetDeadline(t) }
+
+// SetReadDeadline sets the deadline for Read; a past one wakes a blocked Read.
+func (h *Conn) SetReadDeadline(t time.Time) error { return h.conn.SetReadDeadline(t) }
+
+// SetWriteDeadline sets the deadline for Write; a past one wakes a blocked
+// Write.
+func (h *Conn) SetWriteDeadline(t time.Time) error { return h.conn.SetWriteDeadline(t) }
+
+// Stats returns a snapshot of the connection's counters.
+func (h *Conn) Stats() Stats { return h.conn.Stats() }
