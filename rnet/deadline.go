@@ -13,14 +13,23 @@ type deadline struct {
 	// parked somewhere a channel cannot reach (the completion channel).
 	expired func()
 
+	// afterFunc is time.AfterFunc; tests replace it to fire timers when
+	// they choose.
+	afterFunc func(time.Duration, func()) stopper
+
 	mu     sync.Mutex
-	timer  *time.Timer
+	timer  stopper
 	cancel chan struct{} // closed once the deadline has passed
 }
 
+// stopper is the part of *time.Timer that deadline uses.
+type stopper interface{ Stop() bool }
+
 func newDeadline(expired func()) deadline {
-	return deadline{expired: expired, cancel: make(chan struct{})}
+	return deadline{expired: expired, afterFunc: afterFunc, cancel: make(chan struct{})}
 }
+
+func afterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
 
 // set arms the deadline; the zero time disarms it.
 func (d *deadline) set(t time.Time) {
@@ -43,7 +52,7 @@ func (d *deadline) set(t time.Time) {
 		}
 		cancel := d.cancel
 		expired := d.expired
-		d.timer = time.AfterFunc(dur, func() {
+		d.timer = d.afterFunc(dur, func() {
 			close(cancel)
 			expired()
 		})

@@ -1,32 +1,51 @@
 package rnet
 
 import (
-	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// TestDeadlineStopWaitsForFiringTimer: stop must not forget a timer whose
-// callback is already running (Stop reports false), or a later set would
-// reuse or close the channel that callback is about to close: a double
-// close, which panics in the timer's goroutine. Close calls stop while a
-// SetDeadline may call set. The race is hit by chance, at offsets around
-// the timer's expiry, so a pass on broken code is possible; on this code a
-// panic is not.
-func TestDeadlineStopWaitsForFiringTimer(t *testing.T) {
-	for i := range 20000 {
-		d := newDeadline(func() {})
-		at := time.Now().Add(time.Duration(1+i%20) * time.Microsecond)
-		d.set(at)
-		for time.Now().Before(at) {
-			runtime.Gosched() // stop as the timer fires
-		}
-		d.stop()
-		if i%2 == 0 {
-			d.set(time.Unix(1, 0)) // in the past: closes the channel now
-		} else {
-			d.set(time.Now().Add(time.Microsecond))
-		}
-		d.stop()
+// firingTimer is a timer caught firing: Stop reports false, and its
+// callback has been handed to a goroutine of its own that has not run yet,
+// as when time.AfterFunc's timer expires just before Stop.
+type firingTimer struct{ f func() }
+
+func (ft *firingTimer) Stop() bool {
+	go ft.f()
+	return false
+}
+
+// TestDeadlineWaitsForFiringTimer: stop (Close) and set (SetDeadline) must
+// not forget a timer whose callback is already on its way, or a later set
+// would reuse or close the channel that callback is about to close: a
+// double close, which panics in the timer's goroutine. Both wait for the
+// callback, so once they return its channel is closed and its wakeup done.
+func TestDeadlineWaitsForFiringTimer(t *testing.T) {
+	for _, op := range []struct {
+		name string
+		do   func(d *deadline)
+	}{
+		{"stop", func(d *deadline) { d.stop() }},
+		{"set", func(d *deadline) { d.set(time.Time{}) }},
+		{"set again", func(d *deadline) { d.set(time.Now().Add(time.Hour)) }},
+	} {
+		t.Run(op.name, func(t *testing.T) {
+			var woke atomic.Bool
+			d := newDeadline(func() { woke.Store(true) })
+			d.afterFunc = func(_ time.Duration, f func()) stopper { return &firingTimer{f} }
+			d.set(time.Now().Add(time.Hour))
+			first := d.wait()
+			op.do(&d)
+			if !isClosed(first) || !woke.Load() {
+				t.Fatalf("%s returned before the firing timer's callback ran", op.name)
+			}
+			d.afterFunc = afterFunc
+			d.set(time.Unix(1, 0)) // in the past: closes the current channel itself
+			if !isClosed(d.wait()) {
+				t.Fatal("a past deadline left the channel open")
+			}
+			d.stop()
+		})
 	}
 }
