@@ -68,6 +68,8 @@ func TestFaultPeerKilled(t *testing.T) {
 	good1, good2 := connect(t, pair, ln, nil)
 	defer closeWithin(t, good1, 30*time.Second)
 	defer closeWithin(t, good2, 30*time.Second)
+	// The child's queue pair goes with its process, ours with Close.
+	before := takeSnapshot(t)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFaultChildStreamer$", "-test.v")
 	cmd.Env = append(os.Environ(), "RNET_FAULTS_DIAL="+ln.Addr().String())
@@ -118,6 +120,7 @@ func TestFaultPeerKilled(t *testing.T) {
 	c.Close()
 	t.Logf("Close of the dead connection took %v", time.Since(closeStart).Round(time.Millisecond))
 	roundTrip(t, good1, good2, "unaffected by the killed peer")
+	checkNoLeaks(t, before, "the connection to the killed peer")
 }
 
 // TestFaultChildBurst is not a test: TestFaultPeerKilledDataKept runs it as
