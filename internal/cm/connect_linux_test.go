@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -644,5 +645,37 @@ func TestEventChannelWaits(t *testing.T) {
 	ch.Close()
 	if err := <-done; !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Next during Close = %v", err)
+	}
+}
+
+// TestDisconnectQPCloseAndCloseAtOnce: rdma_disconnect moves the id's QP to
+// the error state while rdma_destroy_qp may be freeing it, unless the two
+// exclude each other; and id.Close destroys the QP too, so the locks they
+// take must not deadlock. The use-after-free this guards against shows
+// only by chance (a crash, or memory damage); a deadlock shows every time.
+func TestDisconnectQPCloseAndCloseAtOnce(t *testing.T) {
+	addrs := rdmatest.Require(t)
+	ctx := testCtx(t)
+	for range 10 {
+		p := connect(t, ctx, addrs.Client, addrs.Server, nil)
+		var wg sync.WaitGroup
+		errs := make(chan error, 3)
+		for _, f := range []func() error{p.client.id.Disconnect, p.client.qp.Close, p.client.id.Close} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- f()
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			// Disconnect after the id is gone fails as a closed id; any
+			// other failure is a bug.
+			if err != nil && !errors.Is(err, net.ErrClosed) {
+				t.Errorf("%v", err)
+			}
+		}
+		p.close(t)
 	}
 }

@@ -22,11 +22,15 @@ import (
 // ID is an rdma_cm_id in the RDMA_PS_TCP port space: a listener, or one
 // reliable connection.
 type ID struct {
-	mu     sync.RWMutex // read-held by calls on the id, write-held by Close and Migrate
+	// mu is read-held by calls on the id, write-held by Close, Migrate,
+	// CreateQP and the QP's destruction. Lock order: a QP's own lock
+	// (held while it is destroyed) before mu.
+	mu     sync.RWMutex
 	c      *C.struct_rdma_cm_id
 	handle uintptr
 	ch     *EventChannel
 	qp     *verbs.QP
+	qpLive bool // qp exists and is not destroyed yet
 	vctx   *verbs.Context
 	dst    netip.AddrPort // the address being resolved, for errors before the peer is known
 }
@@ -345,7 +349,7 @@ func (id *ID) CreateQP(pd *verbs.PD, send, recv *verbs.CQ, caps verbs.QPCaps) (*
 	if id.c == nil {
 		return nil, &Error{Op: "rdma_create_qp", Err: errClosed}
 	}
-	if id.qp != nil && id.qp.Ptr() != nil {
+	if id.qpLive {
 		return nil, id.errf("rdma_create_qp", syscall.EEXIST, nil)
 	}
 	ppd, psend, precv := pd.Ptr(), send.Ptr(), recv.Ptr()
@@ -373,10 +377,16 @@ func (id *ID) CreateQP(pd *verbs.PD, send, recv *verbs.CQ, caps verbs.QPCaps) (*
 	c := id.c
 	verbs.CountCgoCall()
 	id.qp = verbs.WrapQP(unsafePointer(C.rnet_id_qp(c)), granted, func() error {
+		// Exclusive: rdma_disconnect, under a call's read lock, moves
+		// id->qp to the error state, and rdma_destroy_qp frees it.
+		id.mu.Lock()
+		defer id.mu.Unlock()
 		verbs.CountCgoCall()
 		C.rdma_destroy_qp(c)
+		id.qpLive = false
 		return nil
 	})
+	id.qpLive = true
 	return id.qp, nil
 }
 
@@ -439,16 +449,28 @@ func (id *ID) addrStringLocked() string {
 // on a closed id fail with an error wrapping net.ErrClosed. Close PDs, CQs
 // and MRs made on the id's Context before the last id on that device.
 func (id *ID) Close() error {
-	id.mu.Lock()
+	for {
+		id.mu.RLock()
+		qp, live, closed := id.qp, id.qpLive, id.c == nil
+		id.mu.RUnlock()
+		if closed {
+			return nil
+		}
+		// Outside id.mu: destroying the QP takes it (see CreateQP).
+		if live {
+			if err := qp.Close(); err != nil {
+				return err
+			}
+		}
+		id.mu.Lock()
+		if !id.qpLive {
+			break // with id.mu held
+		}
+		id.mu.Unlock() // a QP was made meanwhile
+	}
 	if id.c == nil {
 		id.mu.Unlock()
 		return nil
-	}
-	if id.qp != nil {
-		if err := id.qp.Close(); err != nil {
-			id.mu.Unlock()
-			return err
-		}
 	}
 	verbs.CountCgoCall()
 	if r := C.rnet_destroy_id(id.c); r != 0 {
