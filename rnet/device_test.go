@@ -293,9 +293,9 @@ func TestRXEListenerCloseReleasesUnaccepted(t *testing.T) {
 	// The dialer counts itself connected a moment before the listener
 	// does; wait until all n wait for Accept.
 	deadline := time.Now().Add(time.Minute)
-	for len(ln.conns) < n {
+	for len(ln.l.conns) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d connections reached the accept queue", len(ln.conns), n)
+			t.Fatalf("%d of %d connections reached the accept queue", len(ln.l.conns), n)
 		}
 		runtime.Gosched()
 	}
@@ -506,5 +506,33 @@ func TestRXEUnreferencedConnIsReleased(t *testing.T) {
 		t.Fatalf("peer read %d of %d bytes, then %v; want all, then io.EOF", len(r.data), len(msg), r.err)
 	}
 	s.Close()
+	checkReleased(t, gor0, fds0, res0)
+}
+
+// listenAndDrop listens and forgets the Listener without closing it.
+func listenAndDrop(t *testing.T, pair rdmatest.Pair) {
+	if _, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRXEUnreferencedListenerIsReleased: a Listener dropped without Close
+// is closed once the collector finds it: its id, event channel, fd and
+// acceptor goroutine are released.
+func TestRXEUnreferencedListenerIsReleased(t *testing.T) {
+	pair := rdmatest.Require(t)
+	warmUp(t, pair)
+	gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+	listenAndDrop(t, pair)
+	if verbstest.Resources(t)["cm_id"] != res0["cm_id"]+1 || len(verbstest.NewGoroutines(gor0)) == 0 {
+		t.Fatal("the listener made no id or no acceptor goroutine")
+	}
+	deadline := time.Now().Add(time.Minute)
+	for verbstest.Resources(t)["cm_id"] != res0["cm_id"] || len(verbstest.NewGoroutines(gor0)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("still waiting after a minute of collections for the dropped Listener to close")
+		}
+		runtime.GC()
+	}
 	checkReleased(t, gor0, fds0, res0)
 }

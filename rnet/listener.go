@@ -2,6 +2,7 @@ package rnet
 
 import (
 	"net"
+	"runtime"
 	"sync"
 )
 
@@ -10,7 +11,55 @@ import (
 // Handshakes run in the background: a connection request whose private data
 // is malformed, or whose peer vanishes before the connection is established,
 // is refused or dropped without disturbing the listener or other connections.
+//
+// A Listener that is no longer referenced anywhere is closed when the
+// garbage collector finds it, as a *net.TCPListener's socket is. Do not rely
+// on it: Close the Listener.
 type Listener struct {
+	l       *listener
+	cleanup runtime.Cleanup
+}
+
+// newListener hands l out. As with Conn, the acceptor references l and
+// never the handle, whose cleanup closes l; every method keeps the handle
+// alive until it returns.
+func newListener(l *listener) *Listener {
+	h := &Listener{l: l}
+	// Close may wait up to Linger for unaccepted connections.
+	h.cleanup = runtime.AddCleanup(h, func(l *listener) { go l.Close() }, l)
+	return h
+}
+
+// Accept waits for and returns the next connection, as a net.Conn.
+func (h *Listener) Accept() (net.Conn, error) {
+	c, err := h.AcceptRDMA()
+	if err != nil {
+		return nil, err // never a typed nil inside the interface
+	}
+	return c, nil
+}
+
+// AcceptRDMA waits for and returns the next connection.
+func (h *Listener) AcceptRDMA() (*Conn, error) {
+	c, err := h.l.accept()
+	runtime.KeepAlive(h)
+	return c, err
+}
+
+// Close stops listening. A blocked Accept returns net.ErrClosed; connections
+// established but not yet accepted are closed. Accepted ones are not affected.
+func (h *Listener) Close() error {
+	h.cleanup.Stop()
+	err := h.l.Close()
+	runtime.KeepAlive(h)
+	return err
+}
+
+// Addr returns the listener's address, an *Addr.
+func (h *Listener) Addr() net.Addr { return h.l.addr }
+
+// listener is a Listener's state, which the acceptor goroutine shares.
+type listener struct {
 	addr      net.Addr
 	conns     chan *Conn    // established, waiting for Accept
 	done      chan struct{} // closed by Close
@@ -25,24 +74,15 @@ type Listener struct {
 // fail ends accepting for a reason other than Close, such as the removal of
 // the device the listener is bound to: Accept returns err from then on,
 // after any connection already established.
-func (l *Listener) fail(err error) {
+func (l *listener) fail(err error) {
 	l.failOnce.Do(func() {
 		l.failErr = err
 		close(l.failed)
 	})
 }
 
-// Accept waits for and returns the next connection, as a net.Conn.
-func (l *Listener) Accept() (net.Conn, error) {
-	c, err := l.AcceptRDMA()
-	if err != nil {
-		return nil, err // never a typed nil inside the interface
-	}
-	return c, nil
-}
-
-// AcceptRDMA waits for and returns the next connection.
-func (l *Listener) AcceptRDMA() (*Conn, error) {
+// accept waits for the next connection (see Listener.AcceptRDMA).
+func (l *listener) accept() (*Conn, error) {
 	select {
 	case <-l.done:
 		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: net.ErrClosed}
@@ -63,9 +103,8 @@ func (l *Listener) AcceptRDMA() (*Conn, error) {
 	}
 }
 
-// Close stops listening. A blocked Accept returns net.ErrClosed; connections
-// established but not yet accepted are closed. Accepted ones are not affected.
-func (l *Listener) Close() error {
+// Close: see Listener.Close.
+func (l *listener) Close() error {
 	first := false
 	l.closeOnce.Do(func() {
 		first = true
@@ -90,12 +129,9 @@ func (l *Listener) Close() error {
 	return nil
 }
 
-// Addr returns the listener's address, an *Addr.
-func (l *Listener) Addr() net.Addr { return l.addr }
-
 // offer hands an established connection to Accept, or closes it if the
 // listener closes first.
-func (l *Listener) offer(c *Conn) {
+func (l *listener) offer(c *Conn) {
 	select {
 	case l.conns <- c:
 	case <-l.done:

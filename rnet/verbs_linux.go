@@ -395,7 +395,7 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog int) (*L
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Listener{
+	l := &listener{
 		addr:   addr,
 		conns:  make(chan *Conn, backlog),
 		done:   make(chan struct{}),
@@ -410,7 +410,7 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog int) (*L
 	}
 	a.wg.Add(1)
 	go a.run()
-	return l, nil
+	return newListener(l), nil
 }
 
 // bindListener binds a listening id as bindAddr says: a wildcard on "rdma"
@@ -433,7 +433,7 @@ func bindListener(id *cm.ID, network string, laddr netip.AddrPort) error {
 
 // acceptor turns connection requests on a listening id into Conns.
 type acceptor struct {
-	l      *Listener
+	l      *listener
 	ch     *cm.EventChannel
 	id     *cm.ID
 	device string // the device a listener on one address is bound to
