@@ -31,7 +31,11 @@
 // streaming reader stops spinning while its spins rarely catch data.
 // Deadlines, CloseWrite,
 // *net.OpError, net.ErrClosed and io.EOF behave as they do for *net.TCPConn,
-// which is what lets gRPC, net/http and yamux run over rnet unchanged.
+// which is what lets gRPC, net/http and yamux run over rnet unchanged. Dial
+// races a name's IPv4 and IPv6 addresses as net.Dialer does, and a Conn or
+// Listener dropped without Close is closed by the garbage collector, as a
+// socket is; still, close them, since queue pairs run out long before file
+// descriptors do.
 //
 // # Platforms
 //
