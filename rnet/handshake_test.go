@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -237,4 +238,77 @@ func TestRXEDialFailuresRelease(t *testing.T) {
 func encode(c ring.ConnData) []byte {
 	b := c.Encode()
 	return b[:]
+}
+
+// TestRXESetupFailuresRelease fails a connection's setup at each of its
+// steps, on the dialling side and on the accepting one, as a device that
+// refuses that resource would, and checks that whatever was made before is
+// released, and that the listener goes on accepting.
+func TestRXESetupFailuresRelease(t *testing.T) {
+	pair := rdmatest.Require(t)
+	warmUp(t, pair)
+	errInjected := errors.New("injected setup failure")
+	steps := []string{"pd", "mr0", "mr1", "mr2", "comp channel", "cq", "qp"}
+	for _, accepting := range []bool{false, true} {
+		side := "dial"
+		if accepting {
+			side = "accept"
+		}
+		for _, step := range append(steps, "migrate") {
+			if step == "migrate" && !accepting {
+				continue
+			}
+			t.Run(side+"/"+step, func(t *testing.T) {
+				gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+				ln, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var hit atomic.Int32
+				hook := func(a bool, s string) error {
+					if a == accepting && s == step && hit.Add(1) == 1 {
+						return errInjected
+					}
+					return nil
+				}
+				testHookSetupStep.Store(&hook)
+				defer testHookSetupStep.Store(nil)
+				d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, Timeout: time.Minute}
+				_, err = d.Dial("rdma", ln.Addr().String())
+				switch {
+				case hit.Load() != 1:
+					t.Errorf("step %q was never reached", step)
+				case !accepting && !errors.Is(err, errInjected):
+					t.Errorf("dial failing at %q = %v, want the injected error", step, err)
+				case accepting && err == nil:
+					t.Errorf("dial to a listener failing at %q connected", step)
+				}
+				// The listener is unharmed: the next connection works.
+				c1, err := d.Dial("rdma", ln.Addr().String())
+				if err != nil {
+					ln.Close()
+					t.Fatalf("dial after the failure: %v", err)
+				}
+				c2, err := ln.AcceptRDMA()
+				if err != nil {
+					t.Fatal(err)
+				}
+				roundTripOnce(t, c1, c2)
+				c1.Close()
+				c2.Close()
+				ln.Close()
+				checkReleased(t, gor0, fds0, res0)
+			})
+		}
+	}
+}
+
+func roundTripOnce(t *testing.T, a, b *Conn) {
+	t.Helper()
+	if _, err := a.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(b, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -32,6 +32,8 @@ type verbsQP struct {
 	qp     *verbs.QP
 	mrs    []*verbs.MR // send, recv, target
 	device string
+	// accepting says this is the listening side (for testHookSetupStep).
+	accepting bool
 
 	laddr, raddr net.Addr
 
@@ -202,11 +204,26 @@ func (q *verbsQP) release() error {
 func (q *verbsQP) localAddr() net.Addr  { return q.laddr }
 func (q *verbsQP) remoteAddr() net.Addr { return q.raddr }
 
+// testHookSetupStep, set only by tests, is called as each resource of a
+// connection is made (by the accepting side or the dialling one), and
+// fails the setup where it returns an error, as a device refusing that
+// resource would: the error paths release what they made, and tests check
+// it.
+// Atomic: the acceptor's goroutines read it while a test sets it.
+var testHookSetupStep atomic.Pointer[func(accepting bool, step string) error]
+
+func setupStep(accepting bool, step string) error {
+	if hook := testHookSetupStep.Load(); hook != nil {
+		return (*hook)(accepting, step)
+	}
+	return nil
+}
+
 // setup creates the queue pair, CQ and registered regions for id, which must be
 // bound to a device (resolved, or from a connection request), and the engine
 // over them. On failure everything made so far is released, except id and ch.
-func setup(id *cm.ID, ch *cm.EventChannel, cfg ring.Config) (*verbsQP, *ring.Engine, error) {
-	q := &verbsQP{ch: ch, id: id}
+func setup(id *cm.ID, ch *cm.EventChannel, cfg ring.Config, accepting bool) (*verbsQP, *ring.Engine, error) {
+	q := &verbsQP{ch: ch, id: id, accepting: accepting}
 	eng, err := q.build(cfg)
 	if err != nil {
 		q.id, q.ch = nil, nil // the caller owns these on failure
@@ -240,6 +257,9 @@ func (q *verbsQP) build(cfg ring.Config) (*ring.Engine, error) {
 	if q.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
+	if err := setupStep(q.accepting, "pd"); err != nil {
+		return nil, err
+	}
 	// Only the receive ring and the target SGL are remotely writable, and
 	// nothing is remotely readable: the peer can never see our send ring.
 	for _, r := range []struct {
@@ -255,11 +275,20 @@ func (q *verbsQP) build(cfg ring.Config) (*ring.Engine, error) {
 			return nil, err
 		}
 		q.mrs = append(q.mrs, mr)
+		if err := setupStep(q.accepting, fmt.Sprintf("mr%d", len(q.mrs)-1)); err != nil {
+			return nil, err
+		}
 	}
 	if q.cc, err = ctx.NewCompChannel(); err != nil {
 		return nil, err
 	}
+	if err := setupStep(q.accepting, "comp channel"); err != nil {
+		return nil, err
+	}
 	if q.cq, err = ctx.NewCQ(layout.CQDepth, q.cc); err != nil {
+		return nil, err
+	}
+	if err := setupStep(q.accepting, "cq"); err != nil {
 		return nil, err
 	}
 	inline := cfg.InlineThreshold
@@ -276,6 +305,9 @@ func (q *verbsQP) build(cfg ring.Config) (*ring.Engine, error) {
 		MaxRecvSGE:    uint32(max(layout.MaxRecvSGE, 1)),
 		MaxInlineData: uint32(inline),
 	}); err != nil {
+		return nil, err
+	}
+	if err := setupStep(q.accepting, "qp"); err != nil {
 		return nil, err
 	}
 	// Use what the device granted: inline data it cannot take would fail
@@ -332,7 +364,7 @@ func dial(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrP
 		ch.Close()
 		return fail(err)
 	}
-	q, eng, err := setup(id, ch, set.ring)
+	q, eng, err := setup(id, ch, set.ring, false)
 	if err != nil {
 		id.Close()
 		ch.Close()
@@ -506,7 +538,11 @@ func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
 		id.Close()
 		return nil, false
 	}
-	if err := id.Migrate(ch); err != nil {
+	err = id.Migrate(ch)
+	if err == nil {
+		err = setupStep(true, "migrate")
+	}
+	if err != nil {
 		id.Reject(nil)
 		id.Close()
 		ch.Close()
@@ -521,7 +557,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
 	defer a.wg.Done()
 	defer func() { <-a.slots }()
 	id := ev.ID
-	q, eng, err := setup(id, ch, a.set.ring)
+	q, eng, err := setup(id, ch, a.set.ring, true)
 	if err != nil {
 		id.Reject(nil)
 		id.Close()
