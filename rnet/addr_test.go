@@ -327,7 +327,7 @@ func TestDialParallelPrimaryWins(t *testing.T) {
 func TestDialParallelDiscardsTheLoser(t *testing.T) {
 	primaryConn, fallbackConn := &Conn{}, &Conn{}
 	fallbackConnected := make(chan struct{})
-	var discarded []*Conn
+	discarded := make(chan *Conn, 2)
 	c, err := dialParallel(context.Background(), []netip.AddrPort{heV6}, []netip.AddrPort{heV4}, time.Millisecond,
 		func(ctx context.Context, a netip.AddrPort) (*Conn, error) {
 			if a == heV4 {
@@ -336,12 +336,17 @@ func TestDialParallelDiscardsTheLoser(t *testing.T) {
 			}
 			<-fallbackConnected // connects too, before it can see the cancel
 			return primaryConn, nil
-		}, func(c *Conn) { discarded = append(discarded, c) })
+		}, func(c *Conn) { discarded <- c })
 	if err != nil || c != primaryConn && c != fallbackConn {
 		t.Fatalf("dialParallel = %p, %v", c, err)
 	}
-	if len(discarded) != 1 || discarded[0] == c {
-		t.Fatalf("returned %p, discarded %p; want the other one discarded once", c, discarded)
+	if d := <-discarded; d == c {
+		t.Fatalf("returned and discarded the same Conn %p", c)
+	}
+	select {
+	case d := <-discarded:
+		t.Fatalf("discarded %p as well", d)
+	default:
 	}
 }
 

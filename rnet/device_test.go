@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -212,18 +213,58 @@ func TestRXEDialFallsBackToIPv4(t *testing.T) {
 	silent := pair6.Server.As16()
 	silent[15] ^= 0x77
 	fakeLookup(t, netip.AddrFrom16(silent).String(), pair.Server.String())
+	// An attempt holds fds of its own (its event channel at least). When
+	// the IPv4 attempt (the only one that resolves) sets up its queue
+	// pair, the IPv6 one is still resolving, so more fds are open than
+	// when a dial to the IPv4 address alone gets there; dialling one
+	// address after another, there would be as many.
+	var fdsAtSetup atomic.Int64
+	hook := func(accepting bool, step string) error {
+		if !accepting && step == "pd" {
+			if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+				fdsAtSetup.Store(int64(len(ents)))
+			}
+		}
+		return nil
+	}
+	testHookSetupStep.Store(&hook)
+	defer testHookSetupStep.Store(nil)
 	accepted := make(chan *Conn, 1)
-	go func() {
-		c, _ := ln.AcceptRDMA()
-		accepted <- c
-	}()
+	acceptOne := func() {
+		go func() {
+			c, _ := ln.AcceptRDMA()
+			accepted <- c
+		}()
+	}
 	var d Dialer // the routing table picks the source; the fallback starts after 300 ms
-	c, err := d.Dial("rdma", net.JoinHostPort("peer.example", strconv.Itoa(int(ln.Addr().(*Addr).Port()))))
+	port := strconv.Itoa(int(ln.Addr().(*Addr).Port()))
+	acceptOne()
+	fds := countFDs(t)
+	c, err := d.Dial("rdma", net.JoinHostPort(pair.Server.String(), port))
+	if err != nil {
+		ln.Close()
+		<-accepted
+		t.Fatalf("Dial of the IPv4 address alone: %v", err)
+	}
+	alone := fdsAtSetup.Load() - int64(fds)
+	c.Close()
+	if s := <-accepted; s != nil {
+		s.Close()
+	}
+
+	acceptOne()
+	fds = countFDs(t)
+	c, err = d.Dial("rdma", net.JoinHostPort("peer.example", port))
 	if err != nil {
 		ln.Close()
 		<-accepted
 		t.Fatalf("Dial of a name whose IPv6 address is silent: %v", err)
 	}
+	raced := fdsAtSetup.Load() - int64(fds)
+	if raced <= alone {
+		t.Errorf("%d more fds open while the IPv4 attempt set up, %d when it was dialled alone: want the IPv6 attempt still going", raced, alone)
+	}
+	t.Logf("fds open at the IPv4 attempt's setup: %d more than before the dial, %d when it was dialled alone", raced, alone)
 	s := <-accepted
 	if s == nil {
 		t.Fatal("Accept failed")

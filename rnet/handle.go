@@ -19,15 +19,23 @@ import (
 // of the process. Do not rely on it: a collection may come late or never,
 // and queue pairs are scarcer than file descriptors. Close the Conn.
 type Conn struct {
+	_       noCopy
 	conn    *conn
 	cleanup runtime.Cleanup
 }
 
+// noCopy makes go vet's copylocks check report a copied handle: a copy
+// would be closed when the original is collected.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
+
 // newHandle hands c out. The connection's own goroutines and timers
 // reference c, never the handle, so the handle can become unreachable while
-// they run; its cleanup then closes c. Every method keeps the handle alive
-// until it returns, so that a Read blocked on a Conn that the caller no
-// longer mentions is not closed under it.
+// they run; its cleanup then closes c. Every method that reaches c keeps the
+// handle alive until it returns, so that a Read blocked on a Conn that the
+// caller no longer mentions is not closed under it.
 func newHandle(c *conn) *Conn {
 	h := &Conn{conn: c}
 	// Close may wait up to Linger, and cleanups share one goroutine.
@@ -86,14 +94,30 @@ func (h *Conn) LocalAddr() net.Addr { return h.conn.LocalAddr() }
 func (h *Conn) RemoteAddr() net.Addr { return h.conn.RemoteAddr() }
 
 // SetDeadline sets the read and write deadlines, as net.Conn documents.
-func (h *Conn) SetDeadline(t time.Time) error { return h.conn.SetDeadline(t) }
+func (h *Conn) SetDeadline(t time.Time) error {
+	err := h.conn.SetDeadline(t)
+	runtime.KeepAlive(h)
+	return err
+}
 
 // SetReadDeadline sets the deadline for Read; a past one wakes a blocked Read.
-func (h *Conn) SetReadDeadline(t time.Time) error { return h.conn.SetReadDeadline(t) }
+func (h *Conn) SetReadDeadline(t time.Time) error {
+	err := h.conn.SetReadDeadline(t)
+	runtime.KeepAlive(h)
+	return err
+}
 
 // SetWriteDeadline sets the deadline for Write; a past one wakes a blocked
 // Write.
-func (h *Conn) SetWriteDeadline(t time.Time) error { return h.conn.SetWriteDeadline(t) }
+func (h *Conn) SetWriteDeadline(t time.Time) error {
+	err := h.conn.SetWriteDeadline(t)
+	runtime.KeepAlive(h)
+	return err
+}
 
 // Stats returns a snapshot of the connection's counters.
-func (h *Conn) Stats() Stats { return h.conn.Stats() }
+func (h *Conn) Stats() Stats {
+	s := h.conn.Stats()
+	runtime.KeepAlive(h)
+	return s
+}

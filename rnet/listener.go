@@ -16,6 +16,7 @@ import (
 // garbage collector finds it, as a *net.TCPListener's socket is. Do not rely
 // on it: Close the Listener.
 type Listener struct {
+	_       noCopy
 	l       *listener
 	cleanup runtime.Cleanup
 }

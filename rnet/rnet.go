@@ -127,9 +127,11 @@ func splitFamilies(addrs []netip.AddrPort) (primaries, fallbacks []netip.AddrPor
 // dialParallel races the primaries, dialled in turn, against the fallbacks,
 // dialled in turn from delay later or from the primaries' failure if that
 // comes first. The first connection wins; the other race is cancelled, and a
-// connection it still made is passed to discard. Both races have ended when
-// it returns, so that nothing either made outlives the dial unaccounted for.
-// If both fail, the error is the primaries'.
+// connection it still made is passed to discard on a goroutine of its own
+// (closing may take up to Linger, as net closes a late winner in its racer).
+// Both dials have ended when it returns: a cancelled dial ends at once, and
+// none is left holding resources unaccounted for. If both fail, the error
+// is the primaries'.
 func dialParallel(ctx context.Context, primaries, fallbacks []netip.AddrPort, delay time.Duration,
 	dialOne func(context.Context, netip.AddrPort) (*Conn, error), discard func(*Conn)) (*Conn, error) {
 	if len(fallbacks) == 0 {
@@ -171,7 +173,7 @@ func dialParallel(ctx context.Context, primaries, fallbacks []netip.AddrPort, de
 				cancel()
 				for ; running > 0; running-- {
 					if late := <-outcomes; late.err == nil {
-						discard(late.c)
+						go discard(late.c)
 					}
 				}
 				return o.c, nil
