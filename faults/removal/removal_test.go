@@ -10,10 +10,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/rdmatest"
+	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 	"github.com/rnet-dev/rnet/rnet"
 )
 
@@ -59,6 +61,10 @@ func TestDeviceRemovedUnderTraffic(t *testing.T) {
 	if os.Getenv("RNET_GUEST") != "1" {
 		t.Skip("deletes an RDMA device: only inside the Soft-RoCE lab (scripts/softroce-vm)")
 	}
+	// Goroutines are counted; fds and the device's resources are not:
+	// librdmacm drops its own context on the removed device, and the
+	// device's resources go with it.
+	gor0 := verbstest.GoroutineIDs()
 	doomedClient, doomedServer := pairOn(t, v4.Server, v4.Client)
 	otherClient, otherServer := pairOn(t, v6.Server, v6.Client)
 	defer otherClient.Close()
@@ -224,5 +230,21 @@ func TestDeviceRemovedUnderTraffic(t *testing.T) {
 	buf := make([]byte, 10)
 	if _, err := io.ReadFull(otherServer, buf); err != nil || string(buf) != "still here" {
 		t.Fatalf("other connection after the removal: %q, %v", buf, err)
+	}
+
+	// Once everything is closed, no goroutine of the connections or
+	// listeners on the removed device is left behind.
+	cancel()
+	otherClient.Close()
+	otherServer.Close()
+	wildLn.Close()
+	var left []string
+	for _, st := range verbstest.WaitNoNewGoroutines(gor0) {
+		if !strings.Contains(st, "os/exec.(*Cmd).Wait") { // the delete, which may wait for process exit
+			left = append(left, st)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("%d goroutines left after closing everything:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 }
