@@ -42,32 +42,38 @@ func writeAndDropOn(t *testing.T, pipe pipeMaker, msg []byte) *Conn {
 	return c2
 }
 
-// TestSimUnreferencedConnIsClosed: a Conn that nobody references any more,
-// and that was never closed, is closed once the collector finds it, as a
-// *net.TCPConn's socket is: the peer reads every byte it was written, then
-// io.EOF, and the Conn's goroutines end.
-func TestSimUnreferencedConnIsClosed(t *testing.T) {
-	before := verbstest.GoroutineIDs()
-	// More than the peer's ring, less than both rings: some is still
-	// waiting in the send ring for credits when the Conn is dropped.
+// droppedConnDelivers writes on a connection and drops it without Close
+// (more than the peer's ring, less than both rings: some is still waiting
+// in the send ring for credits), then checks that once the collector has
+// found it the peer reads every byte, then io.EOF. It closes the peer.
+func droppedConnDelivers(t *testing.T, pipe pipeMaker) {
+	t.Helper()
 	msg := bytes.Repeat([]byte("dropped but delivered "), 9000)
-	c2 := writeAndDropOn(t, simMaker(nil), msg)
-	defer c2.Close()
-	c2.SetReadDeadline(time.Now().Add(2 * time.Minute)) // fail, not hang, if it is never closed
+	peer := writeAndDropOn(t, pipe, msg)
+	defer peer.Close()
+	peer.SetReadDeadline(time.Now().Add(2 * time.Minute)) // fail, not hang, if it is never closed
 	type result struct {
 		data []byte
 		err  error
 	}
 	done := make(chan result, 1)
 	go func() {
-		data, err := io.ReadAll(c2)
+		data, err := io.ReadAll(peer)
 		done <- result{data, err}
 	}()
 	r := collectUntil(t, "the peer's io.EOF", done)
 	if r.err != nil || !bytes.Equal(r.data, msg) {
 		t.Fatalf("peer read %d of %d bytes, then %v; want all, then io.EOF", len(r.data), len(msg), r.err)
 	}
-	c2.Close()
+}
+
+// TestSimUnreferencedConnIsClosed: a Conn that nobody references any more,
+// and that was never closed, is closed once the collector finds it, as a
+// *net.TCPConn's socket is: the peer reads every byte it was written, then
+// io.EOF, and the Conn's goroutines end.
+func TestSimUnreferencedConnIsClosed(t *testing.T) {
+	before := verbstest.GoroutineIDs()
+	droppedConnDelivers(t, simMaker(nil))
 	if fresh := verbstest.WaitNoNewGoroutines(before); len(fresh) > 0 {
 		t.Errorf("%d goroutines left:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
 	}
