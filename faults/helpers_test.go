@@ -193,7 +193,7 @@ func takeSnapshot(t testing.TB) snapshot {
 func checkNoLeaks(t testing.TB, before snapshot, what string) {
 	t.Helper()
 	fresh := verbstest.WaitNoNewGoroutines(before.goroutines)
-	after := snapshot{fds: verbstest.OpenFDs(t), goroutines: verbstest.GoroutineIDs(), rdma: verbstest.WaitResources(t, before.rdma)}
+	after := snapshot{rdma: verbstest.WaitResources(t, before.rdma), fds: verbstest.WaitOpenFDs(t, before.fds), goroutines: verbstest.GoroutineIDs()}
 	var diffs []string
 	if len(fresh) > 0 {
 		diffs = append(diffs, fmt.Sprintf("%d new goroutines", len(fresh)))

@@ -143,7 +143,7 @@ func checkReleased(t *testing.T, before map[string]bool, fds0 int, res0 map[stri
 	if fresh := verbstest.WaitNoNewGoroutines(before); len(fresh) > 0 {
 		t.Errorf("%d goroutines left:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
 	}
-	if fds := countFDs(t); fds != fds0 {
+	if fds := verbstest.WaitOpenFDs(t, fds0); fds != fds0 {
 		t.Errorf("open fds: %d before, %d after", fds0, fds)
 	}
 	res := verbstest.WaitResources(t, res0)

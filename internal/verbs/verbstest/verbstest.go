@@ -47,6 +47,22 @@ func OpenFDs(tb testing.TB) int {
 	return len(ents)
 }
 
+// WaitOpenFDs re-reads OpenFDs until it is want, for up to 10 s, and
+// returns the last reading: a listener's background work (a handshake it
+// has just taken up) may hold an fd for a moment after the call that
+// ended it has returned.
+func WaitOpenFDs(tb testing.TB, want int) int {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := OpenFDs(tb)
+		if got == want || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(10 * time.Millisecond) // between readings of a real condition
+	}
+}
+
 // WaitParked returns once at least n goroutines are parked in the netpoller
 // ("IO wait"). It polls the goroutine dump, yielding in between: a wait for
 // a condition, not a sleep.
