@@ -16,6 +16,7 @@ import (
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
 	"github.com/rnet-dev/rnet/rnet"
 )
 
@@ -81,9 +82,9 @@ func dialFake(t testing.TB, pair rdmatest.Pair, target netip.AddrPort) *fakePeer
 	p.qp, err = p.id.CreateQP(p.pd, p.cq, p.cq, verbs.QPCaps{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: 64})
 	must(err)
 	// Receives for the rnet side's credit updates, without buffers.
-	recvs := make([]verbs.RecvWR, fakeCredits+16)
+	recvs := make([]wr.Recv, fakeCredits+16)
 	for i := range recvs {
-		recvs[i] = verbs.RecvWR{ID: 1<<63 | uint64(i)}
+		recvs[i] = wr.Recv{ID: 1<<63 | uint64(i)}
 	}
 	_, err = p.qp.PostRecv(recvs)
 	must(err)
@@ -135,19 +136,19 @@ func isNilCloser(c interface{ Close() error }) bool {
 
 // write posts an RDMA WRITE of payload to remote (with the immediate m when
 // imm is set) and waits for its completion, which it returns.
-func (p *fakePeer) write(remote ring.RemoteSGE, payload []byte, imm bool, m ring.Msg) verbs.Completion {
+func (p *fakePeer) write(remote ring.RemoteSGE, payload []byte, imm bool, m ring.Msg) wr.Completion {
 	p.t.Helper()
 	copy(p.sbuf.Bytes(), payload)
-	wr := verbs.SendWR{ID: p.next, Op: verbs.OpWrite, Signaled: true, RemoteAddr: remote.Addr, RKey: remote.Key}
+	w := wr.Send{ID: p.next, Op: wr.OpWrite, Signaled: true, RemoteAddr: remote.Addr, RKey: remote.Key}
 	if imm {
-		wr.Op, wr.Imm = verbs.OpWriteImm, uint32(m)
+		w.Op, w.Imm = wr.OpWriteImm, uint32(m)
 	}
 	if len(payload) > 0 {
-		wr.NumSGE = 1
-		wr.SGE[0] = verbs.SGE{Addr: p.sbuf.Addr(), Length: uint32(len(payload)), LKey: p.sbuf.LKey()}
+		w.NumSGE = 1
+		w.SGE[0] = wr.SGE{Addr: p.sbuf.Addr(), Length: uint32(len(payload)), LKey: p.sbuf.LKey()}
 	}
 	p.next++
-	if _, err := p.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+	if _, err := p.qp.PostSend([]wr.Send{w}); err != nil {
 		p.t.Fatalf("post %v: %v", m, err)
 	}
 	for {
@@ -162,7 +163,7 @@ func (p *fakePeer) write(remote ring.RemoteSGE, payload []byte, imm bool, m ring
 
 // msg sends a message word with the given payload into the rnet side's rbuf
 // at offset off of its first half.
-func (p *fakePeer) msg(m ring.Msg, off uint32, payload []byte) verbs.Completion {
+func (p *fakePeer) msg(m ring.Msg, off uint32, payload []byte) wr.Completion {
 	p.t.Helper()
 	dst := p.peer.DataBuf
 	dst.Addr += uint64(off)
@@ -181,8 +182,8 @@ func (p *fakePeer) sgl(i int, s ring.RemoteSGE, m ring.Msg, size int) {
 	binary.NativeEndian.PutUint32(b[12:], s.Length)
 	dst := p.peer.TargetSGL
 	dst.Addr += uint64(i * ring.RemoteSGESize)
-	if wc := p.write(dst, b[:size], true, m); wc.Status != verbs.WCSuccess {
-		p.t.Fatalf("SGL write: %v", wc.Err(p.qp.Num()))
+	if wc := p.write(dst, b[:size], true, m); wc.Status != wr.WCSuccess {
+		p.t.Fatalf("SGL write: %v", verbs.CompletionErr(&wc, p.qp.Num()))
 	}
 }
 
@@ -191,9 +192,9 @@ func (p *fakePeer) half(i int) ring.RemoteSGE {
 	return ring.RemoteSGE{Addr: p.rbuf.Addr() + uint64(i*fakeRbuf/2), Key: p.rbuf.RKey(), Length: fakeRbuf / 2}
 }
 
-func (p *fakePeer) completion() verbs.Completion {
+func (p *fakePeer) completion() wr.Completion {
 	p.t.Helper()
-	var wc [1]verbs.Completion
+	var wc [1]wr.Completion
 	for {
 		if n, err := p.cq.Poll(wc[:]); err != nil {
 			p.t.Fatal(err)

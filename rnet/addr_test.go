@@ -57,7 +57,7 @@ func TestAddrIsNetAddr(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	var c *Config
 	s := c.settings()
-	if s.ring.SendBufSize != 128<<10 || s.ring.RecvBufSize != 128<<10 || s.ring.SQSize != 384 || s.ring.RQSize != 384 || s.ring.InlineThreshold != 64 {
+	if s.ring.SendBufferSize != 128<<10 || s.ring.RecvBufferSize != 128<<10 || s.ring.SendQueueSize != 384 || s.ring.RecvQueueSize != 384 || s.ring.InlineThreshold != 64 {
 		t.Errorf("nil Config = %+v, want rsocket's defaults", s.ring)
 	}
 	if s.busyPoll <= 0 || s.keepAlive <= 0 || s.linger <= 0 || s.handshakeTimeout <= 0 {

@@ -104,10 +104,10 @@ func (c *Config) settings() settings {
 	}
 	s := settings{
 		ring: ring.Config{
-			SendBufSize:     cfg.SendBufferSize,
-			RecvBufSize:     cfg.RecvBufferSize,
-			SQSize:          cfg.SendQueueSize,
-			RQSize:          cfg.RecvQueueSize,
+			SendBufferSize:  cfg.SendBufferSize,
+			RecvBufferSize:  cfg.RecvBufferSize,
+			SendQueueSize:   cfg.SendQueueSize,
+			RecvQueueSize:   cfg.RecvQueueSize,
 			InlineThreshold: cfg.InlineThreshold,
 		},
 		busyPoll:         orDefault(cfg.BusyPoll, 10*time.Microsecond),

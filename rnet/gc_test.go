@@ -98,7 +98,7 @@ func TestSimBlockedReadKeepsItsConn(t *testing.T) {
 	waitUntil(t, "the Read to park", func() bool {
 		inner.mu.Lock()
 		defer inner.mu.Unlock()
-		return inner.polling
+		return inner.waitOwned
 	})
 	for range 5 {
 		runtime.GC()

@@ -3,11 +3,14 @@ package rnet
 import (
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // simQP runs a Conn over the simulated fabric, so the whole Conn (engine,
@@ -25,52 +28,49 @@ type simQP struct {
 	discOnce   sync.Once
 	eventsDone chan struct{}
 
+	// readiedPeer says a post since the last spinning step's yield may
+	// have readied the peer's goroutine (see step); guarded by the conn.
+	readiedPeer bool
+
 	// waiting, when a test sets it, is signalled each time a caller
 	// starts waiting on the completion channel: a test can then reply
 	// only once the Conn has really parked.
 	waiting chan struct{}
 }
 
-func (q *simQP) postSend(wrs []ring.SendWR) error        { return q.ep.PostSend(wrs) }
-func (q *simQP) postRecv(wrs []ring.RecvWR) error        { return q.ep.PostRecv(wrs) }
-func (q *simQP) poll(out []ring.Completion) (int, error) { return q.ep.PollCQ(out), nil }
-func (q *simQP) postPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error) {
-	// Empty lists are not posted, as in rnet_post_poll: a poll that finds
-	// nothing then takes no lock the peer needs.
+// step posts and polls as a device's step does; there is nothing to arm,
+// since the endpoint's Notify channel always reports new completions, and
+// no event to take, since Notify's token is gone once wait received it.
+// Empty lists are not posted, so that a poll that finds nothing takes no
+// lock the peer needs.
+//
+// Posting readies the peer's goroutine directly, unlike a device, whose
+// peer the kernel wakes: it sits in this P's runnext, where an idle P steals
+// it only after a delay. So a spinning step (tries > 1) yields once it has
+// readied the peer, or the spinner would starve the reader it just fed.
+func (q *simQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	if len(recvs) > 0 {
 		if err := q.ep.PostRecv(recvs); err != nil {
 			return 0, err
 		}
+		q.readiedPeer = true
 	}
 	if len(sends) > 0 {
 		if err := q.ep.PostSend(sends); err != nil {
 			return 0, err
 		}
+		q.readiedPeer = true
 	}
-	return q.ep.PollCQ(out), nil
-}
-
-func (q *simQP) postPollTries(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion, tries int) (int, error) {
-	n, err := q.postPoll(recvs, sends, out)
-	for ; n == 0 && err == nil && tries > 1; tries-- {
+	if tries > 1 && q.readiedPeer {
+		q.readiedPeer = false
+		runtime.Gosched()
+	}
+	n := q.ep.PollCQ(out)
+	for ; n == 0 && tries > 1; tries-- {
 		n = q.ep.PollCQ(out)
 	}
-	return n, err
+	return n, nil
 }
-
-// armPostPoll needs no arming: the endpoint's Notify channel always
-// reports new completions.
-func (q *simQP) armPostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error) {
-	return q.postPoll(recvs, sends, out)
-}
-
-// takePostPoll has no event to take: Notify's token is gone once wait
-// received it.
-func (q *simQP) takePostPoll(recvs []ring.RecvWR, sends []ring.SendWR, out []ring.Completion) (int, error) {
-	return q.postPoll(recvs, sends, out)
-}
-
-func (q *simQP) wakesPeer() bool { return true }
 
 func (q *simQP) wait() (parked bool, err error) {
 	select {
@@ -128,7 +128,7 @@ func (q *simQP) shutdown() {
 	<-q.eventsDone
 }
 
-func (q *simQP) release() error       { return nil }
+func (q *simQP) destroy() error       { return nil }
 func (q *simQP) localAddr() net.Addr  { return q.laddr }
 func (q *simQP) remoteAddr() net.Addr { return q.raddr }
 

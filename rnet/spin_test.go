@@ -126,7 +126,7 @@ func TestSpinWindowProbesStaySparse(t *testing.T) {
 
 // window is the spin window alone.
 func window(c *conn, w *waitEstimate) time.Duration {
-	d, _ := c.spinWindow(w)
+	d, _ := w.window(&c.set)
 	return d
 }
 
@@ -146,7 +146,7 @@ func TestSpinWindowCoversParkCost(t *testing.T) {
 		t.Fatalf("waits of 60µs: window %v, want about 120µs", short)
 	}
 	for i := range parkSamplesMin {
-		if _, measure := c.spinWindow(&w); !measure {
+		if _, measure := w.window(&c.set); !measure {
 			t.Fatalf("wait %d: a park would not be measured, with %d parks measured", i, i)
 		}
 		w.observePark(700 * time.Microsecond)
@@ -156,7 +156,7 @@ func TestSpinWindowCoversParkCost(t *testing.T) {
 	}
 	measured := 0
 	for i := range 4 * measureEvery {
-		win, measure := c.spinWindow(&w)
+		win, measure := w.window(&c.set)
 		switch {
 		case measure:
 			measured++

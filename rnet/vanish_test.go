@@ -11,6 +11,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // TestSimPeerVanishedDataKept: bytes that arrived before the peer's transport
@@ -91,7 +92,7 @@ func TestSimPusherHandOverToLeavingRead(t *testing.T) {
 		waitUntil(t, "the pusher to poll", func() bool {
 			a.conn.mu.Lock()
 			defer a.conn.mu.Unlock()
-			return a.conn.pushing && a.conn.polling
+			return a.conn.pushing && a.conn.waitOwned
 		})
 		a.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 		if _, err := a.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -129,7 +130,7 @@ func TestSimLingerExpiryIsNotEOF(t *testing.T) {
 	}
 }
 
-// TestSimBusyRsocketPeerIsNotDead: a C rsocket peer posts exactly RQSize
+// TestSimBusyRsocketPeerIsNotDead: a C rsocket peer posts exactly RecvQueueSize
 // receives and puts them back only when its application calls into the
 // library. If it stays away while we send its credits' worth of DATA plus a
 // message it does not credit, our send waits in RNR retries with no
@@ -138,7 +139,7 @@ func TestSimLingerExpiryIsNotEOF(t *testing.T) {
 // peer polls, every byte arrives.
 func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	set := (&Config{KeepAlive: 5 * time.Millisecond}).settings()
-	peerCfg := ring.Config{RQSize: 16}.Normalize()
+	peerCfg := ring.Config{RecvQueueSize: 16}.Normalize()
 	f := simfabric.New(1, simfabric.Options{Auto: true, DirectLanding: true, RNRRetry: true})
 	la, lb := set.ring.Layout(), peerCfg.Layout()
 	a, b := f.Pair(simfabric.Caps{SendDepth: la.SendDepth, RecvDepth: la.RecvDepth, MaxInline: 256},
@@ -156,7 +157,7 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// As rsocket: RQSize receives, no headroom; the rest go up later.
+	// As rsocket: RecvQueueSize receives, no headroom; the rest go up later.
 	peerRecvs := eb.PostRecvs(nil)
 	if err := b.PostRecv(peerRecvs[:16]); err != nil {
 		t.Fatal(err)
@@ -201,7 +202,7 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	if err := b.PostRecv(peerRecvs[16:]); err != nil {
 		t.Fatal(err)
 	}
-	wcs := make([]ring.Completion, lb.CQDepth)
+	wcs := make([]wr.Completion, lb.CQDepth)
 	var got []byte
 	buf := make([]byte, 64)
 	deadline := time.Now().Add(time.Minute)

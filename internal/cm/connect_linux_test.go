@@ -20,6 +20,7 @@ import (
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // pair is a connected client and server, each with its own event channel.
@@ -74,11 +75,11 @@ func connectRecv(t testing.TB, ctx context.Context, src, dst netip.Addr, hello [
 	p.server = newEndpoint(t, req.ID, verbs.AccessRemoteWrite)
 	// One receive without SGE: a write-with-immediate consumes it and
 	// delivers only the immediate, as in rsocket.
-	recv := verbs.RecvWR{ID: 1}
+	recv := wr.Recv{ID: 1}
 	if recvSGE {
-		recv.NumSGE, recv.SGE = 1, verbs.SGE{Addr: p.server.mr.Addr() + 4096, Length: 4, LKey: p.server.mr.LKey()}
+		recv.NumSGE, recv.SGE = 1, wr.SGE{Addr: p.server.mr.Addr() + 4096, Length: 4, LKey: p.server.mr.LKey()}
 	}
-	if _, err := p.server.qp.PostRecv([]verbs.RecvWR{recv}); err != nil {
+	if _, err := p.server.qp.PostRecv([]wr.Recv{recv}); err != nil {
 		t.Fatal(err)
 	}
 	reply := binary.BigEndian.AppendUint64(nil, p.server.mr.Addr())
@@ -165,12 +166,12 @@ func TestConnectWriteImmDisconnect(t *testing.T) {
 	copy(buf[1000:], msg[20:40])
 	copy(buf[2000:], msg[40:])
 	base, lkey := p.client.mr.Addr(), p.client.mr.LKey()
-	wrs := []verbs.SendWR{
-		{ID: 10, Op: verbs.OpWrite, Signaled: true, NumSGE: 2,
-			SGE:        [2]verbs.SGE{{Addr: base, Length: 20, LKey: lkey}, {Addr: base + 1000, Length: 20, LKey: lkey}},
+	wrs := []wr.Send{
+		{ID: 10, Op: wr.OpWrite, Signaled: true, NumSGE: 2,
+			SGE:        [2]wr.SGE{{Addr: base, Length: 20, LKey: lkey}, {Addr: base + 1000, Length: 20, LKey: lkey}},
 			RemoteAddr: raddr, RKey: rkey},
-		{ID: 11, Op: verbs.OpWriteImm, Imm: 0xdeadbeef, Inline: true, Signaled: true, NumSGE: 1,
-			SGE:        [2]verbs.SGE{{Addr: base + 2000, Length: uint32(len(msg) - 40), LKey: lkey}},
+		{ID: 11, Op: wr.OpWriteImm, Imm: 0xdeadbeef, Inline: true, Signaled: true, NumSGE: 1,
+			SGE:        [2]wr.SGE{{Addr: base + 2000, Length: uint32(len(msg) - 40), LKey: lkey}},
 			RemoteAddr: raddr + 40, RKey: rkey},
 	}
 	before := verbs.CgoCalls()
@@ -182,15 +183,15 @@ func TestConnectWriteImmDisconnect(t *testing.T) {
 	}
 	for _, want := range []uint64{10, 11} {
 		wc := p.client.completion(t, ctx)
-		if err := wc.Err(p.client.qp.Num()); err != nil || wc.ID != want {
+		if err := verbs.CompletionErr(&wc, p.client.qp.Num()); err != nil || wc.ID != want {
 			t.Fatalf("send completion %+v: %v (want id %d)", wc, err, want)
 		}
 	}
 	wc := p.server.completion(t, ctx)
-	if err := wc.Err(p.server.qp.Num()); err != nil {
+	if err := verbs.CompletionErr(&wc, p.server.qp.Num()); err != nil {
 		t.Fatal(err)
 	}
-	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Imm != 0xdeadbeef || wc.ID != 1 {
+	if wc.Opcode != wr.WCRecvRDMAWithImm || wc.Imm != 0xdeadbeef || wc.ID != 1 {
 		t.Fatalf("receive completion %+v (opcode %v), want RECV_RDMA_WITH_IMM imm 0xdeadbeef", wc, wc.Opcode)
 	}
 	got := p.server.mr.Bytes()
@@ -203,10 +204,10 @@ func TestConnectWriteImmDisconnect(t *testing.T) {
 	}
 
 	checkHotPathCost(t, ctx, p, raddr, rkey)
-	checkArmPostAndPoll(t, ctx, p, raddr, rkey)
-	checkWaitReadyTakeEvent(t, ctx, p, raddr, rkey)
-	checkTakeEventRearms(t, ctx, p, raddr, rkey)
-	checkPostAndPollTries(t, ctx, p, raddr, rkey)
+	checkStepArms(t, ctx, p, raddr, rkey)
+	checkWaitReadyStepTakesEvent(t, ctx, p, raddr, rkey)
+	checkStepTakeEventArmRearms(t, ctx, p, raddr, rkey)
+	checkStepTries(t, ctx, p, raddr, rkey)
 
 	// Disconnect from the client: both sides see DISCONNECTED.
 	p.disconnect(t, ctx)
@@ -215,9 +216,9 @@ func TestConnectWriteImmDisconnect(t *testing.T) {
 // checkHotPathCost: posting and polling cross into C once per call and do
 // not allocate.
 func checkHotPathCost(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
-	sends := []verbs.SendWR{{ID: 20, Op: verbs.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}
-	recvs := []verbs.RecvWR{{ID: 21}}
-	var wc [8]verbs.Completion
+	sends := []wr.Send{{ID: 20, Op: wr.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}
+	recvs := []wr.Recv{{ID: 21}}
+	var wc [8]wr.Completion
 	const runs = 10 // the queues hold 16: AllocsPerRun does runs+1 posts
 	for name, f := range map[string]func(){
 		"PostSend": func() {
@@ -247,23 +248,23 @@ func checkHotPathCost(t *testing.T, ctx context.Context, p *pair, raddr uint64, 
 	}
 	// Reap the zero-length writes.
 	for range runs + 1 {
-		if wc := p.client.completion(t, ctx); wc.Status != verbs.WCSuccess || wc.ID != 20 {
+		if wc := p.client.completion(t, ctx); wc.Status != wr.WCSuccess || wc.ID != 20 {
 			t.Fatalf("zero-length write completion %+v", wc)
 		}
 	}
 }
 
-// checkArmPostAndPoll: ArmPostAndPoll arms the CQ in its one crossing, so
+// checkStepArms: Step(StepArm) arms the CQ in its one crossing, so
 // the write it posts produces an event on the completion channel whether
 // or not the same call already polled its completion. An arm is spent by
 // one event, so the test first spends any arm left over: without the arm
-// in ArmPostAndPoll the Wait below would not return.
-func checkArmPostAndPoll(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
+// in Step(StepArm) the Wait below would not return.
+func checkStepArms(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
 	c := p.client
-	write := func(id uint64) []verbs.SendWR {
-		return []verbs.SendWR{{ID: id, Op: verbs.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}
+	write := func(id uint64) []wr.Send {
+		return []wr.Send{{ID: id, Op: wr.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}
 	}
-	var wc [4]verbs.Completion
+	var wc [4]wr.Completion
 	reap := func(id uint64, have int) {
 		for have == 0 {
 			n, err := c.cq.Poll(wc[:])
@@ -272,7 +273,7 @@ func checkArmPostAndPoll(t *testing.T, ctx context.Context, p *pair, raddr uint6
 			}
 			have = n
 		}
-		if have != 1 || wc[0].ID != id || wc[0].Status != verbs.WCSuccess {
+		if have != 1 || wc[0].ID != id || wc[0].Status != wr.WCSuccess {
 			t.Fatalf("completions %+v (%d), want write %d's", wc[:have], have, id)
 		}
 	}
@@ -289,69 +290,69 @@ func checkArmPostAndPoll(t *testing.T, ctx context.Context, p *pair, raddr uint6
 	reap(40, 0)
 
 	before := verbs.CgoCalls()
-	n, err := c.qp.ArmPostAndPoll(c.cq, nil, write(41), wc[:])
+	n, err := c.qp.Step(c.cq, verbs.StepArm, nil, write(41), wc[:], 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if calls := verbs.CgoCalls() - before; calls != 1 {
-		t.Errorf("ArmPostAndPoll made %d cgo calls, want 1", calls)
+		t.Errorf("Step(StepArm) made %d cgo calls, want 1", calls)
 	}
 	reap(41, n)
 	if _, err := c.cch.Wait(ctx); err != nil {
-		t.Fatalf("no event after ArmPostAndPoll: %v", err)
+		t.Fatalf("no event after Step(StepArm): %v", err)
 	}
 }
 
-// checkWaitReadyTakeEvent: WaitReady returns once an armed CQ's event is on
-// the channel, and TakeEventPostAndPoll takes that event in its one
+// checkWaitReadyStepTakesEvent: WaitReady returns once an armed CQ's event is on
+// the channel, and Step(StepTakeEvent) takes that event in its one
 // crossing, so none is left for Wait to read; with no event left it is no
 // error. Wait reads the channel before it parks, so a left-over event would
 // make it return instead of reaching its deadline.
-func checkWaitReadyTakeEvent(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
+func checkWaitReadyStepTakesEvent(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
 	c := p.client
-	var wc [4]verbs.Completion
-	n, err := c.qp.ArmPostAndPoll(c.cq, nil, []verbs.SendWR{{ID: 42, Op: verbs.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}, wc[:])
+	var wc [4]wr.Completion
+	n, err := c.qp.Step(c.cq, verbs.StepArm, nil, []wr.Send{{ID: 42, Op: wr.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}, wc[:], 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.cch.WaitReady(ctx); err != nil {
-		t.Fatalf("WaitReady after ArmPostAndPoll: %v", err)
+		t.Fatalf("WaitReady after Step(StepArm): %v", err)
 	}
 	before, takes := verbs.CgoCalls(), uint64(0)
 	for have := n; have == 0; takes++ {
-		m, err := c.qp.TakeEventPostAndPoll(c.cq, nil, nil, wc[n:])
+		m, err := c.qp.Step(c.cq, verbs.StepTakeEvent, nil, nil, wc[n:], 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		have, n = m, n+m
 	}
-	if n != 1 || wc[0].ID != 42 || wc[0].Status != verbs.WCSuccess {
+	if n != 1 || wc[0].ID != 42 || wc[0].Status != wr.WCSuccess {
 		t.Fatalf("completions %+v (%d), want write 42's", wc[:n], n)
 	}
 	if calls := verbs.CgoCalls() - before; calls != takes {
-		t.Errorf("%d TakeEventPostAndPoll calls made %d cgo calls, want one each", takes, calls)
+		t.Errorf("%d Step(StepTakeEvent) calls made %d cgo calls, want one each", takes, calls)
 	}
-	if m, err := c.qp.TakeEventPostAndPoll(c.cq, nil, nil, wc[:]); m != 0 || err != nil {
-		t.Fatalf("TakeEventPostAndPoll on an empty channel and CQ = %d, %v", m, err)
+	if m, err := c.qp.Step(c.cq, verbs.StepTakeEvent, nil, nil, wc[:], 1); m != 0 || err != nil {
+		t.Fatalf("Step(StepTakeEvent) on an empty channel and CQ = %d, %v", m, err)
 	}
 	c.cch.SetDeadline(time.Now().Add(20 * time.Millisecond))
 	defer c.cch.SetDeadline(time.Time{})
 	if cq, err := c.cch.Wait(ctx); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("Wait after TakeEventPostAndPoll = %v, %v: the event was left on the channel", cq, err)
+		t.Fatalf("Wait after Step(StepTakeEvent) = %v, %v: the event was left on the channel", cq, err)
 	}
 }
 
-// checkTakeEventRearms: TakeEventArmPostAndPoll leaves the CQ armed, so a
+// checkStepTakeEventArmRearms: Step(StepTakeEvent|StepArm) leaves the CQ armed, so a
 // completion that comes after it (here, of a write posted without any arm)
-// still wakes WaitReady. checkWaitReadyTakeEvent left the CQ unarmed and
+// still wakes WaitReady. checkWaitReadyStepTakesEvent left the CQ unarmed and
 // the channel empty; without the arm the WaitReady below would reach its
 // deadline.
-func checkTakeEventRearms(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
+func checkStepTakeEventArmRearms(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
 	c := p.client
-	write := func(id uint64) []verbs.SendWR {
-		return []verbs.SendWR{{ID: id, Op: verbs.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}
+	write := func(id uint64) []wr.Send {
+		return []wr.Send{{ID: id, Op: wr.OpWrite, Signaled: true, RemoteAddr: raddr, RKey: rkey}}
 	}
-	var wc [4]verbs.Completion
+	var wc [4]wr.Completion
 	waitReady := func(what string) {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -364,45 +365,45 @@ func checkTakeEventRearms(t *testing.T, ctx context.Context, p *pair, raddr uint
 	takeUntil := func(id uint64, have int) {
 		for took := false; !took || have == 0; took = true {
 			before := verbs.CgoCalls()
-			n, err := c.qp.TakeEventArmPostAndPoll(c.cq, nil, nil, wc[have:])
+			n, err := c.qp.Step(c.cq, verbs.StepTakeEvent|verbs.StepArm, nil, nil, wc[have:], 1)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if calls := verbs.CgoCalls() - before; calls != 1 {
-				t.Errorf("TakeEventArmPostAndPoll made %d cgo calls, want 1", calls)
+				t.Errorf("Step(StepTakeEvent|StepArm) made %d cgo calls, want 1", calls)
 			}
 			have += n
 		}
-		if have != 1 || wc[0].ID != id || wc[0].Status != verbs.WCSuccess {
+		if have != 1 || wc[0].ID != id || wc[0].Status != wr.WCSuccess {
 			t.Fatalf("completions %+v (%d), want write %d's", wc[:have], have, id)
 		}
 	}
-	n, err := c.qp.ArmPostAndPoll(c.cq, nil, write(43), wc[:])
+	n, err := c.qp.Step(c.cq, verbs.StepArm, nil, write(43), wc[:], 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitReady("after ArmPostAndPoll")
+	waitReady("after Step(StepArm)")
 	takeUntil(43, n)
 	if _, err := c.qp.PostSend(write(44)); err != nil {
 		t.Fatal(err)
 	}
-	waitReady("for a completion after TakeEventArmPostAndPoll")
+	waitReady("for a completion after Step(StepTakeEvent|StepArm)")
 	takeUntil(44, 0)
 }
 
-// checkPostAndPollTries: PostAndPollTries keeps polling an empty CQ inside
+// checkStepTries: Step with tries keeps polling an empty CQ inside
 // its one crossing until a completion comes. The server's call starts on an
 // empty CQ and is seen inside C before the client writes, so a call that
 // polled once would return empty; it must return the receive's completion.
-func checkPostAndPollTries(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
+func checkStepTries(t *testing.T, ctx context.Context, p *pair, raddr uint64, rkey uint32) {
 	s := p.server
-	var wc [4]verbs.Completion
+	var wc [4]wr.Completion
 	before := verbs.CgoCalls()
-	if n, err := s.qp.PostAndPollTries(s.cq, nil, nil, wc[:], 8); n != 0 || err != nil {
-		t.Fatalf("PostAndPollTries on an empty CQ = %d, %v", n, err)
+	if n, err := s.qp.Step(s.cq, 0, nil, nil, wc[:], 8); n != 0 || err != nil {
+		t.Fatalf("Step with tries on an empty CQ = %d, %v", n, err)
 	}
 	if calls := verbs.CgoCalls() - before; calls != 1 {
-		t.Errorf("PostAndPollTries made %d cgo calls, want 1", calls)
+		t.Errorf("Step with tries made %d cgo calls, want 1", calls)
 	}
 	// The server has receives left from checkHotPathCost.
 	type result struct {
@@ -412,11 +413,11 @@ func checkPostAndPollTries(t *testing.T, ctx context.Context, p *pair, raddr uin
 	done := make(chan result, 1)
 	go func() {
 		// Tries enough for seconds of polling: the write comes long before.
-		n, err := s.qp.PostAndPollTries(s.cq, nil, nil, wc[:], 1<<30)
+		n, err := s.qp.Step(s.cq, 0, nil, nil, wc[:], 1<<30)
 		done <- result{n, err}
 	}()
 	var early *result
-	for early == nil && !inCgoCall("PostAndPollTries") {
+	for early == nil && !inCgoCall("verbs.(*QP).Step") {
 		select {
 		case r := <-done:
 			early = &r
@@ -425,21 +426,21 @@ func checkPostAndPollTries(t *testing.T, ctx context.Context, p *pair, raddr uin
 		}
 	}
 	if early != nil {
-		t.Fatalf("PostAndPollTries returned %d, %v before any completion came: it polled once", early.n, early.err)
+		t.Fatalf("Step with tries returned %d, %v before any completion came: it polled once", early.n, early.err)
 	}
 	buf := p.client.mr.Bytes()
 	buf[0] = 'x'
-	write := verbs.SendWR{ID: 51, Op: verbs.OpWriteImm, Imm: 7, Inline: true, Signaled: true, NumSGE: 1,
-		SGE:        [2]verbs.SGE{{Addr: p.client.mr.Addr(), Length: 1, LKey: p.client.mr.LKey()}},
+	write := wr.Send{ID: 51, Op: wr.OpWriteImm, Imm: 7, Inline: true, Signaled: true, NumSGE: 1,
+		SGE:        [2]wr.SGE{{Addr: p.client.mr.Addr(), Length: 1, LKey: p.client.mr.LKey()}},
 		RemoteAddr: raddr, RKey: rkey}
-	if _, err := p.client.qp.PostSend([]verbs.SendWR{write}); err != nil {
+	if _, err := p.client.qp.PostSend([]wr.Send{write}); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
-	if r.err != nil || r.n != 1 || wc[0].Opcode != verbs.WCRecvRDMAWithImm || wc[0].Status != verbs.WCSuccess || wc[0].Imm != 7 {
-		t.Fatalf("PostAndPollTries = %d, %v (%+v), want the receive's completion", r.n, r.err, wc[0])
+	if r.err != nil || r.n != 1 || wc[0].Opcode != wr.WCRecvRDMAWithImm || wc[0].Status != wr.WCSuccess || wc[0].Imm != 7 {
+		t.Fatalf("Step with tries = %d, %v (%+v), want the receive's completion", r.n, r.err, wc[0])
 	}
-	if wc := p.client.completion(t, ctx); wc.ID != 51 || wc.Status != verbs.WCSuccess {
+	if wc := p.client.completion(t, ctx); wc.ID != 51 || wc.Status != wr.WCSuccess {
 		t.Fatalf("write completion %+v", wc)
 	}
 }
@@ -481,16 +482,16 @@ func TestCompletionErrorNamesStatus(t *testing.T) {
 	p := connect(t, ctx, addrs.Client, addrs.Server, []byte("x"))
 	defer p.close(t)
 	raddr := binary.BigEndian.Uint64(p.fromServer[0:8])
-	wr := verbs.SendWR{ID: 99, Op: verbs.OpWrite, Signaled: true, NumSGE: 1,
-		SGE:        [2]verbs.SGE{{Addr: p.client.mr.Addr(), Length: 8, LKey: p.client.mr.LKey()}},
+	w := wr.Send{ID: 99, Op: wr.OpWrite, Signaled: true, NumSGE: 1,
+		SGE:        [2]wr.SGE{{Addr: p.client.mr.Addr(), Length: 8, LKey: p.client.mr.LKey()}},
 		RemoteAddr: raddr, RKey: p.server.mr.RKey() ^ 0x5a5a00}
-	if _, err := p.client.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+	if _, err := p.client.qp.PostSend([]wr.Send{w}); err != nil {
 		t.Fatal(err)
 	}
 	wc := p.client.completion(t, ctx)
-	err := wc.Err(p.client.qp.Num())
+	err := verbs.CompletionErr(&wc, p.client.qp.Num())
 	var we *verbs.WCError
-	if !errors.As(err, &we) || we.Status != verbs.WCRemAccessErr || we.QPNum != p.client.qp.Num() || we.ID != 99 {
+	if !errors.As(err, &we) || we.Status != wr.WCRemAccessErr || we.QPNum != p.client.qp.Num() || we.ID != 99 {
 		t.Fatalf("completion %+v: %v, want IBV_WC_REM_ACCESS_ERR on QP %#x", wc, err, p.client.qp.Num())
 	}
 	t.Log(err)
@@ -503,10 +504,10 @@ func TestUseAfterClose(t *testing.T) {
 	p := connect(t, ctx, addrs.Client, addrs.Server, nil)
 	p.close(t)
 	p.close(t) // idempotent
-	if _, err := p.client.qp.PostSend([]verbs.SendWR{{Op: verbs.OpWrite}}); err == nil {
+	if _, err := p.client.qp.PostSend([]wr.Send{{Op: wr.OpWrite}}); err == nil {
 		t.Error("PostSend after close succeeded")
 	}
-	if _, err := p.client.qp.PostRecv([]verbs.RecvWR{{}}); err == nil {
+	if _, err := p.client.qp.PostRecv([]wr.Recv{{}}); err == nil {
 		t.Error("PostRecv after close succeeded")
 	}
 	if err := p.client.id.Connect(ConnParam{}); err == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // testTimeout bounds every wait: the guest runs under TCG, so generously.
@@ -70,9 +71,9 @@ func (e *endpoint) close(t testing.TB) {
 
 // completion waits for one completion: poll, arm, poll again (a completion
 // may have arrived before arming), then sleep on the channel.
-func (e *endpoint) completion(t testing.TB, ctx context.Context) verbs.Completion {
+func (e *endpoint) completion(t testing.TB, ctx context.Context) wr.Completion {
 	t.Helper()
-	var wc [1]verbs.Completion
+	var wc [1]wr.Completion
 	for {
 		if n, err := e.cq.Poll(wc[:]); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // iWARP (siw) cannot write with immediate, so rsocket sends its message word
@@ -46,18 +47,18 @@ func TestIWARPSendInlineAndRefused(t *testing.T) {
 	t.Logf("iWARP QP granted %+v on %s", p.client.qp.Caps(), p.client.pd.Context().Name())
 	sbuf, rbuf := p.client.mr, p.server.mr
 	binary.NativeEndian.PutUint32(sbuf.Bytes(), 0x20000010) // a message word in host order, as rsocket sends it
-	if _, err := p.client.qp.PostSend([]verbs.SendWR{{ID: 3, Op: verbs.OpSend, Inline: true, Signaled: true, NumSGE: 1,
-		SGE: [2]verbs.SGE{{Addr: sbuf.Addr(), Length: 4, LKey: sbuf.LKey()}}}}); err != nil {
+	if _, err := p.client.qp.PostSend([]wr.Send{{ID: 3, Op: wr.OpSend, Inline: true, Signaled: true, NumSGE: 1,
+		SGE: [2]wr.SGE{{Addr: sbuf.Addr(), Length: 4, LKey: sbuf.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := p.client.completion(t, ctx); wc.Status != verbs.WCSuccess || wc.ID != 3 {
+	if wc := p.client.completion(t, ctx); wc.Status != wr.WCSuccess || wc.ID != 3 {
 		t.Fatalf("send completion %+v", wc)
 	}
-	if wc := p.server.completion(t, ctx); wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.ByteLen != 4 || wc.ID != 1 {
+	if wc := p.server.completion(t, ctx); wc.Status != wr.WCSuccess || wc.Opcode != wr.WCRecv || wc.ByteLen != 4 || wc.ID != 1 {
 		t.Fatalf("receive completion %+v", wc)
 	}
 	// Write with immediate is not supported on siw: the post fails.
-	_, err = p.client.qp.PostSend([]verbs.SendWR{{ID: 4, Op: verbs.OpWriteImm, Imm: 1, Signaled: true,
+	_, err = p.client.qp.PostSend([]wr.Send{{ID: 4, Op: wr.OpWriteImm, Imm: 1, Signaled: true,
 		RemoteAddr: rbuf.Addr(), RKey: rbuf.RKey()}})
 	t.Logf("RDMA WRITE WITH IMMEDIATE on siw: %v", err)
 	if err == nil {

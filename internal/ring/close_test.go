@@ -8,6 +8,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // settle runs both driver loops until nothing moves.
@@ -84,7 +85,7 @@ func newAutoPair(t *testing.T, cfg ring.Config) (*simfabric.Fabric, *side, *side
 // everything then EOF and can still answer; its own CloseWrite becomes a
 // DISCONNECT because our side is no longer writable (rsocket's rule).
 func TestCloseWriteHalfClose(t *testing.T) {
-	f, a, b := newAutoPair(t, ring.Config{SendBufSize: 4096, RecvBufSize: 4096})
+	f, a, b := newAutoPair(t, ring.Config{SendBufferSize: 4096, RecvBufferSize: 4096})
 	req := bytes.Repeat([]byte("request "), 2000)
 	transfer(t, a, b, req)
 	a.eng.CloseWrite()
@@ -120,7 +121,7 @@ func TestCloseWriteHalfClose(t *testing.T) {
 // TestCloseFlushesFirst: Close right after a large write still delivers
 // every byte before the peer sees EOF (nettest's BasicIO).
 func TestCloseFlushesFirst(t *testing.T) {
-	_, a, b := newAutoPair(t, ring.Config{SendBufSize: 8192, RecvBufSize: 4096})
+	_, a, b := newAutoPair(t, ring.Config{SendBufferSize: 8192, RecvBufferSize: 4096})
 	data := make([]byte, 1<<20)
 	for i := range data {
 		data[i] = byte(i * 7)
@@ -158,7 +159,7 @@ func TestCloseFlushesFirst(t *testing.T) {
 // unsent data and fails the engine instead of saying DISCONNECT, so the peer
 // cannot take the prefix it got for the whole stream.
 func TestAbort(t *testing.T) {
-	_, a, b := newAutoPair(t, ring.Config{SendBufSize: 64 << 10, RecvBufSize: 4096, RQSize: 16})
+	_, a, b := newAutoPair(t, ring.Config{SendBufferSize: 64 << 10, RecvBufferSize: 4096, RecvQueueSize: 16})
 	n, _ := a.eng.Write(make([]byte, 64<<10))
 	settle(t, a, b)
 	if a.eng.Flushed() {
@@ -224,7 +225,7 @@ func TestKeepalive(t *testing.T) {
 	recvsBefore := b.ep.QueuedRecvs()
 	a.eng.Keepalive()
 	wrs := a.eng.PostSends(nil)
-	if len(wrs) != 1 || wrs[0].Op != ring.OpWrite || wrs[0].NumSGE != 0 || !wrs[0].Signaled {
+	if len(wrs) != 1 || wrs[0].Op != wr.OpWrite || wrs[0].NumSGE != 0 || !wrs[0].Signaled {
 		t.Fatalf("%+v", wrs)
 	}
 	if err := a.ep.PostSend(wrs); err != nil {
@@ -240,7 +241,7 @@ func TestKeepalive(t *testing.T) {
 	// Not while other work is outstanding.
 	a.eng.Write([]byte("x"))
 	a.eng.Keepalive()
-	if wrs := a.eng.PostSends(nil); len(wrs) != 1 || wrs[0].Op != ring.OpWriteImm {
+	if wrs := a.eng.PostSends(nil); len(wrs) != 1 || wrs[0].Op != wr.OpWriteImm {
 		t.Fatalf("%+v", wrs)
 	}
 }

@@ -100,7 +100,7 @@ func (c *conn) closeWrite() {
 func TestConcurrentDrivers(t *testing.T) {
 	for _, iwarp := range []bool{false, true} {
 		t.Run(map[bool]string{false: "roce", true: "iwarp"}[iwarp], func(t *testing.T) {
-			cfg := ring.Config{SendBufSize: 16 << 10, RecvBufSize: 8 << 10, SQSize: 32, RQSize: 16, IWARP: iwarp}
+			cfg := ring.Config{SendBufferSize: 16 << 10, RecvBufferSize: 8 << 10, SendQueueSize: 32, RecvQueueSize: 16, IWARP: iwarp}
 			// Bytes land as they are posted, so -race also catches a read of
 			// the ring before its completion. Not on iWARP: there rsocket
 			// reads SGL updates that may still be in flight.

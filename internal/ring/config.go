@@ -34,7 +34,7 @@ const (
 	CtrlSlotSize = RemoteSGESize
 	// MsgWordSize is the size of an iWARP message word (RS_MSG_SIZE).
 	MsgWordSize = 4
-	// RecvHeadroom is how many receives are posted beyond RQSize, the
+	// RecvHeadroom is how many receives are posted beyond RecvQueueSize, the
 	// credits advertised. Credits bound only DATA messages; credit updates
 	// and SHUTDOWN/DISCONNECT consume receives too. Between two polls of a
 	// receiver, a sender that follows the protocol can send at most about
@@ -60,7 +60,7 @@ const (
 	MinBufSize = 64
 	// MaxBufSize keeps every offset and length in 32 bits with room to spare.
 	MaxBufSize = 1 << 30
-	// MinQueueSize and MaxQueueSize clamp SQSize and RQSize like
+	// MinQueueSize and MaxQueueSize clamp SendQueueSize and RecvQueueSize like
 	// rs_set_qp_size (RS_QP_MIN_SIZE, RS_QP_MAX_SIZE): credits and sequence
 	// numbers are 16-bit, so a window must stay below 65535.
 	MinQueueSize = 16
@@ -75,21 +75,21 @@ const NoInline = -1
 
 // Config sizes one connection. The zero value means rsocket's defaults.
 type Config struct {
-	// SendBufSize is the size of sbuf, where written bytes wait until their
+	// SendBufferSize is the size of sbuf, where written bytes wait until their
 	// transfer completes. 0 = 128 KiB. Clamped to [MinBufSize, MaxBufSize].
-	SendBufSize int
-	// RecvBufSize is the size of rbuf, advertised to the peer in two halves.
+	SendBufferSize int
+	// RecvBufferSize is the size of rbuf, advertised to the peer in two halves.
 	// 0 = 128 KiB. Clamped to [MinBufSize, MaxBufSize] and rounded down to
 	// an even number so both halves are equal.
-	RecvBufSize int
-	// SQSize is the send queue depth (max_send_wr): CtrlSlots entries are
+	RecvBufferSize int
+	// SendQueueSize is the send queue depth (max_send_wr): CtrlSlots entries are
 	// kept for control messages, the rest carry data. 0 = 384. Clamped to
 	// [MinQueueSize, MaxQueueSize].
-	SQSize int
-	// RQSize is the credit window advertised to the peer: the number of DATA
-	// messages it may have unread. RQSize+RecvHeadroom receives are posted.
+	SendQueueSize int
+	// RecvQueueSize is the credit window advertised to the peer: the number of DATA
+	// messages it may have unread. RecvQueueSize+RecvHeadroom receives are posted.
 	// 0 = 384. Clamped to [MinQueueSize, MaxQueueSize].
-	RQSize int
+	RecvQueueSize int
 	// InlineThreshold is the largest transfer sent inline; set it to the
 	// max_inline_data the device granted. 0 = 64; NoInline = none. In
 	// iWARP mode it is raised to at least MsgWordSize, like rsocket.
@@ -103,10 +103,10 @@ type Config struct {
 // Normalize returns c with defaults filled in and every field clamped to
 // the limits above.
 func (c Config) Normalize() Config {
-	c.SendBufSize = clampDefault(c.SendBufSize, DefaultBufSize, MinBufSize, MaxBufSize)
-	c.RecvBufSize = clampDefault(c.RecvBufSize, DefaultBufSize, MinBufSize, MaxBufSize) &^ 1
-	c.SQSize = clampDefault(c.SQSize, DefaultQueueSize, MinQueueSize, MaxQueueSize)
-	c.RQSize = clampDefault(c.RQSize, DefaultQueueSize, MinQueueSize, MaxQueueSize)
+	c.SendBufferSize = clampDefault(c.SendBufferSize, DefaultBufSize, MinBufSize, MaxBufSize)
+	c.RecvBufferSize = clampDefault(c.RecvBufferSize, DefaultBufSize, MinBufSize, MaxBufSize) &^ 1
+	c.SendQueueSize = clampDefault(c.SendQueueSize, DefaultQueueSize, MinQueueSize, MaxQueueSize)
+	c.RecvQueueSize = clampDefault(c.RecvQueueSize, DefaultQueueSize, MinQueueSize, MaxQueueSize)
 	switch {
 	case c.InlineThreshold == 0:
 		c.InlineThreshold = DefaultInlineThreshold
@@ -116,6 +116,22 @@ func (c Config) Normalize() Config {
 		c.InlineThreshold = NoInline
 	case c.InlineThreshold > MaxInlineThreshold:
 		c.InlineThreshold = MaxInlineThreshold
+	}
+	if c.IWARP && c.InlineThreshold < MsgWordSize {
+		c.InlineThreshold = MsgWordSize
+	}
+	return c
+}
+
+// FitDevice returns a normalised c sized for a device whose queues take at
+// most maxQueueWR work requests (0: no limit known) and whose transport is
+// iWARP or not. Queue depths the device cannot give are lowered rather than
+// failed, as rsocket does.
+func (c Config) FitDevice(maxQueueWR int, iwarp bool) Config {
+	c.IWARP = iwarp
+	if maxQueueWR > 0 {
+		c.SendQueueSize = max(min(c.SendQueueSize, maxQueueWR), MinQueueSize)
+		c.RecvQueueSize = max(min(c.RecvQueueSize, maxQueueWR-RecvHeadroom), MinQueueSize)
 	}
 	if c.IWARP && c.InlineThreshold < MsgWordSize {
 		c.InlineThreshold = MsgWordSize
@@ -134,7 +150,7 @@ func clampDefault(v, def, lo, hi int) int {
 // connection of a Config.
 type Layout struct {
 	// SendRegion is the size of the send region: sbuf, then CtrlSlots
-	// control slots, then (iWARP) SQSize message words. LOCAL_WRITE only.
+	// control slots, then (iWARP) SendQueueSize message words. LOCAL_WRITE only.
 	SendRegion int
 	// RecvRegion is the size of the receive region: rbuf, then (iWARP) one
 	// message word per posted receive. LOCAL_WRITE|REMOTE_WRITE.
@@ -150,7 +166,7 @@ type Layout struct {
 
 	// Queue pair and CQ capabilities to request.
 	SendDepth  int // max_send_wr
-	RecvDepth  int // max_recv_wr: RQSize + RecvHeadroom
+	RecvDepth  int // max_recv_wr: RecvQueueSize + RecvHeadroom
 	CQDepth    int // SendDepth + RecvDepth (one CQ for both, like rsocket)
 	MaxSendSGE int // 2: a transfer that wraps sbuf uses two SGEs
 	MaxRecvSGE int // 1 (iWARP message word); 0 SGEs are used otherwise
@@ -160,19 +176,19 @@ type Layout struct {
 func (c Config) Layout() Layout {
 	c = c.Normalize()
 	l := Layout{
-		CtrlOffset:    c.SendBufSize,
-		SendMsgOffset: c.SendBufSize + CtrlSlots*CtrlSlotSize,
-		RecvMsgOffset: c.RecvBufSize,
-		SendDepth:     c.SQSize,
-		RecvDepth:     c.RQSize + RecvHeadroom,
+		CtrlOffset:    c.SendBufferSize,
+		SendMsgOffset: c.SendBufferSize + CtrlSlots*CtrlSlotSize,
+		RecvMsgOffset: c.RecvBufferSize,
+		SendDepth:     c.SendQueueSize,
+		RecvDepth:     c.RecvQueueSize + RecvHeadroom,
 		MaxSendSGE:    2,
 		MaxRecvSGE:    1,
 		TargetRegion:  TargetSGLEntries * RemoteSGESize,
 	}
 	l.SendRegion = l.SendMsgOffset
-	l.RecvRegion = c.RecvBufSize
+	l.RecvRegion = c.RecvBufferSize
 	if c.IWARP {
-		l.SendRegion += c.SQSize * MsgWordSize
+		l.SendRegion += c.SendQueueSize * MsgWordSize
 		l.RecvRegion += l.RecvDepth * MsgWordSize
 	}
 	l.CQDepth = l.SendDepth + l.RecvDepth

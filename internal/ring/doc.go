@@ -25,7 +25,7 @@
 //
 // Rules the driver must keep:
 //
-//   - Post every RecvWR and SendWR returned, in the order returned, before the
+//   - Post every receive and send work request returned, in the order returned, before the
 //     next call to PostSends or PostRecvs. The engine counts them as posted.
 //     If a post fails, call Fail: the connection cannot be repaired.
 //   - Receives returned by PostRecvs must be posted before the SendWRs of the

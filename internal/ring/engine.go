@@ -3,6 +3,8 @@ package ring
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // recvIDFlag marks receive work request IDs, like rsocket's
@@ -203,7 +205,7 @@ func New(cfg Config, send, recv, target Region) (*Engine, error) {
 		return nil, err
 	}
 	clear(target.Buf[:l.TargetRegion])
-	half := uint32(cfg.RecvBufSize / 2)
+	half := uint32(cfg.RecvBufferSize / 2)
 	e := &Engine{
 		cfg:    cfg,
 		layout: l,
@@ -212,11 +214,11 @@ func New(cfg Config, send, recv, target Region) (*Engine, error) {
 		recv:   recv,
 		target: target,
 
-		sbuf: send.Buf[:cfg.SendBufSize],
+		sbuf: send.Buf[:cfg.SendBufferSize],
 
 		mailboxNext: 1, // the peer advertises its second half first
-		sqAvail:     cfg.SQSize - CtrlSlots,
-		inflight:    make([]sendRecord, cfg.SQSize),
+		sqAvail:     cfg.SendQueueSize - CtrlSlots,
+		inflight:    make([]sendRecord, cfg.SendQueueSize),
 
 		rbuf: recv.Buf[:2*half],
 		half: half,
@@ -228,9 +230,9 @@ func New(cfg Config, send, recv, target Region) (*Engine, error) {
 		nGrants:     1,
 		remoteSGE:   1,
 
-		rseqComp:   uint16(cfg.RQSize / 2),
-		grantedSeq: uint16(cfg.RQSize),
-		msgs:       make([]uint32, cfg.RQSize),
+		rseqComp:   uint16(cfg.RecvQueueSize / 2),
+		grantedSeq: uint16(cfg.RecvQueueSize),
+		msgs:       make([]uint32, cfg.RecvQueueSize),
 
 		recvDepth:  l.RecvDepth,
 		recvToPost: l.RecvDepth,
@@ -256,13 +258,13 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) Layout() Layout { return e.layout }
 
 // LocalConnData returns the private data to send in the connect request or
-// reply: credits = RQSize, the target region as target SGL, the first half
+// reply: credits = RecvQueueSize, the target region as target SGL, the first half
 // of rbuf as data buffer, no iomap.
 func (e *Engine) LocalConnData() [ConnDataSize]byte {
 	c := ConnData{
 		Version: ConnDataVersion,
 		Flags:   FlagIOMap,
-		Credits: uint16(e.cfg.RQSize),
+		Credits: uint16(e.cfg.RecvQueueSize),
 		TargetSGL: RemoteSGE{
 			Addr:   e.target.Addr,
 			Key:    e.target.RKey,
@@ -334,7 +336,7 @@ func (e *Engine) fail(err error) error {
 
 func isFlush(err error) bool {
 	ce, ok := err.(*CompletionError)
-	return ok && ce.Status == WCWRFlushErr
+	return ok && ce.Status == wr.WCWRFlushErr
 }
 
 // Err returns the error that ended the connection, or nil.
@@ -480,7 +482,7 @@ func (e *Engine) Credits() int { return int(e.sseqComp - e.sseqNo) }
 // order polled, and returns the fatal error of the connection, if any.
 // Completions keep being accounted after an error so Flushed stays
 // accurate during teardown.
-func (e *Engine) Complete(wcs []Completion) error {
+func (e *Engine) Complete(wcs []wr.Completion) error {
 	for i := range wcs {
 		wc := &wcs[i]
 		if wc.ID&recvIDFlag != 0 {

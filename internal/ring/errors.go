@@ -3,6 +3,8 @@ package ring
 import (
 	"errors"
 	"strconv"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // ErrProtocol is matched (errors.Is) by every *ProtocolError: the peer broke
@@ -106,7 +108,7 @@ func protoErr(check error, m Msg, detail string) *ProtocolError {
 // access error, a flush, an injected fault.
 type CompletionError struct {
 	ID        uint64
-	Status    WCStatus
+	Status    wr.WCStatus
 	VendorErr uint32
 	Recv      bool // the failed work request was a receive
 }
@@ -116,7 +118,7 @@ func (e *CompletionError) Error() string {
 	if e.Recv {
 		kind = "receive"
 	}
-	return "rsocket: " + kind + " completion failed: " + e.Status.String() +
+	return "rsocket: " + kind + " completion failed: " + e.Status.Description() +
 		" (vendor error 0x" + strconv.FormatUint(uint64(e.VendorErr), 16) + ")"
 }
 

@@ -17,8 +17,8 @@ func (e *Engine) CheckInvariants() error {
 		return fmt.Errorf("control slots in flight: %d", e.ctrlInFlight)
 	case e.sqAvail < 0:
 		return fmt.Errorf("data SQ entries: %d", e.sqAvail)
-	case e.inflightLen > e.cfg.SQSize:
-		return fmt.Errorf("sends in flight %d > SQ %d", e.inflightLen, e.cfg.SQSize)
+	case e.inflightLen > e.cfg.SendQueueSize:
+		return fmt.Errorf("sends in flight %d > SQ %d", e.inflightLen, e.cfg.SendQueueSize)
 	case e.recvPosted-e.recvDone > uint64(e.recvDepth):
 		return fmt.Errorf("receives outstanding %d > depth %d", e.recvPosted-e.recvDone, e.recvDepth)
 	case e.msgCount > len(e.msgs):
@@ -38,8 +38,8 @@ func (e *Engine) CheckInvariants() error {
 			ctrl++
 		}
 	}
-	if data+e.sqAvail != e.cfg.SQSize-CtrlSlots {
-		return fmt.Errorf("data SQ entries: %d in flight + %d free != %d", data, e.sqAvail, e.cfg.SQSize-CtrlSlots)
+	if data+e.sqAvail != e.cfg.SendQueueSize-CtrlSlots {
+		return fmt.Errorf("data SQ entries: %d in flight + %d free != %d", data, e.sqAvail, e.cfg.SendQueueSize-CtrlSlots)
 	}
 	if ctrl != e.ctrlInFlight {
 		return fmt.Errorf("control in flight: %d records, counter %d", ctrl, e.ctrlInFlight)

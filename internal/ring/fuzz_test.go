@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 func FuzzDecodeConnData(f *testing.F) {
@@ -34,7 +36,7 @@ func FuzzDecodeConnData(f *testing.F) {
 			t.Fatalf("round trip:\n got %x\nwant %x", enc, want)
 		}
 		// An engine must judge any decodable data without panicking.
-		e := newTestEngine(t, Config{SendBufSize: 4096, RecvBufSize: 4096, SQSize: 16, RQSize: 16})
+		e := newTestEngine(t, Config{SendBufferSize: 4096, RecvBufferSize: 4096, SendQueueSize: 16, RecvQueueSize: 16})
 		if err := e.Establish(b); err != nil {
 			if !errors.Is(err, ErrBadConnData) {
 				t.Fatalf("unexpected error %v", err)
@@ -107,15 +109,15 @@ type fuzzEngine struct {
 	e     *Engine
 	prog  []byte
 	pc    int
-	sends []SendWR
-	recvs []RecvWR
+	sends []wr.Send
+	recvs []wr.Recv
 	buf   []byte
 }
 
 func newFuzzEngine(t *testing.T, prog []byte) *fuzzEngine {
 	fz := &fuzzEngine{t: t, prog: prog, buf: make([]byte, 1<<16)}
 	flags := fz.byte()
-	cfg := Config{SendBufSize: 512, RecvBufSize: 256, SQSize: 16, RQSize: 16,
+	cfg := Config{SendBufferSize: 512, RecvBufferSize: 256, SendQueueSize: 16, RecvQueueSize: 16,
 		InlineThreshold: int(flags>>4) * 8, IWARP: flags&1 != 0}
 	if cfg.InlineThreshold == 0 {
 		cfg.InlineThreshold = NoInline
@@ -192,12 +194,12 @@ func (fz *fuzzEngine) step() {
 		fz.recvs = e.PostRecvs(fz.recvs)
 		fz.sends = e.PostSends(fz.sends)
 		k := min(int(op&7), len(fz.sends))
-		for _, wr := range fz.sends[:k] {
-			e.Complete([]Completion{{ID: wr.ID, Opcode: WCRDMAWrite}})
+		for _, w := range fz.sends[:k] {
+			e.Complete([]wr.Completion{{ID: w.ID, Opcode: wr.WCRDMAWrite}})
 		}
 		fz.sends = fz.sends[k:]
 	case 11: // a send completion with an error or an unknown ID
-		e.Complete([]Completion{{ID: uint64(fz.byte()), Status: WCStatus(op & 7)}})
+		e.Complete([]wr.Completion{{ID: uint64(fz.byte()), Status: wr.WCStatus(op & 7)}})
 	case 12:
 		e.Keepalive()
 	case 13:
@@ -219,7 +221,7 @@ func (fz *fuzzEngine) deliver(m uint32, bad, fail, landed bool) {
 	}
 	r := fz.recvs[0]
 	fz.recvs = fz.recvs[1:]
-	wc := Completion{ID: r.ID, Opcode: WCRecvRDMAWithImm, Imm: m}
+	wc := wr.Completion{ID: r.ID, Opcode: wr.WCRecvRDMAWithImm, Imm: m}
 	if Msg(m).Op() == MsgData {
 		wc.ByteLen = Msg(m).Data() // the write carries what the immediate says
 	}
@@ -229,14 +231,14 @@ func (fz *fuzzEngine) deliver(m uint32, bad, fail, landed bool) {
 	if e.cfg.IWARP {
 		off := r.SGE.Addr - e.recv.Addr
 		binary.NativeEndian.PutUint32(e.recv.Buf[off:], m)
-		wc = Completion{ID: r.ID, Opcode: WCRecv, ByteLen: 4}
+		wc = wr.Completion{ID: r.ID, Opcode: wr.WCRecv, ByteLen: 4}
 	}
 	if bad {
 		wc.Opcode ^= 1
 		wc.ByteLen++
 	}
 	if fail {
-		wc.Status = WCRemOpErr
+		wc.Status = wr.WCRemOpErr
 	}
-	e.Complete([]Completion{wc})
+	e.Complete([]wr.Completion{wc})
 }

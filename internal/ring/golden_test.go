@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // unhex decodes hex written with spaces for readability.
@@ -215,12 +217,12 @@ func TestCreditUpdateGolden(t *testing.T) {
 			if len(wrs) != 1 {
 				t.Fatalf("%d work requests: %+v", len(wrs), wrs)
 			}
-			wr := wrs[0]
-			if wr.Op != OpWriteImm || wr.Imm != 0x80000180 || !wr.Inline || !wr.Signaled || wr.NumSGE != 1 ||
-				wr.RemoteAddr != 0xa00000+16 || wr.RKey != 0xaa || wr.SGE[0].Length != 16 || wr.SGE[0].LKey != 1 {
-				t.Fatalf("work request %+v", wr)
+			w := wrs[0]
+			if w.Op != wr.OpWriteImm || w.Imm != 0x80000180 || !w.Inline || !w.Signaled || w.NumSGE != 1 ||
+				w.RemoteAddr != 0xa00000+16 || w.RKey != 0xaa || w.SGE[0].Length != 16 || w.SGE[0].LKey != 1 {
+				t.Fatalf("work request %+v", w)
 			}
-			off := wr.SGE[0].Addr - 0x10000
+			off := w.SGE[0].Addr - 0x10000
 			got := e.send.Buf[off : off+16]
 			if want := unhex(t, tc.payload); string(got) != string(want) {
 				t.Fatalf("payload %x want %x", got, want)
@@ -234,7 +236,7 @@ func TestCreditUpdateGolden(t *testing.T) {
 // but data to post: no credit update is due.
 func dataOnlyEngine(t *testing.T, sendBuf int, dataBuf uint32) *Engine {
 	t.Helper()
-	e := newTestEngine(t, Config{SendBufSize: sendBuf})
+	e := newTestEngine(t, Config{SendBufferSize: sendBuf})
 	peer := ConnData{Version: 1, Flags: FlagIOMap, Credits: 16,
 		TargetSGL: RemoteSGE{Addr: 0xa00000, Key: 0xaa, Length: 2},
 		DataBuf:   RemoteSGE{Addr: 0xb00000, Key: 0xbb, Length: dataBuf}}
@@ -253,15 +255,15 @@ func TestDataWorkRequest(t *testing.T) {
 		t.Fatal(n, err)
 	}
 	wrs := e.PostSends(nil)
-	want := SendWR{ID: 0, Op: OpWriteImm, Imm: 5, Inline: true, Signaled: true, NumSGE: 1,
-		SGE: [2]SGE{{Addr: 0x10000, Length: 5, LKey: 1}}, RemoteAddr: 0xb00000, RKey: 0xbb}
+	want := wr.Send{ID: 0, Op: wr.OpWriteImm, Imm: 5, Inline: true, Signaled: true, NumSGE: 1,
+		SGE: [2]wr.SGE{{Addr: 0x10000, Length: 5, LKey: 1}}, RemoteAddr: 0xb00000, RKey: 0xbb}
 	if len(wrs) != 1 || wrs[0] != want {
 		t.Fatalf("got %+v\nwant %+v", wrs, want)
 	}
 	// Fill sbuf so the next transfer wraps, with two SGEs. No Read came
 	// between the Writes, so it is no turn of the conversation and goes
 	// out whole (see sStart).
-	if err := e.Complete([]Completion{{ID: 0, Opcode: WCRDMAWrite}}); err != nil {
+	if err := e.Complete([]wr.Completion{{ID: 0, Opcode: wr.WCRDMAWrite}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := e.Write(make([]byte, 4096)); n != 4096 {
@@ -285,7 +287,7 @@ func TestDataWorkRequest(t *testing.T) {
 func TestNormalizeIdempotent(t *testing.T) {
 	for _, c := range []Config{
 		{}, {InlineThreshold: NoInline}, {InlineThreshold: 1}, {InlineThreshold: 1 << 20},
-		{IWARP: true, InlineThreshold: NoInline}, {SendBufSize: 1, RecvBufSize: 3, SQSize: 1, RQSize: 1 << 20},
+		{IWARP: true, InlineThreshold: NoInline}, {SendBufferSize: 1, RecvBufferSize: 3, SendQueueSize: 1, RecvQueueSize: 1 << 20},
 	} {
 		once := c.Normalize()
 		if twice := once.Normalize(); twice != once {
@@ -314,9 +316,9 @@ func TestLargeWriteTransfers(t *testing.T) {
 		t.Fatalf("%d transfers, want %d: %+v", len(wrs), len(want), wrs)
 	}
 	addr := uint64(0xb00000)
-	for i, wr := range wrs {
-		if wr.Len() != want[i] || wr.Imm != uint32(MakeMsg(MsgData, want[i])) || wr.RemoteAddr != addr {
-			t.Fatalf("transfer %d: %d bytes to %#x, want %d to %#x", i, wr.Len(), wr.RemoteAddr, want[i], addr)
+	for i, w := range wrs {
+		if w.Len() != want[i] || w.Imm != uint32(MakeMsg(MsgData, want[i])) || w.RemoteAddr != addr {
+			t.Fatalf("transfer %d: %d bytes to %#x, want %d to %#x", i, w.Len(), w.RemoteAddr, want[i], addr)
 		}
 		addr += uint64(want[i])
 	}

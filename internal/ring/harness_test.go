@@ -8,6 +8,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // side is one connection end as the rnet driver will run it: an engine
@@ -16,9 +17,9 @@ type side struct {
 	name  string
 	eng   *ring.Engine
 	ep    *simfabric.Endpoint
-	wcs   []ring.Completion
-	sends []ring.SendWR
-	recvs []ring.RecvWR
+	wcs   []wr.Completion
+	sends []wr.Send
+	recvs []wr.Recv
 }
 
 func newSide(t testing.TB, name string, ep *simfabric.Endpoint, cfg ring.Config) *side {
@@ -31,7 +32,7 @@ func newSide(t testing.TB, name string, ep *simfabric.Endpoint, cfg ring.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &side{name: name, eng: e, ep: ep, wcs: make([]ring.Completion, l.CQDepth)}
+	s := &side{name: name, eng: e, ep: ep, wcs: make([]wr.Completion, l.CQDepth)}
 	// Receives go up before connecting, as rsocket's rs_create_ep does.
 	s.recvs = e.PostRecvs(s.recvs[:0])
 	if err := ep.PostRecv(s.recvs); err != nil {

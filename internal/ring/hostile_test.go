@@ -8,6 +8,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // rawPeer is a hand-driven peer: the test crafts each work request, so it
@@ -41,12 +42,12 @@ func newHostile(t *testing.T, cfg ring.Config) (*side, *rawPeer) {
 		rbuf:    re.Register(make([]byte, 2*rawHalf), true),
 	}
 	// Plenty of receives so the engine's own messages never RNR.
-	recvs := make([]ring.RecvWR, 512)
+	recvs := make([]wr.Recv, 512)
 	for i := range recvs {
-		recvs[i] = ring.RecvWR{ID: 1<<63 | uint64(i)}
+		recvs[i] = wr.Recv{ID: 1<<63 | uint64(i)}
 		if cfg.IWARP {
 			recvs[i].NumSGE = 1
-			recvs[i].SGE = ring.SGE{Addr: p.scratch.Addr + uint64(1<<19+4*i), Length: 4, LKey: p.scratch.LKey}
+			recvs[i].SGE = wr.SGE{Addr: p.scratch.Addr + uint64(1<<19+4*i), Length: 4, LKey: p.scratch.LKey}
 		}
 	}
 	if err := re.PostRecv(recvs); err != nil {
@@ -68,16 +69,16 @@ func newHostile(t *testing.T, cfg ring.Config) (*side, *rawPeer) {
 }
 
 // post sends one crafted work request with payload copied from b.
-func (p *rawPeer) post(op ring.Opcode, imm uint32, remote uint64, rkey uint32, b []byte) {
+func (p *rawPeer) post(op wr.Opcode, imm uint32, remote uint64, rkey uint32, b []byte) {
 	p.t.Helper()
 	copy(p.scratch.Buf, b)
-	wr := ring.SendWR{ID: p.nextID, Op: op, Imm: imm, Signaled: true, RemoteAddr: remote, RKey: rkey}
+	w := wr.Send{ID: p.nextID, Op: op, Imm: imm, Signaled: true, RemoteAddr: remote, RKey: rkey}
 	p.nextID++
 	if len(b) > 0 {
-		wr.NumSGE = 1
-		wr.SGE[0] = ring.SGE{Addr: p.scratch.Addr, Length: uint32(len(b)), LKey: p.scratch.LKey}
+		w.NumSGE = 1
+		w.SGE[0] = wr.SGE{Addr: p.scratch.Addr, Length: uint32(len(b)), LKey: p.scratch.LKey}
 	}
-	if err := p.ep.PostSend([]ring.SendWR{wr}); err != nil {
+	if err := p.ep.PostSend([]wr.Send{w}); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -85,11 +86,11 @@ func (p *rawPeer) post(op ring.Opcode, imm uint32, remote uint64, rkey uint32, b
 // data writes n bytes at offset off of the engine's rbuf with a DATA
 // immediate claiming claim bytes.
 func (p *rawPeer) data(off uint64, n int, claim uint32) {
-	p.post(ring.OpWriteImm, uint32(ring.MakeMsg(ring.MsgData, claim)),
+	p.post(wr.OpWriteImm, uint32(ring.MakeMsg(ring.MsgData, claim)),
 		p.theirs.DataBuf.Addr+off, p.theirs.DataBuf.Key, make([]byte, n))
 }
 
-func (p *rawPeer) msg(m ring.Msg) { p.post(ring.OpWriteImm, uint32(m), 0, 0, nil) }
+func (p *rawPeer) msg(m ring.Msg) { p.post(wr.OpWriteImm, uint32(m), 0, 0, nil) }
 
 // sgl writes an rs_sge into entry i of the engine's target SGL (in the
 // engine's byte order, as the protocol requires) with a credit grant.
@@ -98,7 +99,7 @@ func (p *rawPeer) sgl(i int, s ring.RemoteSGE, credits uint32) {
 	binary.NativeEndian.PutUint64(b, s.Addr)
 	binary.NativeEndian.PutUint32(b[8:], s.Key)
 	binary.NativeEndian.PutUint32(b[12:], s.Length)
-	p.post(ring.OpWriteImm, uint32(ring.MakeMsg(ring.MsgSGL, credits)),
+	p.post(wr.OpWriteImm, uint32(ring.MakeMsg(ring.MsgSGL, credits)),
 		p.theirs.TargetSGL.Addr+uint64(16*i), p.theirs.TargetSGL.Key, b)
 }
 
@@ -196,7 +197,7 @@ func TestHostileConnData(t *testing.T) {
 }
 
 func TestHostileDataBeyondGrant(t *testing.T) {
-	s, p := newHostile(t, ring.Config{RecvBufSize: 8192})
+	s, p := newHostile(t, ring.Config{RecvBufferSize: 8192})
 	p.data(0, 4097, 4097) // the granted first half is 4096 bytes
 	expectFailure(t, s, ring.ErrDataOverrun)
 }
@@ -204,7 +205,7 @@ func TestHostileDataBeyondGrant(t *testing.T) {
 // TestHostileDataStraddlesGrant: both halves are granted, 8 KiB in total,
 // but a transfer may not cross from one advertised half into the next.
 func TestHostileDataStraddlesGrant(t *testing.T) {
-	s, p := newHostile(t, ring.Config{RecvBufSize: 8192})
+	s, p := newHostile(t, ring.Config{RecvBufferSize: 8192})
 	if _, err := s.service(100); err != nil { // the engine grants its second half
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestHostileDataStraddlesGrant(t *testing.T) {
 // TestHostileDataBeforeRegrant: the peer fills both halves, the reader
 // frees nothing, and the peer writes on as if half 0 were granted again.
 func TestHostileDataBeforeRegrant(t *testing.T) {
-	s, p := newHostile(t, ring.Config{RecvBufSize: 8192})
+	s, p := newHostile(t, ring.Config{RecvBufferSize: 8192})
 	if _, err := s.service(100); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestHostileDataBeforeRegrant(t *testing.T) {
 }
 
 func TestHostileTooManyMessages(t *testing.T) {
-	s, p := newHostile(t, ring.Config{RQSize: 16})
+	s, p := newHostile(t, ring.Config{RecvQueueSize: 16})
 	for i := 0; i < 16; i++ {
 		p.data(uint64(i), 1, 1)
 	}
@@ -274,7 +275,7 @@ func TestHostileSGLWrongLength(t *testing.T) {
 // cannot be an SGL update.
 func TestHostileSGLWrongSize(t *testing.T) {
 	s, p := newHostile(t, ring.Config{})
-	p.post(ring.OpWriteImm, uint32(ring.MakeMsg(ring.MsgSGL, 64)), p.theirs.TargetSGL.Addr, p.theirs.TargetSGL.Key, make([]byte, 8))
+	p.post(wr.OpWriteImm, uint32(ring.MakeMsg(ring.MsgSGL, 64)), p.theirs.TargetSGL.Addr, p.theirs.TargetSGL.Key, make([]byte, 8))
 	expectFailure(t, s, ring.ErrBadSGL)
 }
 
@@ -298,8 +299,8 @@ func TestHostileSGLTornRead(t *testing.T) {
 	binary.NativeEndian.PutUint64(b, torn.Addr)
 	binary.NativeEndian.PutUint32(b[8:], torn.Key)
 	binary.NativeEndian.PutUint32(b[12:], torn.Length)
-	p.post(ring.OpWrite, 0, p.theirs.TargetSGL.Addr+16, p.theirs.TargetSGL.Key, b) // no message yet
-	p.msg(ring.MakeMsg(ring.MsgSGL, 64))                                           // an older credit message
+	p.post(wr.OpWrite, 0, p.theirs.TargetSGL.Addr+16, p.theirs.TargetSGL.Key, b) // no message yet
+	p.msg(ring.MakeMsg(ring.MsgSGL, 64))                                         // an older credit message
 	if _, err := s.service(100); err != nil {
 		t.Fatalf("a torn entry was judged before its message: %v", err)
 	}
@@ -364,25 +365,25 @@ func TestHostileDataAfterDisconnect(t *testing.T) {
 
 func TestHostileSendInsteadOfImmediate(t *testing.T) {
 	s, p := newHostile(t, ring.Config{})
-	p.post(ring.OpSend, 0, 0, 0, nil) // a 0-byte SEND fits a receive without buffers
+	p.post(wr.OpSend, 0, 0, 0, nil) // a 0-byte SEND fits a receive without buffers
 	expectFailure(t, s, ring.ErrBadMessage)
 }
 
 func TestHostileIWARPShortMessage(t *testing.T) {
 	s, p := newHostile(t, ring.Config{IWARP: true})
-	p.post(ring.OpSend, 0, 0, 0, []byte{1, 2, 3})
+	p.post(wr.OpSend, 0, 0, 0, []byte{1, 2, 3})
 	expectFailure(t, s, ring.ErrBadMessage)
 }
 
 func TestHostileIWARPReservedOpcode(t *testing.T) {
 	s, p := newHostile(t, ring.Config{IWARP: true})
 	b := binary.NativeEndian.AppendUint32(nil, uint32(ring.MakeMsg(ring.MsgRsvd, 0)))
-	p.post(ring.OpSend, 0, 0, 0, b)
+	p.post(wr.OpSend, 0, 0, 0, b)
 	expectFailure(t, s, ring.ErrReservedOpcode)
 }
 
 func TestCompletionErrorInjected(t *testing.T) {
-	for _, status := range []ring.WCStatus{ring.WCRemAccessErr, ring.WCGeneralErr} {
+	for _, status := range []wr.WCStatus{wr.WCRemAccessErr, wr.WCGeneralErr} {
 		t.Run(status.String(), func(t *testing.T) {
 			s, p := newHostile(t, ring.Config{})
 			s.ep.InjectError(status)
@@ -394,7 +395,7 @@ func TestCompletionErrorInjected(t *testing.T) {
 				t.Fatalf("%+v", ce)
 			}
 			// A refused transfer is the peer's side; a general error is not.
-			if got, want := errors.Is(s.eng.Err(), ring.ErrPeerGone), status == ring.WCRemAccessErr; got != want {
+			if got, want := errors.Is(s.eng.Err(), ring.ErrPeerGone), status == wr.WCRemAccessErr; got != want {
 				t.Fatalf("errors.Is(%v, ErrPeerGone) = %v", s.eng.Err(), got)
 			}
 		})
@@ -414,15 +415,15 @@ func TestCompletionErrorCauseBeforeFlush(t *testing.T) {
 		if len(sends) == 0 {
 			t.Fatal("Write posted nothing")
 		}
-		flush := ring.Completion{ID: 1 << 63, Status: ring.WCWRFlushErr} // the first receive
-		cause := ring.Completion{ID: sends[0].ID, Status: ring.WCRemAccessErr}
-		wcs := []ring.Completion{cause, flush}
+		flush := wr.Completion{ID: 1 << 63, Status: wr.WCWRFlushErr} // the first receive
+		cause := wr.Completion{ID: sends[0].ID, Status: wr.WCRemAccessErr}
+		wcs := []wr.Completion{cause, flush}
 		if flushFirst {
-			wcs = []ring.Completion{flush, cause}
+			wcs = []wr.Completion{flush, cause}
 		}
 		err := s.eng.Complete(wcs)
 		var ce *ring.CompletionError
-		if !errors.As(err, &ce) || ce.Status != ring.WCRemAccessErr || ce.Recv {
+		if !errors.As(err, &ce) || ce.Status != wr.WCRemAccessErr || ce.Recv {
 			t.Fatalf("flush first %v: %v, want the send's remote access error", flushFirst, err)
 		}
 		if !errors.Is(err, ring.ErrPeerGone) {
@@ -447,7 +448,7 @@ func TestCompletionErrorDeadPeer(t *testing.T) {
 	expectFailure(t, s, ring.ErrCompletion)
 	var ce *ring.CompletionError
 	errors.As(s.eng.Err(), &ce)
-	if ce.Status != ring.WCRetryExcErr || ce.Recv {
+	if ce.Status != wr.WCRetryExcErr || ce.Recv {
 		t.Fatalf("%+v", ce)
 	}
 	if !errors.Is(s.eng.Err(), ring.ErrPeerGone) {

@@ -17,10 +17,10 @@ import (
 func randomConfig(r *rand.Rand) ring.Config {
 	pick := func(vals ...int) int { return vals[r.IntN(len(vals))] }
 	return ring.Config{
-		SendBufSize:     pick(64, 100, 1000, 4096, 10000, 65536, 0),
-		RecvBufSize:     pick(64, 128, 1000, 4096, 10000, 65536, 0),
-		SQSize:          pick(16, 17, 24, 64, 0),
-		RQSize:          pick(16, 20, 33, 64, 0),
+		SendBufferSize:  pick(64, 100, 1000, 4096, 10000, 65536, 0),
+		RecvBufferSize:  pick(64, 128, 1000, 4096, 10000, 65536, 0),
+		SendQueueSize:   pick(16, 17, 24, 64, 0),
+		RecvQueueSize:   pick(16, 20, 33, 64, 0),
 		InlineThreshold: pick(ring.NoInline, 8, 16, 64, 200),
 		IWARP:           r.IntN(4) == 0,
 	}
@@ -70,9 +70,9 @@ func runProperty(t *testing.T, seed uint64) {
 	for i := range p.streams {
 		// Long streams through big buffers, shorter ones through tiny
 		// buffers (where every transfer is a handful of bytes).
-		smallest := min(ca.Normalize().SendBufSize, cb.Normalize().RecvBufSize)
+		smallest := min(ca.Normalize().SendBufferSize, cb.Normalize().RecvBufferSize)
 		if i == 1 {
-			smallest = min(cb.Normalize().SendBufSize, ca.Normalize().RecvBufSize)
+			smallest = min(cb.Normalize().SendBufferSize, ca.Normalize().RecvBufferSize)
 		}
 		total := uint64(r.IntN(min(3<<20, 300*smallest)))
 		if r.IntN(5) == 0 {

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // Read copies received bytes into p. It returns (0, nil) when nothing has
@@ -64,26 +66,26 @@ func (e *Engine) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// PostRecvs appends the receives to post: all RQSize+RecvHeadroom before
+// PostRecvs appends the receives to post: all RecvQueueSize+RecvHeadroom before
 // connecting, then one for each receive completion. Receives carry no
 // buffer, except in iWARP mode where each gets a 4-byte slot after rbuf for
 // the message word.
-func (e *Engine) PostRecvs(dst []RecvWR) []RecvWR {
+func (e *Engine) PostRecvs(dst []wr.Recv) []wr.Recv {
 	if e.err != nil || (e.established && e.finished()) {
 		return dst
 	}
 	for ; e.recvToPost > 0; e.recvToPost-- {
-		wr := RecvWR{ID: recvIDFlag | e.recvPosted}
+		w := wr.Recv{ID: recvIDFlag | e.recvPosted}
 		if e.cfg.IWARP {
-			wr.NumSGE = 1
-			wr.SGE = SGE{
+			w.NumSGE = 1
+			w.SGE = wr.SGE{
 				Addr:   e.recv.Addr + uint64(e.recvSlotOffset(e.recvPosted)),
 				Length: MsgWordSize,
 				LKey:   e.recv.LKey,
 			}
 		}
 		e.recvPosted++
-		dst = append(dst, wr)
+		dst = append(dst, w)
 	}
 	return dst
 }
@@ -93,7 +95,7 @@ func (e *Engine) recvSlotOffset(seq uint64) int {
 }
 
 // completeRecv handles one receive completion: the peer's message.
-func (e *Engine) completeRecv(wc *Completion) {
+func (e *Engine) completeRecv(wc *wr.Completion) {
 	seq := wc.ID &^ recvIDFlag
 	if e.recvDone == e.recvPosted || seq != e.recvDone {
 		e.fail(fmt.Errorf("ring: %w: receive ID %d, expected %d (%d posted)",
@@ -102,7 +104,7 @@ func (e *Engine) completeRecv(wc *Completion) {
 	}
 	e.recvDone++
 	e.stats.RecvCompletions++
-	if wc.Status != WCSuccess {
+	if wc.Status != wr.WCSuccess {
 		e.stats.ErrorCompletions++
 		if e.live() || isFlush(e.err) {
 			e.fail(&CompletionError{ID: wc.ID, Status: wc.Status, VendorErr: wc.VendorErr, Recv: true})
@@ -169,11 +171,11 @@ func (e *Engine) completeRecv(wc *Completion) {
 // msgWord extracts the message word of a successful receive completion:
 // the immediate, or in iWARP mode the 4 bytes the SEND put in the receive's
 // slot. ok is false when the completion cannot carry a message.
-func (e *Engine) msgWord(wc *Completion, seq uint64) (word uint32, ok bool) {
+func (e *Engine) msgWord(wc *wr.Completion, seq uint64) (word uint32, ok bool) {
 	switch {
-	case e.cfg.IWARP && wc.Opcode == WCRecv && wc.ByteLen == MsgWordSize:
+	case e.cfg.IWARP && wc.Opcode == wr.WCRecv && wc.ByteLen == MsgWordSize:
 		return binary.NativeEndian.Uint32(e.recv.Buf[e.recvSlotOffset(seq):]), true
-	case !e.cfg.IWARP && wc.Opcode == WCRecvRDMAWithImm:
+	case !e.cfg.IWARP && wc.Opcode == wr.WCRecvRDMAWithImm:
 		return wc.Imm, true
 	}
 	return 0, false
@@ -231,7 +233,7 @@ func (e *Engine) recvData(m Msg) {
 
 // recvCredits applies a credit grant and takes any SGL update the peer
 // wrote into our target region.
-func (e *Engine) recvCredits(m Msg, wc *Completion) {
+func (e *Engine) recvCredits(m Msg, wc *wr.Completion) {
 	comp := uint16(m.Data()) // rsocket sends rseq_no + rq_size unmasked; only 16 bits count
 	if comp-e.sseqComp > e.peerCredits {
 		e.fail(protoErr(ErrBadCredits, m, fmt.Sprintf("limit %d goes back from %d", comp, e.sseqComp)))

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // TestReadIntoBufferOver4GiB: a Read buffer longer than 4 GiB must not
@@ -14,7 +16,7 @@ import (
 func TestReadIntoBufferOver4GiB(t *testing.T) {
 	e, recvs := iwarpEngine(t)
 	for i, size := range []int{1 << 32, 1<<32 + 10} {
-		if err := e.Complete([]Completion{iwarpMsg(e, recvs[i], MakeMsg(MsgData, 10))}); err != nil {
+		if err := e.Complete([]wr.Completion{iwarpMsg(e, recvs[i], MakeMsg(MsgData, 10))}); err != nil {
 			t.Fatal(err)
 		}
 		p, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)

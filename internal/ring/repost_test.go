@@ -65,7 +65,7 @@ func TestRepostDue(t *testing.T) {
 
 	// One message, then reading half of rbuf makes a credit update due,
 	// which waits for the receive: it must go back now.
-	half := ring.Config{}.Normalize().RecvBufSize / 2
+	half := ring.Config{}.Normalize().RecvBufferSize / 2
 	if n, err := w.eng.Write(make([]byte, half-ring.RecvHeadroom/4)); err != nil || n != half-ring.RecvHeadroom/4 {
 		t.Fatal(n, err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // A writer held back by a full sbuf, whose transfers have all completed by
@@ -15,7 +16,7 @@ import (
 // in flight, as before, restarted small after each stall: 31 transfers.
 func TestStalledStreamResumesWithFullTransfers(t *testing.T) {
 	f := simfabric.New(1, simfabric.Options{})
-	cfg := ring.Config{SendBufSize: 128 << 10, RecvBufSize: 128 << 10}
+	cfg := ring.Config{SendBufferSize: 128 << 10, RecvBufferSize: 128 << 10}
 	w, rd := connect(t, f, cfg, cfg)
 	st := &stream{salt: 3, total: 1 << 20}
 	st.wbuf = make([]byte, 1<<16)
@@ -48,9 +49,9 @@ func TestStalledStreamResumesWithFullTransfers(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.sends = w.eng.PostSends(w.sends[:0])
-		for _, wr := range w.sends {
-			if m := ring.Msg(wr.Imm); wr.Op == ring.OpWriteImm && m.Op() == ring.MsgData {
-				sizes = append(sizes, wr.Len())
+		for _, w := range w.sends {
+			if m := ring.Msg(w.Imm); w.Op == wr.OpWriteImm && m.Op() == ring.MsgData {
+				sizes = append(sizes, w.Len())
 			}
 		}
 		if err := w.ep.PostSend(w.sends); err != nil {
@@ -103,7 +104,7 @@ func TestStalledStreamResumesWithFullTransfers(t *testing.T) {
 // it returns).
 func TestStartTransferOnlyAtATurn(t *testing.T) {
 	f := simfabric.New(1, simfabric.Options{})
-	cfg := ring.Config{SendBufSize: 128 << 10, RecvBufSize: 128 << 10}
+	cfg := ring.Config{SendBufferSize: 128 << 10, RecvBufferSize: 128 << 10}
 	a, b := connect(t, f, cfg, cfg)
 	buf := make([]byte, 8<<10)
 	// settle runs both sides until the fabric is quiet, and returns the
@@ -115,9 +116,9 @@ func TestStartTransferOnlyAtATurn(t *testing.T) {
 					t.Fatal(err)
 				}
 				if s == a {
-					for _, wr := range a.sends {
-						if m := ring.Msg(wr.Imm); wr.Op == ring.OpWriteImm && m.Op() == ring.MsgData {
-							sizes = append(sizes, wr.Len())
+					for _, w := range a.sends {
+						if m := ring.Msg(w.Imm); w.Op == wr.OpWriteImm && m.Op() == ring.MsgData {
+							sizes = append(sizes, w.Len())
 						}
 					}
 				}

@@ -8,7 +8,7 @@ import (
 )
 
 // TestPeerMayLackReceives: against a peer that does not poll, our sends
-// would run out of an rsocket peer's receives (it posts exactly RQSize)
+// would run out of an rsocket peer's receives (it posts exactly RecvQueueSize)
 // when the DATA credits it granted are used up and a message it does not
 // credit (here our first SGL update) came on top; PeerMayLackReceives says
 // so from then on, and stops once the peer polls and grants again. (This
@@ -16,10 +16,10 @@ import (
 // sees no RNR here.)
 func TestPeerMayLackReceives(t *testing.T) {
 	f := simfabric.New(1, simfabric.Options{Auto: true, RNRRetry: true})
-	a, b := connect(t, f, ring.Config{}, ring.Config{RQSize: 16})
+	a, b := connect(t, f, ring.Config{}, ring.Config{RecvQueueSize: 16})
 	credits := a.eng.Credits()
 	if credits != 16 {
-		t.Fatalf("peer granted %d credits, want its RQSize 16", credits)
+		t.Fatalf("peer granted %d credits, want its RecvQueueSize 16", credits)
 	}
 	for i := range credits {
 		if _, err := a.eng.Write([]byte{byte(i)}); err != nil {

@@ -3,6 +3,8 @@ package ring
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // Write copies as much of p as fits into sbuf and returns how many bytes it
@@ -104,7 +106,7 @@ func (e *Engine) Keepalive() {
 // buffer space and the send queue allow now: credit updates first (so the
 // peer can keep sending), then data transfers, then a queued close, then a
 // keepalive. The driver must post them all, in order.
-func (e *Engine) PostSends(dst []SendWR) []SendWR {
+func (e *Engine) PostSends(dst []wr.Send) []wr.Send {
 	if !e.established || e.finished() || e.disconnectPosted {
 		return dst
 	}
@@ -121,7 +123,7 @@ func (e *Engine) PostSends(dst []SendWR) []SendWR {
 // starts what was written after an idle spell (sStart) and MaxTransfer
 // otherwise (see StartTransfer for why not rsocket's doubling), and never
 // crosses a target entry; a wrapped sbuf is sent with two SGEs.
-func (e *Engine) postData(dst []SendWR) []SendWR {
+func (e *Engine) postData(dst []wr.Send) []wr.Send {
 	need := 1
 	if e.cfg.IWARP {
 		need = 2
@@ -149,8 +151,8 @@ func (e *Engine) postData(dst []SendWR) []SendWR {
 		}
 		n := uint32(x)
 
-		wr := SendWR{
-			Op:         OpWriteImm,
+		w := wr.Send{
+			Op:         wr.OpWriteImm,
 			Imm:        uint32(MakeMsg(MsgData, n)),
 			Inline:     int(n) <= e.cfg.InlineThreshold,
 			Signaled:   true,
@@ -159,13 +161,13 @@ func (e *Engine) postData(dst []SendWR) []SendWR {
 		}
 		pos := e.sPosted % size
 		first := min(x, size-pos)
-		wr.SGE[0] = SGE{Addr: e.send.Addr + pos, Length: uint32(first), LKey: e.send.LKey}
-		wr.NumSGE = 1
+		w.SGE[0] = wr.SGE{Addr: e.send.Addr + pos, Length: uint32(first), LKey: e.send.LKey}
+		w.NumSGE = 1
 		if first < x {
-			wr.SGE[1] = SGE{Addr: e.send.Addr, Length: uint32(x - first), LKey: e.send.LKey}
-			wr.NumSGE = 2
+			w.SGE[1] = wr.SGE{Addr: e.send.Addr, Length: uint32(x - first), LKey: e.send.LKey}
+			w.NumSGE = 2
 		}
-		if wr.Inline {
+		if w.Inline {
 			e.stats.InlineSends++
 		}
 
@@ -183,15 +185,15 @@ func (e *Engine) postData(dst []SendWR) []SendWR {
 		e.stats.MessagesSent++
 
 		if !e.cfg.IWARP {
-			wr.ID = e.pushSend(sendData, n)
-			dst = append(dst, wr)
+			w.ID = e.pushSend(sendData, n)
+			dst = append(dst, w)
 			continue
 		}
-		wr.Op = OpWrite
-		msg := wr.Imm
-		wr.Imm = 0
-		wr.ID = e.pushSend(sendData, n)
-		dst = append(dst, wr)
+		w.Op = wr.OpWrite
+		msg := w.Imm
+		w.Imm = 0
+		w.ID = e.pushSend(sendData, n)
+		dst = append(dst, w)
 		dst = append(dst, e.msgSend(sendDataMsg, msg))
 	}
 	return dst
@@ -202,7 +204,7 @@ func (e *Engine) postData(dst []SendWR) []SendWR {
 // is free again. In the second case the update also advertises that half by
 // writing an rs_sge into the peer's target SGL, in the peer's byte order,
 // alternating between its two entries.
-func (e *Engine) postCredits(dst []SendWR) []SendWR {
+func (e *Engine) postCredits(dst []wr.Send) []wr.Send {
 	if e.peerShutdown || e.readClosed || e.recvToPost > 0 {
 		// The peer sends no more DATA, or nobody reads, or receives are
 		// not back on the queue yet (granting now could invite RNR).
@@ -221,9 +223,9 @@ func (e *Engine) postCredits(dst []SendWR) []SendWR {
 	}
 	e.ctrlInFlight += need // one per work request; each completion returns one
 
-	msg := MakeMsg(MsgSGL, uint32(e.rseqNo)+uint32(e.cfg.RQSize))
-	e.grantedSeq = e.rseqNo + uint16(e.cfg.RQSize)
-	e.rseqComp = e.rseqNo + uint16(e.cfg.RQSize/2)
+	msg := MakeMsg(MsgSGL, uint32(e.rseqNo)+uint32(e.cfg.RecvQueueSize))
+	e.grantedSeq = e.rseqNo + uint16(e.cfg.RecvQueueSize)
+	e.rseqComp = e.rseqNo + uint16(e.cfg.RecvQueueSize/2)
 	e.stats.CreditUpdatesSent++
 	e.ctrlSinceGrant++ // one message, one receive at the peer, no credit
 
@@ -243,13 +245,13 @@ func (e *Engine) postCredits(dst []SendWR) []SendWR {
 		Key:    e.recv.RKey,
 		Length: e.half,
 	}, order)
-	wr := SendWR{
-		Op:         OpWriteImm,
+	w := wr.Send{
+		Op:         wr.OpWriteImm,
 		Imm:        uint32(msg),
 		Inline:     e.cfg.InlineThreshold >= RemoteSGESize,
 		Signaled:   true,
 		NumSGE:     1,
-		SGE:        [2]SGE{{Addr: e.send.Addr + uint64(off), Length: RemoteSGESize, LKey: e.send.LKey}},
+		SGE:        [2]wr.SGE{{Addr: e.send.Addr + uint64(off), Length: RemoteSGESize, LKey: e.send.LKey}},
 		RemoteAddr: e.peerTarget.Addr + uint64(e.remoteSGE)*RemoteSGESize,
 		RKey:       e.peerTarget.Key,
 	}
@@ -265,19 +267,19 @@ func (e *Engine) postCredits(dst []SendWR) []SendWR {
 	e.stats.BufferGrantsSent++
 
 	if e.cfg.IWARP {
-		wr.Op = OpWrite
-		wr.Imm = 0
-		wr.ID = e.pushSend(sendCtrl, 0)
-		dst = append(dst, wr)
+		w.Op = wr.OpWrite
+		w.Imm = 0
+		w.ID = e.pushSend(sendCtrl, 0)
+		dst = append(dst, w)
 		return append(dst, e.msgSend(sendCtrl, uint32(msg)))
 	}
-	wr.ID = e.pushSend(sendCtrl, 0)
-	return append(dst, wr)
+	w.ID = e.pushSend(sendCtrl, 0)
+	return append(dst, w)
 }
 
 // postClose sends a queued SHUTDOWN or DISCONNECT once every written byte
 // has been posted, so the peer sees EOF only after all data.
-func (e *Engine) postClose(dst []SendWR) []SendWR {
+func (e *Engine) postClose(dst []wr.Send) []wr.Send {
 	if e.closePending == closeNone || e.sPosted != e.sHead || e.ctrlInFlight >= CtrlSlots {
 		return dst
 	}
@@ -294,7 +296,7 @@ func (e *Engine) postClose(dst []SendWR) []SendWR {
 	return append(dst, e.msgSend(kind, uint32(MakeMsg(MsgCtrl, code))))
 }
 
-func (e *Engine) postKeepalive(dst []SendWR) []SendWR {
+func (e *Engine) postKeepalive(dst []wr.Send) []wr.Send {
 	if !e.keepalivePending || e.ctrlInFlight >= CtrlSlots {
 		return dst
 	}
@@ -306,33 +308,33 @@ func (e *Engine) postKeepalive(dst []SendWR) []SendWR {
 	e.keepalivePending = false
 	e.ctrlInFlight++
 	e.stats.KeepalivesSent++
-	// rsocket posts it with no SGE, remote address 0 and rkey 0: a 0-byte
+	// rsocket posts it with no wr.SGE, remote address 0 and rkey 0: a 0-byte
 	// RDMA WRITE touches no memory, so neither is checked.
-	return append(dst, SendWR{ID: e.pushSend(sendCtrl, 0), Op: OpWrite, Signaled: true})
+	return append(dst, wr.Send{ID: e.pushSend(sendCtrl, 0), Op: wr.OpWrite, Signaled: true})
 }
 
 // msgSend builds a message with no payload: a 0-byte RDMA WRITE WITH
 // IMMEDIATE, or in iWARP mode an inline SEND of the message word in host
 // byte order. The caller has already taken the SQ entry or control slot.
-func (e *Engine) msgSend(kind sendKind, msg uint32) SendWR {
+func (e *Engine) msgSend(kind sendKind, msg uint32) wr.Send {
 	if !e.cfg.IWARP {
-		return SendWR{ID: e.pushSend(kind, 0), Op: OpWriteImm, Imm: msg, Signaled: true}
+		return wr.Send{ID: e.pushSend(kind, 0), Op: wr.OpWriteImm, Imm: msg, Signaled: true}
 	}
 	id := e.pushSend(kind, 0)
-	off := e.layout.SendMsgOffset + int(id%uint64(e.cfg.SQSize))*MsgWordSize
+	off := e.layout.SendMsgOffset + int(id%uint64(e.cfg.SendQueueSize))*MsgWordSize
 	binary.NativeEndian.PutUint32(e.send.Buf[off:], msg)
-	return SendWR{
+	return wr.Send{
 		ID:       id,
-		Op:       OpSend,
+		Op:       wr.OpSend,
 		Inline:   true,
 		Signaled: true,
 		NumSGE:   1,
-		SGE:      [2]SGE{{Addr: e.send.Addr + uint64(off), Length: MsgWordSize, LKey: e.send.LKey}},
+		SGE:      [2]wr.SGE{{Addr: e.send.Addr + uint64(off), Length: MsgWordSize, LKey: e.send.LKey}},
 	}
 }
 
 // pushSend records a send in flight and returns its work request ID. The
-// callers' accounting (sqAvail + control slots <= SQSize) guarantees room.
+// callers' accounting (sqAvail + control slots <= SendQueueSize) guarantees room.
 func (e *Engine) pushSend(kind sendKind, bytes uint32) uint64 {
 	i := (e.inflightHead + e.inflightLen) % len(e.inflight)
 	e.inflight[i] = sendRecord{kind: kind, bytes: bytes}
@@ -345,7 +347,7 @@ func (e *Engine) pushSend(kind sendKind, bytes uint32) uint64 {
 // completeSend gives back what a send held. Sends of one queue pair
 // complete in posting order (every one is signalled), so the completion
 // must carry the ID of the oldest send in flight.
-func (e *Engine) completeSend(wc *Completion) {
+func (e *Engine) completeSend(wc *wr.Completion) {
 	if e.inflightLen == 0 || wc.ID != e.sendDoneSeq {
 		e.fail(fmt.Errorf("ring: %w: send ID %d, expected %d (%d in flight)",
 			ErrUnknownCompletion, wc.ID, e.sendDoneSeq, e.inflightLen))
@@ -373,7 +375,7 @@ func (e *Engine) completeSend(wc *Completion) {
 		e.ctrlInFlight--
 		e.disconnectDone = true
 	}
-	if wc.Status != WCSuccess {
+	if wc.Status != wr.WCSuccess {
 		e.stats.ErrorCompletions++
 		if wasLive || isFlush(e.err) {
 			e.fail(&CompletionError{ID: wc.ID, Status: wc.Status, VendorErr: wc.VendorErr})

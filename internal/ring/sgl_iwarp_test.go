@@ -4,11 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // iwarpEngine is an established iWARP engine over plain memory and the
 // receives it posted, in order.
-func iwarpEngine(t *testing.T) (*Engine, []RecvWR) {
+func iwarpEngine(t *testing.T) (*Engine, []wr.Recv) {
 	t.Helper()
 	e := newTestEngine(t, Config{IWARP: true})
 	peer := ConnData{Version: 1, Flags: FlagIOMap, Credits: 64,
@@ -22,9 +24,9 @@ func iwarpEngine(t *testing.T) (*Engine, []RecvWR) {
 }
 
 // iwarpMsg is the completion of the SEND that put m into receive r's slot.
-func iwarpMsg(e *Engine, r RecvWR, m Msg) Completion {
+func iwarpMsg(e *Engine, r wr.Recv, m Msg) wr.Completion {
 	binary.NativeEndian.PutUint32(e.recv.Buf[r.SGE.Addr-e.recv.Addr:], uint32(m))
-	return Completion{ID: r.ID, Opcode: WCRecv, ByteLen: MsgWordSize}
+	return wr.Completion{ID: r.ID, Opcode: wr.WCRecv, ByteLen: MsgWordSize}
 }
 
 // writeEntry lands an update in entry i of the engine's target region, as
@@ -42,14 +44,14 @@ func TestIWARPTornEntryReadTwiceInOneBatch(t *testing.T) {
 	torn := want
 	torn.Addr &^= 0xffffffff // the low word not yet written
 	writeEntry(e, 1, torn)
-	if err := e.Complete([]Completion{
+	if err := e.Complete([]wr.Completion{
 		iwarpMsg(e, recvs[0], MakeMsg(MsgSGL, 64)),
 		iwarpMsg(e, recvs[1], MakeMsg(MsgSGL, 64)),
 	}); err != nil {
 		t.Fatalf("a landing entry was judged: %v", err)
 	}
 	writeEntry(e, 1, want)
-	if err := e.Complete([]Completion{iwarpMsg(e, recvs[2], MakeMsg(MsgSGL, 64))}); err != nil {
+	if err := e.Complete([]wr.Completion{iwarpMsg(e, recvs[2], MakeMsg(MsgSGL, 64))}); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.Stats().BufferGrantsReceived; got != 1 {
@@ -65,11 +67,11 @@ func TestIWARPBadEntryRejected(t *testing.T) {
 	bad := e.expectedSGE(1)
 	bad.Key ^= 1
 	writeEntry(e, 1, bad)
-	if err := e.Complete([]Completion{iwarpMsg(e, recvs[0], MakeMsg(MsgSGL, 64))}); err != nil {
+	if err := e.Complete([]wr.Completion{iwarpMsg(e, recvs[0], MakeMsg(MsgSGL, 64))}); err != nil {
 		t.Fatalf("judged before there was evidence: %v", err)
 	}
 	writeEntry(e, 0, e.expectedSGE(0))
-	err := e.Complete([]Completion{iwarpMsg(e, recvs[1], MakeMsg(MsgSGL, 64))})
+	err := e.Complete([]wr.Completion{iwarpMsg(e, recvs[1], MakeMsg(MsgSGL, 64))})
 	if !errors.Is(err, ErrBadSGL) {
 		t.Fatalf("got %v, want ErrBadSGL", err)
 	}

@@ -1,6 +1,6 @@
 package simfabric
 
-import "github.com/rnet-dev/rnet/internal/ring"
+import "github.com/rnet-dev/rnet/internal/wr"
 
 // pump delivers src's due work requests in order and reports whether any
 // was delivered. It stops at the first request that is not due yet or that
@@ -28,26 +28,26 @@ func (f *Fabric) pump(src *Endpoint) bool {
 // one the bytes wait in the peer's inbound FIFO until it polls.
 func (f *Fabric) deliver(src *Endpoint, op *wireOp, payload *[2][]byte) bool {
 	dst := src.peer
-	status := ring.WCSuccess
+	status := wr.WCSuccess
 	var target []byte // where the payload lands, nil if nowhere
-	needRecv := op.op == ring.OpWriteImm || op.op == ring.OpSend
+	needRecv := op.op == wr.OpWriteImm || op.op == wr.OpSend
 
 	switch {
 	case dst.dead || dst.qpErr:
 		// Nobody answers: the requester retries, then gives up.
-		status = ring.WCRetryExcErr
-	case op.op != ring.OpSend && op.length > 0:
+		status = wr.WCRetryExcErr
+	case op.op != wr.OpSend && op.length > 0:
 		b, ok := dst.remote(op.remoteAddr, op.length, op.rkey)
 		if !ok {
-			status = ring.WCRemAccessErr
+			status = wr.WCRemAccessErr
 			defer dst.enterError()
 		}
 		target = b
 	}
 
-	var recvWC ring.Completion
+	var recvWC wr.Completion
 	haveRecv := false
-	if status == ring.WCSuccess && needRecv {
+	if status == wr.WCSuccess && needRecv {
 		if dst.recvQ.len() == 0 {
 			if f.opts.RNRRetry {
 				f.stats.RNRStalls++
@@ -55,30 +55,30 @@ func (f *Fabric) deliver(src *Endpoint, op *wireOp, payload *[2][]byte) bool {
 			}
 			f.stats.RNR++
 			src.stats.RNR++
-			status = ring.WCRNRRetryExcErr
+			status = wr.WCRNRRetryExcErr
 			target = nil
 		} else {
 			rwr := dst.recvQ.pop()
 			haveRecv = true
-			recvWC = ring.Completion{ID: rwr.ID, Opcode: ring.WCRecvRDMAWithImm, Imm: op.imm, ByteLen: op.length}
-			if op.op == ring.OpSend {
-				recvWC.Opcode, recvWC.Imm = ring.WCRecv, 0
+			recvWC = wr.Completion{ID: rwr.ID, Opcode: wr.WCRecvRDMAWithImm, Imm: op.imm, ByteLen: op.length}
+			if op.op == wr.OpSend {
+				recvWC.Opcode, recvWC.Imm = wr.WCRecv, 0
 				var room uint32
 				if rwr.NumSGE == 1 {
 					room = rwr.SGE.Length
 				}
 				if op.length > room {
-					recvWC.Status = ring.WCLocLenErr
-					status = ring.WCRemInvReqErr
+					recvWC.Status = wr.WCLocLenErr
+					status = wr.WCRemInvReqErr
 					defer dst.enterError()
 				} else if op.length > 0 {
-					target, _ = dst.local(ring.SGE{Addr: rwr.SGE.Addr, Length: op.length, LKey: rwr.SGE.LKey}, false)
+					target, _ = dst.local(wr.SGE{Addr: rwr.SGE.Addr, Length: op.length, LKey: rwr.SGE.LKey}, false)
 				}
 			}
 		}
 	}
 
-	if status == ring.WCSuccess {
+	if status == wr.WCSuccess {
 		f.stats.Delivered++
 		f.stats.BytesDelivered += uint64(op.length)
 	} else {
@@ -94,12 +94,12 @@ func (f *Fabric) deliver(src *Endpoint, op *wireOp, payload *[2][]byte) bool {
 	if haveRecv {
 		dst.addRecvCompletion(recvWC, false)
 	}
-	if op.signaled || status != ring.WCSuccess {
+	if op.signaled || status != wr.WCSuccess {
 		src.completeSend(op.id, sendWCOpcode(op.op), status, false)
 	} else {
 		src.sendsInFlight--
 	}
-	if status != ring.WCSuccess {
+	if status != wr.WCSuccess {
 		src.enterError()
 	}
 	return true

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 type region struct {
@@ -17,7 +18,7 @@ type region struct {
 // already sits in the peer's inbound FIFO at [payStart, payEnd).
 type wireOp struct {
 	id         uint64
-	op         ring.Opcode
+	op         wr.Opcode
 	imm        uint32
 	signaled   bool
 	remoteAddr uint64
@@ -36,7 +37,7 @@ type landing struct {
 }
 
 type cqEntry struct {
-	wc        ring.Completion
+	wc        wr.Completion
 	visibleAt int64
 	seq       uint64
 }
@@ -61,11 +62,11 @@ type Endpoint struct {
 
 	dead   bool
 	qpErr  bool
-	inject ring.WCStatus // failure for the next completion, if not WCSuccess
+	inject wr.WCStatus // failure for the next completion, if not WCSuccess
 
 	wire          queue[wireOp] // outbound, in posting order
 	lastDeliverAt int64
-	recvQ         queue[ring.RecvWR]
+	recvQ         queue[wr.Recv]
 	landing       queue[landing] // inbound payloads, in delivery order
 	inbound       byteFIFO       // their bytes
 
@@ -122,7 +123,7 @@ func (e *Endpoint) Register(buf []byte, remoteWrite bool) ring.Region {
 }
 
 // local finds the bytes of a local SGE; lkey is checked unless inline.
-func (e *Endpoint) local(s ring.SGE, inline bool) ([]byte, bool) {
+func (e *Endpoint) local(s wr.SGE, inline bool) ([]byte, bool) {
 	for i := range e.regions {
 		r := &e.regions[i]
 		if s.Addr < r.addr || s.Addr-r.addr > uint64(len(r.buf)) ||
@@ -155,7 +156,7 @@ func (e *Endpoint) remote(addr uint64, n uint32, rkey uint32) ([]byte, bool) {
 // PostSend posts send work requests, as ibv_post_send: it validates them
 // in order and stops at the first bad one, returning its error; those
 // before it are posted. Payloads are read at post time.
-func (e *Endpoint) PostSend(wrs []ring.SendWR) error {
+func (e *Endpoint) PostSend(wrs []wr.Send) error {
 	f := e.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -163,42 +164,42 @@ func (e *Endpoint) PostSend(wrs []ring.SendWR) error {
 		return ErrDead
 	}
 	for i := range wrs {
-		wr := &wrs[i]
+		w := &wrs[i]
 		if e.sendsInFlight >= e.caps.SendDepth {
 			return ErrQueueFull
 		}
-		if wr.NumSGE < 0 || wr.NumSGE > 2 ||
-			(wr.Op != ring.OpWrite && wr.Op != ring.OpWriteImm && wr.Op != ring.OpSend) {
+		if w.NumSGE < 0 || w.NumSGE > 2 ||
+			(w.Op != wr.OpWrite && w.Op != wr.OpWriteImm && w.Op != wr.OpSend) {
 			return ErrInvalidWR
 		}
 		var total uint32
-		for j := 0; j < wr.NumSGE; j++ {
-			if _, ok := e.local(wr.SGE[j], wr.Inline); !ok {
+		for j := 0; j < w.NumSGE; j++ {
+			if _, ok := e.local(w.SGE[j], w.Inline); !ok {
 				return ErrInvalidWR
 			}
-			total += wr.SGE[j].Length
+			total += w.SGE[j].Length
 		}
-		if wr.Inline && int(total) > e.caps.MaxInline {
+		if w.Inline && int(total) > e.caps.MaxInline {
 			return ErrInvalidWR
 		}
 		e.stats.SendsPosted++
 		e.sendsInFlight++
 		if e.qpErr {
-			e.completeSend(wr.ID, sendWCOpcode(wr.Op), ring.WCWRFlushErr, true)
+			e.completeSend(w.ID, sendWCOpcode(w.Op), wr.WCWRFlushErr, true)
 			continue
 		}
 		op := wireOp{
-			id:         wr.ID,
-			op:         wr.Op,
-			imm:        wr.Imm,
-			signaled:   wr.Signaled,
-			remoteAddr: wr.RemoteAddr,
-			rkey:       wr.RKey,
+			id:         w.ID,
+			op:         w.Op,
+			imm:        w.Imm,
+			signaled:   w.Signaled,
+			remoteAddr: w.RemoteAddr,
+			rkey:       w.RKey,
 			length:     total,
 		}
 		var payload [2][]byte
-		for j := 0; j < wr.NumSGE; j++ {
-			payload[j], _ = e.local(wr.SGE[j], wr.Inline)
+		for j := 0; j < w.NumSGE; j++ {
+			payload[j], _ = e.local(w.SGE[j], w.Inline)
 		}
 		// Only with nothing ahead of it, on the wire or waiting to land,
 		// may a request land now without overtaking another.
@@ -206,7 +207,7 @@ func (e *Endpoint) PostSend(wrs []ring.SendWR) error {
 			continue
 		}
 		op.payStart = e.peer.inbound.head
-		for j := 0; j < wr.NumSGE; j++ {
+		for j := 0; j < w.NumSGE; j++ {
 			e.peer.inbound.push(payload[j])
 		}
 		op.payEnd = e.peer.inbound.head
@@ -221,7 +222,7 @@ func (e *Endpoint) PostSend(wrs []ring.SendWR) error {
 }
 
 // PostRecv posts receive work requests, as ibv_post_recv.
-func (e *Endpoint) PostRecv(wrs []ring.RecvWR) error {
+func (e *Endpoint) PostRecv(wrs []wr.Recv) error {
 	f := e.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -229,24 +230,24 @@ func (e *Endpoint) PostRecv(wrs []ring.RecvWR) error {
 		return ErrDead
 	}
 	for i := range wrs {
-		wr := wrs[i]
+		w := wrs[i]
 		if e.recvQ.len() >= e.caps.RecvDepth {
 			return ErrQueueFull
 		}
-		if wr.NumSGE < 0 || wr.NumSGE > 1 {
+		if w.NumSGE < 0 || w.NumSGE > 1 {
 			return ErrInvalidWR
 		}
-		if wr.NumSGE == 1 {
-			if _, ok := e.local(wr.SGE, false); !ok {
+		if w.NumSGE == 1 {
+			if _, ok := e.local(w.SGE, false); !ok {
 				return ErrInvalidWR
 			}
 		}
 		e.stats.RecvsPosted++
 		if e.qpErr {
-			e.addRecvCompletion(ring.Completion{ID: wr.ID, Status: ring.WCWRFlushErr, Opcode: ring.WCRecv}, true)
+			e.addRecvCompletion(wr.Completion{ID: w.ID, Status: wr.WCWRFlushErr, Opcode: wr.WCRecv}, true)
 			continue
 		}
-		e.recvQ.push(wr)
+		e.recvQ.push(w)
 	}
 	if f.opts.Auto && e.peer != nil {
 		f.pump(e.peer) // a message may have been waiting for a receive
@@ -256,7 +257,7 @@ func (e *Endpoint) PostRecv(wrs []ring.RecvWR) error {
 
 // PollCQ copies up to len(out) visible completions into out, oldest first,
 // and returns how many. Payloads delivered so far land in memory first.
-func (e *Endpoint) PollCQ(out []ring.Completion) int {
+func (e *Endpoint) PollCQ(out []wr.Completion) int {
 	if e.cqLen.Load() == 0 {
 		return 0 // what has landed unannounced can wait for the next poll
 	}
@@ -294,7 +295,7 @@ func (e *Endpoint) PollCQ(out []ring.Completion) int {
 		out[n] = ent.wc
 		n++
 		e.stats.Completions++
-		if ent.wc.Status != ring.WCSuccess {
+		if ent.wc.Status != wr.WCSuccess {
 			e.stats.ErrorCompletion++
 		}
 	}
@@ -314,7 +315,7 @@ func (e *Endpoint) land() {
 
 // InjectError makes the next completion generated on e (send or receive)
 // fail with status; the queue pair then goes to the error state.
-func (e *Endpoint) InjectError(status ring.WCStatus) {
+func (e *Endpoint) InjectError(status wr.WCStatus) {
 	e.f.mu.Lock()
 	defer e.f.mu.Unlock()
 	e.inject = status
@@ -357,27 +358,27 @@ func (e *Endpoint) QueuedRecvs() int {
 	return e.recvQ.len()
 }
 
-func sendWCOpcode(op ring.Opcode) ring.WCOpcode {
-	if op == ring.OpSend {
-		return ring.WCSend
+func sendWCOpcode(op wr.Opcode) wr.WCOpcode {
+	if op == wr.OpSend {
+		return wr.WCSend
 	}
-	return ring.WCRDMAWrite
+	return wr.WCRDMAWrite
 }
 
 // completeSend queues a send completion, keeping posting order; a send
 // completion becomes visible after a random delay.
-func (e *Endpoint) completeSend(id uint64, opc ring.WCOpcode, status ring.WCStatus, flush bool) {
+func (e *Endpoint) completeSend(id uint64, opc wr.WCOpcode, status wr.WCStatus, flush bool) {
 	f := e.f
-	if !flush && e.inject != ring.WCSuccess {
-		status, e.inject = e.inject, ring.WCSuccess
+	if !flush && e.inject != wr.WCSuccess {
+		status, e.inject = e.inject, wr.WCSuccess
 		defer e.enterError()
 	}
 	vis := max(e.lastSendVis, f.now+f.delay(f.opts.MaxCompletionDelay))
 	e.lastSendVis = vis
 	e.cqSeq++
-	e.sendCQ.push(cqEntry{wc: ring.Completion{ID: id, Status: status, Opcode: opc}, visibleAt: vis, seq: e.cqSeq})
+	e.sendCQ.push(cqEntry{wc: wr.Completion{ID: id, Status: status, Opcode: opc}, visibleAt: vis, seq: e.cqSeq})
 	e.cqLen.Add(1)
-	if status != ring.WCSuccess {
+	if status != wr.WCSuccess {
 		f.stats.Errors++
 	}
 	if vis <= f.now {
@@ -385,16 +386,16 @@ func (e *Endpoint) completeSend(id uint64, opc ring.WCOpcode, status ring.WCStat
 	}
 }
 
-func (e *Endpoint) addRecvCompletion(wc ring.Completion, flush bool) {
+func (e *Endpoint) addRecvCompletion(wc wr.Completion, flush bool) {
 	f := e.f
-	if !flush && e.inject != ring.WCSuccess {
-		wc.Status, e.inject = e.inject, ring.WCSuccess
+	if !flush && e.inject != wr.WCSuccess {
+		wc.Status, e.inject = e.inject, wr.WCSuccess
 		defer e.enterError()
 	}
 	e.cqSeq++
 	e.recvCQ.push(cqEntry{wc: wc, visibleAt: f.now, seq: e.cqSeq})
 	e.cqLen.Add(1)
-	if wc.Status != ring.WCSuccess {
+	if wc.Status != wr.WCSuccess {
 		f.stats.Errors++
 	}
 	e.signal()
@@ -416,13 +417,13 @@ func (e *Endpoint) enterError() {
 	}
 	e.qpErr = true
 	for e.recvQ.len() > 0 {
-		wr := e.recvQ.pop()
-		e.addRecvCompletion(ring.Completion{ID: wr.ID, Status: ring.WCWRFlushErr, Opcode: ring.WCRecv}, true)
+		w := e.recvQ.pop()
+		e.addRecvCompletion(wr.Completion{ID: w.ID, Status: wr.WCWRFlushErr, Opcode: wr.WCRecv}, true)
 	}
 	for e.wire.len() > 0 {
 		op := e.wire.pop()
 		e.peer.landing.push(landing{start: op.payStart, end: op.payEnd})
-		e.completeSend(op.id, sendWCOpcode(op.op), ring.WCWRFlushErr, true)
+		e.completeSend(op.id, sendWCOpcode(op.op), wr.WCWRFlushErr, true)
 	}
 	e.signal()
 }

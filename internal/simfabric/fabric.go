@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"sync"
 
-	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // Errors returned by PostSend and PostRecv, standing for the errno of
@@ -193,7 +193,7 @@ func (f *Fabric) Kill(e *Endpoint) {
 	e.sendCQ = queue[cqEntry]{}
 	e.recvCQ = queue[cqEntry]{}
 	e.cqLen.Store(0)
-	e.recvQ = queue[ring.RecvWR]{}
+	e.recvQ = queue[wr.Recv]{}
 	e.signal()
 	if f.opts.Auto {
 		f.pump(e.peer)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 type pair struct {
@@ -23,32 +24,32 @@ func newPair(t *testing.T, opts Options) *pair {
 		bMem: b.Register(make([]byte, 4096), true)}
 }
 
-func (p *pair) write(id uint64, off, n int, imm bool) ring.SendWR {
-	wr := ring.SendWR{ID: id, Op: ring.OpWrite, Signaled: true, NumSGE: 1,
-		SGE:        [2]ring.SGE{{Addr: p.aMem.Addr + uint64(off), Length: uint32(n), LKey: p.aMem.LKey}},
+func (p *pair) write(id uint64, off, n int, imm bool) wr.Send {
+	w := wr.Send{ID: id, Op: wr.OpWrite, Signaled: true, NumSGE: 1,
+		SGE:        [2]wr.SGE{{Addr: p.aMem.Addr + uint64(off), Length: uint32(n), LKey: p.aMem.LKey}},
 		RemoteAddr: p.bMem.Addr + uint64(off), RKey: p.bMem.RKey}
 	if imm {
-		wr.Op, wr.Imm = ring.OpWriteImm, uint32(id)
+		w.Op, w.Imm = wr.OpWriteImm, uint32(id)
 	}
-	return wr
+	return w
 }
 
-func poll(e *Endpoint) []ring.Completion {
-	out := make([]ring.Completion, 64)
+func poll(e *Endpoint) []wr.Completion {
+	out := make([]wr.Completion, 64)
 	return out[:e.PollCQ(out)]
 }
 
 func TestWriteLandsInOrderWithCompletions(t *testing.T) {
 	p := newPair(t, Options{MaxWireDelay: 3, MaxCompletionDelay: 3})
-	if err := p.b.PostRecv([]ring.RecvWR{{ID: 100}, {ID: 101}}); err != nil {
+	if err := p.b.PostRecv([]wr.Recv{{ID: 100}, {ID: 101}}); err != nil {
 		t.Fatal(err)
 	}
 	copy(p.aMem.Buf, "hello, world")
-	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 5, true), p.write(2, 5, 7, false), p.write(3, 7, 5, true)}); err != nil {
+	if err := p.a.PostSend([]wr.Send{p.write(1, 0, 5, true), p.write(2, 5, 7, false), p.write(3, 7, 5, true)}); err != nil {
 		t.Fatal(err)
 	}
 	copy(p.aMem.Buf, "XXXXXXXXXXXX") // payloads were taken at post time
-	var sends, recvs []ring.Completion
+	var sends, recvs []wr.Completion
 	for i := 0; i < 20; i++ {
 		p.f.Step()
 		sends = append(sends, poll(p.a)...)
@@ -61,7 +62,7 @@ func TestWriteLandsInOrderWithCompletions(t *testing.T) {
 		t.Fatalf("send completions %+v", sends)
 	}
 	if len(recvs) != 2 || recvs[0].ID != 100 || recvs[0].Imm != 1 || recvs[0].ByteLen != 5 ||
-		recvs[0].Opcode != ring.WCRecvRDMAWithImm || recvs[1].ID != 101 || recvs[1].Imm != 3 {
+		recvs[0].Opcode != wr.WCRecvRDMAWithImm || recvs[1].ID != 101 || recvs[1].Imm != 3 {
 		t.Fatalf("receive completions %+v", recvs)
 	}
 	if got := string(p.bMem.Buf[:12]); got != "hello, world" {
@@ -71,11 +72,11 @@ func TestWriteLandsInOrderWithCompletions(t *testing.T) {
 
 func TestRNRIsAnError(t *testing.T) {
 	p := newPair(t, Options{Auto: true})
-	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 4, true), p.write(2, 0, 4, false)}); err != nil {
+	if err := p.a.PostSend([]wr.Send{p.write(1, 0, 4, true), p.write(2, 0, 4, false)}); err != nil {
 		t.Fatal(err)
 	}
 	wcs := poll(p.a)
-	if len(wcs) != 2 || wcs[0].Status != ring.WCRNRRetryExcErr || wcs[1].Status != ring.WCWRFlushErr {
+	if len(wcs) != 2 || wcs[0].Status != wr.WCRNRRetryExcErr || wcs[1].Status != wr.WCWRFlushErr {
 		t.Fatalf("%+v", wcs)
 	}
 	if st := p.f.Stats(); st.RNR != 1 {
@@ -85,26 +86,26 @@ func TestRNRIsAnError(t *testing.T) {
 		t.Fatal("endpoint RNR not counted")
 	}
 	// The queue pair is in error: later work is flushed.
-	if err := p.a.PostSend([]ring.SendWR{p.write(3, 0, 4, false)}); err != nil {
+	if err := p.a.PostSend([]wr.Send{p.write(3, 0, 4, false)}); err != nil {
 		t.Fatal(err)
 	}
-	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != ring.WCWRFlushErr {
+	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != wr.WCWRFlushErr {
 		t.Fatalf("%+v", wcs)
 	}
 }
 
 func TestRNRRetryWaits(t *testing.T) {
 	p := newPair(t, Options{Auto: true, RNRRetry: true})
-	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 4, true)}); err != nil {
+	if err := p.a.PostSend([]wr.Send{p.write(1, 0, 4, true)}); err != nil {
 		t.Fatal(err)
 	}
 	if wcs := poll(p.a); len(wcs) != 0 {
 		t.Fatalf("completed without a receive: %+v", wcs)
 	}
-	if err := p.b.PostRecv([]ring.RecvWR{{ID: 9}}); err != nil {
+	if err := p.b.PostRecv([]wr.Recv{{ID: 9}}); err != nil {
 		t.Fatal(err)
 	}
-	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != ring.WCSuccess {
+	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != wr.WCSuccess {
 		t.Fatalf("%+v", wcs)
 	}
 	if wcs := poll(p.b); len(wcs) != 1 || wcs[0].ID != 9 {
@@ -118,20 +119,20 @@ func TestRNRRetryWaits(t *testing.T) {
 func TestRemoteAccessChecked(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		mod  func(*ring.SendWR)
+		mod  func(*wr.Send)
 	}{
-		{"bad rkey", func(w *ring.SendWR) { w.RKey++ }},
-		{"past the end", func(w *ring.SendWR) { w.RemoteAddr += 4093 }},
-		{"before the start", func(w *ring.SendWR) { w.RemoteAddr -= 1 }},
+		{"bad rkey", func(w *wr.Send) { w.RKey++ }},
+		{"past the end", func(w *wr.Send) { w.RemoteAddr += 4093 }},
+		{"before the start", func(w *wr.Send) { w.RemoteAddr -= 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t, Options{Auto: true})
-			wr := p.write(1, 0, 4, false)
-			tc.mod(&wr)
-			if err := p.a.PostSend([]ring.SendWR{wr}); err != nil {
+			w := p.write(1, 0, 4, false)
+			tc.mod(&w)
+			if err := p.a.PostSend([]wr.Send{w}); err != nil {
 				t.Fatal(err)
 			}
-			if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != ring.WCRemAccessErr {
+			if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != wr.WCRemAccessErr {
 				t.Fatalf("%+v", wcs)
 			}
 		})
@@ -139,12 +140,12 @@ func TestRemoteAccessChecked(t *testing.T) {
 	// A region registered without remote write cannot be written.
 	p := newPair(t, Options{Auto: true})
 	ro := p.b.Register(make([]byte, 64), false)
-	wr := p.write(1, 0, 4, false)
-	wr.RemoteAddr, wr.RKey = ro.Addr, ro.RKey
-	if err := p.a.PostSend([]ring.SendWR{wr}); err != nil {
+	w := p.write(1, 0, 4, false)
+	w.RemoteAddr, w.RKey = ro.Addr, ro.RKey
+	if err := p.a.PostSend([]wr.Send{w}); err != nil {
 		t.Fatal(err)
 	}
-	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != ring.WCRemAccessErr {
+	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != wr.WCRemAccessErr {
 		t.Fatalf("%+v", wcs)
 	}
 }
@@ -153,15 +154,15 @@ func TestPostValidation(t *testing.T) {
 	p := newPair(t, Options{})
 	bad := p.write(1, 0, 4, false)
 	bad.SGE[0].LKey++
-	if err := p.a.PostSend([]ring.SendWR{bad}); !errors.Is(err, ErrInvalidWR) {
+	if err := p.a.PostSend([]wr.Send{bad}); !errors.Is(err, ErrInvalidWR) {
 		t.Fatal(err)
 	}
 	big := p.write(1, 0, 100, false)
 	big.Inline = true
-	if err := p.a.PostSend([]ring.SendWR{big}); !errors.Is(err, ErrInvalidWR) {
+	if err := p.a.PostSend([]wr.Send{big}); !errors.Is(err, ErrInvalidWR) {
 		t.Fatal(err)
 	}
-	var wrs []ring.SendWR
+	var wrs []wr.Send
 	for i := 0; i < 9; i++ {
 		wrs = append(wrs, p.write(uint64(i), 0, 1, false))
 	}
@@ -173,43 +174,43 @@ func TestPostValidation(t *testing.T) {
 func TestSendIntoReceiveBuffer(t *testing.T) {
 	p := newPair(t, Options{Auto: true})
 	slot := p.b.Register(make([]byte, 4), false)
-	if err := p.b.PostRecv([]ring.RecvWR{{ID: 5, NumSGE: 1, SGE: ring.SGE{Addr: slot.Addr, Length: 4, LKey: slot.LKey}}}); err != nil {
+	if err := p.b.PostRecv([]wr.Recv{{ID: 5, NumSGE: 1, SGE: wr.SGE{Addr: slot.Addr, Length: 4, LKey: slot.LKey}}}); err != nil {
 		t.Fatal(err)
 	}
 	copy(p.aMem.Buf, []byte{1, 2, 3, 4, 5})
-	send := ring.SendWR{ID: 1, Op: ring.OpSend, Inline: true, Signaled: true, NumSGE: 1,
-		SGE: [2]ring.SGE{{Addr: p.aMem.Addr, Length: 4}}}
-	if err := p.a.PostSend([]ring.SendWR{send}); err != nil {
+	send := wr.Send{ID: 1, Op: wr.OpSend, Inline: true, Signaled: true, NumSGE: 1,
+		SGE: [2]wr.SGE{{Addr: p.aMem.Addr, Length: 4}}}
+	if err := p.a.PostSend([]wr.Send{send}); err != nil {
 		t.Fatal(err)
 	}
-	if wcs := poll(p.b); len(wcs) != 1 || wcs[0].Opcode != ring.WCRecv || wcs[0].ByteLen != 4 {
+	if wcs := poll(p.b); len(wcs) != 1 || wcs[0].Opcode != wr.WCRecv || wcs[0].ByteLen != 4 {
 		t.Fatalf("%+v", wcs)
 	}
 	if string(slot.Buf) != "\x01\x02\x03\x04" {
 		t.Fatalf("%x", slot.Buf)
 	}
 	// Five bytes do not fit a 4-byte receive.
-	if err := p.b.PostRecv([]ring.RecvWR{{ID: 6, NumSGE: 1, SGE: ring.SGE{Addr: slot.Addr, Length: 4, LKey: slot.LKey}}}); err != nil {
+	if err := p.b.PostRecv([]wr.Recv{{ID: 6, NumSGE: 1, SGE: wr.SGE{Addr: slot.Addr, Length: 4, LKey: slot.LKey}}}); err != nil {
 		t.Fatal(err)
 	}
 	send.SGE[0].Length = 5
-	if err := p.a.PostSend([]ring.SendWR{send}); err != nil {
+	if err := p.a.PostSend([]wr.Send{send}); err != nil {
 		t.Fatal(err)
 	}
-	if wcs := poll(p.b); len(wcs) != 1 || wcs[0].Status != ring.WCLocLenErr {
+	if wcs := poll(p.b); len(wcs) != 1 || wcs[0].Status != wr.WCLocLenErr {
 		t.Fatalf("%+v", wcs)
 	}
-	if wcs := poll(p.a); len(wcs) != 2 || wcs[1].Status != ring.WCRemInvReqErr {
+	if wcs := poll(p.a); len(wcs) != 2 || wcs[1].Status != wr.WCRemInvReqErr {
 		t.Fatalf("%+v", wcs)
 	}
 }
 
 func TestKill(t *testing.T) {
 	p := newPair(t, Options{})
-	if err := p.b.PostRecv([]ring.RecvWR{{ID: 1}}); err != nil {
+	if err := p.b.PostRecv([]wr.Recv{{ID: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 4, true), p.write(2, 0, 4, false)}); err != nil {
+	if err := p.a.PostSend([]wr.Send{p.write(1, 0, 4, true), p.write(2, 0, 4, false)}); err != nil {
 		t.Fatal(err)
 	}
 	p.f.Kill(p.b)
@@ -217,32 +218,32 @@ func TestKill(t *testing.T) {
 		p.f.Step()
 	}
 	wcs := poll(p.a)
-	if len(wcs) != 2 || wcs[0].Status != ring.WCRetryExcErr || wcs[1].Status != ring.WCWRFlushErr {
+	if len(wcs) != 2 || wcs[0].Status != wr.WCRetryExcErr || wcs[1].Status != wr.WCWRFlushErr {
 		t.Fatalf("%+v", wcs)
 	}
 	if err := p.b.PostSend(nil); !errors.Is(err, ErrDead) {
 		t.Fatal(err)
 	}
-	if n := p.b.PollCQ(make([]ring.Completion, 4)); n != 0 {
+	if n := p.b.PollCQ(make([]wr.Completion, 4)); n != 0 {
 		t.Fatal("a dead endpoint completes work")
 	}
 }
 
 func TestInjectErrorAndDisconnect(t *testing.T) {
 	p := newPair(t, Options{Auto: true})
-	if err := p.b.PostRecv([]ring.RecvWR{{ID: 1}, {ID: 2}}); err != nil {
+	if err := p.b.PostRecv([]wr.Recv{{ID: 1}, {ID: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	p.a.InjectError(ring.WCGeneralErr)
-	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 4, false)}); err != nil {
+	p.a.InjectError(wr.WCGeneralErr)
+	if err := p.a.PostSend([]wr.Send{p.write(1, 0, 4, false)}); err != nil {
 		t.Fatal(err)
 	}
-	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != ring.WCGeneralErr {
+	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].Status != wr.WCGeneralErr {
 		t.Fatalf("%+v", wcs)
 	}
 	p.a.Disconnect()
 	wcs := poll(p.b)
-	if len(wcs) != 2 || wcs[0].Status != ring.WCWRFlushErr || wcs[1].ID != 2 {
+	if len(wcs) != 2 || wcs[0].Status != wr.WCWRFlushErr || wcs[1].ID != 2 {
 		t.Fatalf("%+v", wcs)
 	}
 }
@@ -251,14 +252,14 @@ func TestInjectErrorAndDisconnect(t *testing.T) {
 // peer sends afterwards finds nobody and fails with a retry error.
 func TestDisconnectLocal(t *testing.T) {
 	p := newPair(t, Options{Auto: true})
-	if err := p.a.PostRecv([]ring.RecvWR{{ID: 1}}); err != nil {
+	if err := p.a.PostRecv([]wr.Recv{{ID: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.b.PostRecv([]ring.RecvWR{{ID: 2}}); err != nil {
+	if err := p.b.PostRecv([]wr.Recv{{ID: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	p.a.DisconnectLocal()
-	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].ID != 1 || wcs[0].Status != ring.WCWRFlushErr {
+	if wcs := poll(p.a); len(wcs) != 1 || wcs[0].ID != 1 || wcs[0].Status != wr.WCWRFlushErr {
 		t.Fatalf("disconnected side: %+v", wcs)
 	}
 	if wcs := poll(p.b); len(wcs) != 0 {
@@ -267,12 +268,12 @@ func TestDisconnectLocal(t *testing.T) {
 	if p.b.QueuedRecvs() != 1 {
 		t.Fatal("the peer's receive is gone")
 	}
-	wr := ring.SendWR{ID: 9, Op: ring.OpWriteImm, Signaled: true}
-	if err := p.b.PostSend([]ring.SendWR{wr}); err != nil {
+	w := wr.Send{ID: 9, Op: wr.OpWriteImm, Signaled: true}
+	if err := p.b.PostSend([]wr.Send{w}); err != nil {
 		t.Fatal(err)
 	}
 	// The failed send takes the peer's queue pair to the error state too.
-	if wcs := poll(p.b); len(wcs) != 2 || wcs[0].ID != 9 || wcs[0].Status != ring.WCRetryExcErr || wcs[1].Status != ring.WCWRFlushErr {
+	if wcs := poll(p.b); len(wcs) != 2 || wcs[0].ID != 9 || wcs[0].Status != wr.WCRetryExcErr || wcs[1].Status != wr.WCWRFlushErr {
 		t.Fatalf("the peer's send: %+v", wcs)
 	}
 }
@@ -288,23 +289,23 @@ func TestAutoConcurrent(t *testing.T) {
 	wg.Add(2)
 	go func() { // receiver: keep 8 receives posted, count completions
 		defer wg.Done()
-		if err := p.b.PostRecv(make([]ring.RecvWR, 8)); err != nil {
+		if err := p.b.PostRecv(make([]wr.Recv, 8)); err != nil {
 			t.Error(err)
 			return
 		}
 		got := 0
-		out := make([]ring.Completion, 16)
+		out := make([]wr.Completion, 16)
 		for got < n {
 			<-p.b.Notify()
 			for k := p.b.PollCQ(out); k > 0; k = p.b.PollCQ(out) {
 				for _, wc := range out[:k] {
-					if wc.Status != ring.WCSuccess || wc.Imm != uint32(got) {
+					if wc.Status != wr.WCSuccess || wc.Imm != uint32(got) {
 						t.Errorf("completion %d: %+v", got, wc)
 						return
 					}
 					got++
 				}
-				if err := p.b.PostRecv(make([]ring.RecvWR, k)); err != nil {
+				if err := p.b.PostRecv(make([]wr.Recv, k)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -313,13 +314,13 @@ func TestAutoConcurrent(t *testing.T) {
 	}()
 	go func() { // sender: at most 8 in flight
 		defer wg.Done()
-		out := make([]ring.Completion, 16)
+		out := make([]wr.Completion, 16)
 		sent, done := 0, 0
 		for done < n {
 			for sent < n && sent-done < 8 {
-				wr := p.write(uint64(sent), 0, 8, true)
-				wr.Imm = uint32(sent)
-				if err := p.a.PostSend([]ring.SendWR{wr}); err != nil {
+				w := p.write(uint64(sent), 0, 8, true)
+				w.Imm = uint32(sent)
+				if err := p.a.PostSend([]wr.Send{w}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -344,11 +345,11 @@ func TestAutoConcurrent(t *testing.T) {
 // lands, in order, when the peer polls.
 func TestDirectLanding(t *testing.T) {
 	p := newPair(t, Options{Auto: true, RNRRetry: true, DirectLanding: true})
-	if err := p.b.PostRecv([]ring.RecvWR{{ID: 100}}); err != nil {
+	if err := p.b.PostRecv([]wr.Recv{{ID: 100}}); err != nil {
 		t.Fatal(err)
 	}
 	copy(p.aMem.Buf, "direct")
-	if err := p.a.PostSend([]ring.SendWR{p.write(1, 0, 6, true)}); err != nil {
+	if err := p.a.PostSend([]wr.Send{p.write(1, 0, 6, true)}); err != nil {
 		t.Fatal(err)
 	}
 	if got := string(p.bMem.Buf[:6]); got != "direct" {
@@ -359,14 +360,14 @@ func TestDirectLanding(t *testing.T) {
 	// third, which needs no receive but must not overtake it.
 	copy(p.aMem.Buf[8:], "waits")
 	copy(p.aMem.Buf[16:], "after")
-	if err := p.a.PostSend([]ring.SendWR{p.write(2, 8, 5, true), p.write(3, 16, 5, false)}); err != nil {
+	if err := p.a.PostSend([]wr.Send{p.write(2, 8, 5, true), p.write(3, 16, 5, false)}); err != nil {
 		t.Fatal(err)
 	}
 	copy(p.aMem.Buf[8:], "XXXXXXXXXXXXX") // taken at post time
 	if got := string(p.bMem.Buf[8:21]); got != "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" {
 		t.Fatalf("waiting writes landed early: %q", got)
 	}
-	if err := p.b.PostRecv([]ring.RecvWR{{ID: 101}}); err != nil {
+	if err := p.b.PostRecv([]wr.Recv{{ID: 101}}); err != nil {
 		t.Fatal(err)
 	}
 	recvs := poll(p.b)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // CQ is a completion queue.
@@ -72,7 +74,7 @@ func (cq *CQ) Ptr() unsafe.Pointer {
 
 // Poll moves up to len(out) completions into out, in one crossing into C,
 // and returns how many it moved. It does not allocate.
-func (cq *CQ) Poll(out []Completion) (int, error) {
+func (cq *CQ) Poll(out []wr.Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}

@@ -5,13 +5,15 @@ package verbs
 import (
 	"context"
 	"errors"
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 	"net"
 	"net/netip"
 	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
+	"github.com/rnet-dev/rnet/internal/wr"
 
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 )
@@ -149,7 +151,7 @@ func TestCQWaitDeadlineContextAndClose(t *testing.T) {
 	if err := cq.ReqNotify(false); err != nil {
 		t.Fatal(err)
 	}
-	var wc [4]Completion
+	var wc [4]wr.Completion
 	if n, err := cq.Poll(wc[:]); n != 0 || err != nil {
 		t.Fatalf("Poll on empty CQ = %d, %v", n, err)
 	}
@@ -168,17 +170,16 @@ func TestCQWaitDeadlineContextAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := noQP.TakeEventPostAndPoll(cq, nil, nil, wc[:]); !errors.Is(err, ErrSharedChannel) {
-		t.Fatalf("TakeEventPostAndPoll with two CQs on the channel = %v, want ErrSharedChannel", err)
-	}
-	if _, err := noQP.TakeEventArmPostAndPoll(cq, nil, nil, wc[:]); !errors.Is(err, ErrSharedChannel) {
-		t.Fatalf("TakeEventArmPostAndPoll with two CQs on the channel = %v, want ErrSharedChannel", err)
+	for _, flags := range []StepFlags{StepTakeEvent, StepTakeEvent | StepArm} {
+		if _, err := noQP.Step(cq, flags, nil, nil, wc[:], 1); !errors.Is(err, ErrSharedChannel) {
+			t.Fatalf("Step(%#x) with two CQs on the channel = %v, want ErrSharedChannel", flags, err)
+		}
 	}
 	if err := other.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := noQP.TakeEventPostAndPoll(cq, nil, nil, wc[:]); errors.Is(err, ErrSharedChannel) || !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("TakeEventPostAndPoll with the CQ alone, on a closed QP = %v, want net.ErrClosed", err)
+	if _, err := noQP.Step(cq, StepTakeEvent, nil, nil, wc[:], 1); errors.Is(err, ErrSharedChannel) || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Step(StepTakeEvent) with the CQ alone, on a closed QP = %v, want net.ErrClosed", err)
 	}
 	c, cancel := context.WithCancel(context.Background())
 	done := make(chan error)

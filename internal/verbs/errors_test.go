@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 func TestErrorFormatAndMatching(t *testing.T) {
@@ -50,20 +52,20 @@ func TestNotSupportedWrapsErrUnsupported(t *testing.T) {
 }
 
 func TestStatusAndOpcodeNames(t *testing.T) {
-	if got := WCRetryExcErr.Name(); got != "IBV_WC_RETRY_EXC_ERR" {
+	if got := wr.WCRetryExcErr.Name(); got != "IBV_WC_RETRY_EXC_ERR" {
 		t.Errorf("Name = %q", got)
 	}
-	c := Completion{ID: 7, Status: WCRetryExcErr, Opcode: WCRDMAWrite, VendorErr: 0x81}
-	err := c.Err(0x11)
+	c := wr.Completion{ID: 7, Status: wr.WCRetryExcErr, Opcode: wr.WCRDMAWrite, VendorErr: 0x81}
+	err := CompletionErr(&c, 0x11)
 	for _, want := range []string{"IBV_WC_RETRY_EXC_ERR", "IBV_WC_RDMA_WRITE", "0x11", "transport retry counter exceeded"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q lacks %q", err, want)
 		}
 	}
-	if (&Completion{}).Err(1) != nil {
+	if CompletionErr(&wr.Completion{}, 1) != nil {
 		t.Error("success completion gave an error")
 	}
-	if !WCRecvRDMAWithImm.IsRecv() || WCRDMAWrite.IsRecv() {
+	if !wr.WCRecvRDMAWithImm.IsRecv() || wr.WCRDMAWrite.IsRecv() {
 		t.Error("IsRecv wrong")
 	}
 	if a := AccessLocalWrite | AccessRemoteWrite; a.String() != "LOCAL_WRITE|REMOTE_WRITE" {

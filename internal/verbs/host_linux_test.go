@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"testing"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // hasDevices reports whether the kernel exposes any RDMA device.
@@ -37,7 +39,7 @@ func TestWrapNilContext(t *testing.T) {
 }
 
 func TestStatusTableMatchesLibibverbs(t *testing.T) {
-	for s := WCSuccess; s <= WCTMRndvIncomplete; s++ {
+	for s := wr.WCSuccess; s <= wr.WCTMRndvIncomplete; s++ {
 		if got, want := s.Description(), cWCStatusStr(s); got != want {
 			t.Errorf("status %d: our description %q, ibv_wc_status_str %q", s, got, want)
 		}

@@ -6,12 +6,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 	"net"
 	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 
 	"golang.org/x/sys/unix"
 )

@@ -10,32 +10,38 @@ import "C"
 import (
 	"syscall"
 	"unsafe"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
-// The C mirrors in shim.h must match wr.go exactly: these index expressions
-// fail to compile unless each Go size and offset equals the C one.
+// The C mirrors in shim.h must match internal/wr exactly: these index
+// expressions fail to compile unless each Go size and offset equals the C one.
 var (
-	_ = [1]int{}[unsafe.Sizeof(SendWR{})-C.RNET_SIZEOF_SEND_WR]
-	_ = [1]int{}[unsafe.Offsetof(SendWR{}.Op)-C.RNET_OFF_SEND_OP]
-	_ = [1]int{}[unsafe.Offsetof(SendWR{}.Imm)-C.RNET_OFF_SEND_IMM]
-	_ = [1]int{}[unsafe.Offsetof(SendWR{}.Inline)-C.RNET_OFF_SEND_INLINE]
-	_ = [1]int{}[unsafe.Offsetof(SendWR{}.Signaled)-C.RNET_OFF_SEND_SIGNALED]
-	_ = [1]int{}[unsafe.Offsetof(SendWR{}.SGE)-C.RNET_OFF_SEND_SGE]
-	_ = [1]int{}[unsafe.Offsetof(SendWR{}.NumSGE)-C.RNET_OFF_SEND_NUM_SGE]
-	_ = [1]int{}[unsafe.Offsetof(SendWR{}.RemoteAddr)-C.RNET_OFF_SEND_REMOTE_ADDR]
-	_ = [1]int{}[unsafe.Offsetof(SendWR{}.RKey)-C.RNET_OFF_SEND_RKEY]
-	_ = [1]int{}[unsafe.Sizeof(SGE{})-C.RNET_SIZEOF_SGE]
-	_ = [1]int{}[unsafe.Offsetof(SGE{}.Length)-C.RNET_OFF_SGE_LENGTH]
-	_ = [1]int{}[unsafe.Offsetof(SGE{}.LKey)-C.RNET_OFF_SGE_LKEY]
-	_ = [1]int{}[unsafe.Sizeof(RecvWR{})-C.RNET_SIZEOF_RECV_WR]
-	_ = [1]int{}[unsafe.Offsetof(RecvWR{}.SGE)-C.RNET_OFF_RECV_SGE]
-	_ = [1]int{}[unsafe.Offsetof(RecvWR{}.NumSGE)-C.RNET_OFF_RECV_NUM_SGE]
-	_ = [1]int{}[unsafe.Sizeof(Completion{})-C.RNET_SIZEOF_WC]
-	_ = [1]int{}[unsafe.Offsetof(Completion{}.Status)-C.RNET_OFF_WC_STATUS]
-	_ = [1]int{}[unsafe.Offsetof(Completion{}.Opcode)-C.RNET_OFF_WC_OPCODE]
-	_ = [1]int{}[unsafe.Offsetof(Completion{}.Imm)-C.RNET_OFF_WC_IMM]
-	_ = [1]int{}[unsafe.Offsetof(Completion{}.ByteLen)-C.RNET_OFF_WC_BYTE_LEN]
-	_ = [1]int{}[unsafe.Offsetof(Completion{}.VendorErr)-C.RNET_OFF_WC_VENDOR_ERR]
+	_ = [1]int{}[unsafe.Sizeof(wr.Send{})-C.RNET_SIZEOF_SEND_WR]
+	_ = [1]int{}[unsafe.Offsetof(wr.Send{}.Op)-C.RNET_OFF_SEND_OP]
+	_ = [1]int{}[unsafe.Offsetof(wr.Send{}.Imm)-C.RNET_OFF_SEND_IMM]
+	_ = [1]int{}[unsafe.Offsetof(wr.Send{}.Inline)-C.RNET_OFF_SEND_INLINE]
+	_ = [1]int{}[unsafe.Offsetof(wr.Send{}.Signaled)-C.RNET_OFF_SEND_SIGNALED]
+	_ = [1]int{}[unsafe.Offsetof(wr.Send{}.SGE)-C.RNET_OFF_SEND_SGE]
+	_ = [1]int{}[unsafe.Offsetof(wr.Send{}.NumSGE)-C.RNET_OFF_SEND_NUM_SGE]
+	_ = [1]int{}[unsafe.Offsetof(wr.Send{}.RemoteAddr)-C.RNET_OFF_SEND_REMOTE_ADDR]
+	_ = [1]int{}[unsafe.Offsetof(wr.Send{}.RKey)-C.RNET_OFF_SEND_RKEY]
+	_ = [1]int{}[unsafe.Sizeof(wr.SGE{})-C.RNET_SIZEOF_SGE]
+	_ = [1]int{}[unsafe.Offsetof(wr.SGE{}.Length)-C.RNET_OFF_SGE_LENGTH]
+	_ = [1]int{}[unsafe.Offsetof(wr.SGE{}.LKey)-C.RNET_OFF_SGE_LKEY]
+	_ = [1]int{}[unsafe.Sizeof(wr.Recv{})-C.RNET_SIZEOF_RECV_WR]
+	_ = [1]int{}[unsafe.Offsetof(wr.Recv{}.SGE)-C.RNET_OFF_RECV_SGE]
+	_ = [1]int{}[unsafe.Offsetof(wr.Recv{}.NumSGE)-C.RNET_OFF_RECV_NUM_SGE]
+	_ = [1]int{}[unsafe.Sizeof(wr.Completion{})-C.RNET_SIZEOF_WC]
+	_ = [1]int{}[unsafe.Offsetof(wr.Completion{}.Status)-C.RNET_OFF_WC_STATUS]
+	_ = [1]int{}[unsafe.Offsetof(wr.Completion{}.Opcode)-C.RNET_OFF_WC_OPCODE]
+	_ = [1]int{}[unsafe.Offsetof(wr.Completion{}.Imm)-C.RNET_OFF_WC_IMM]
+	_ = [1]int{}[unsafe.Offsetof(wr.Completion{}.ByteLen)-C.RNET_OFF_WC_BYTE_LEN]
+	_ = [1]int{}[unsafe.Offsetof(wr.Completion{}.VendorErr)-C.RNET_OFF_WC_VENDOR_ERR]
+	_ = [1]int{}[StepArm-C.RNET_STEP_ARM]
+	_ = [1]int{}[C.RNET_STEP_ARM-StepArm]
+	_ = [1]int{}[StepTakeEvent-C.RNET_STEP_TAKE_EVENT]
+	_ = [1]int{}[C.RNET_STEP_TAKE_EVENT-StepTakeEvent]
 	_ = [1]int{}[MaxBatch-C.RNET_MAX_BATCH]
 	_ = [1]int{}[C.RNET_MAX_BATCH-MaxBatch]
 )
@@ -47,7 +53,7 @@ func handle(p unsafe.Pointer) C.uintptr_t { return C.uintptr_t(uintptr(p)) }
 // PostSend posts the work requests in order, as chains of up to MaxBatch
 // per crossing, and returns how many were posted. On failure the first
 // unposted one is wrs[n]; those before it are on the send queue.
-func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
+func (qp *QP) PostSend(wrs []wr.Send) (n int, err error) {
 	qp.mu.RLock()
 	defer qp.mu.RUnlock()
 	if qp.c == nil {
@@ -67,7 +73,7 @@ func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
 }
 
 // PostRecv posts receive work requests like PostSend posts sends.
-func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
+func (qp *QP) PostRecv(wrs []wr.Recv) (n int, err error) {
 	qp.mu.RLock()
 	defer qp.mu.RUnlock()
 	if qp.c == nil {
@@ -86,83 +92,46 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 	return n, nil
 }
 
-// PostAndPoll posts recvs, then sends, then polls cq for up to len(out)
-// completions, and returns how many it moved: a connection's usual step, in
-// one crossing into C when each list fits in MaxBatch (longer lists are
-// posted ahead in batches). On failure the error names the step that
-// failed; nothing after it was done, and some WRs of a failed post may be on
-// the queue.
-func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	return qp.postAndPoll(cq, 0, recvs, sends, out, 1)
-}
-
-// PostAndPollTries is PostAndPoll that, while the CQ is empty, polls it
-// again, up to tries polls in all, still in one crossing: a busy-polling
-// caller pays one crossing per tries empty polls instead of one each. The
-// tries are counted, not timed, so the crossing stays short on any device.
-func (qp *QP) PostAndPollTries(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion, tries int) (int, error) {
-	return qp.postAndPoll(cq, 0, recvs, sends, out, max(tries, 1))
-}
-
-// ArmPostAndPoll is PostAndPoll for a caller about to wait on cq's
-// completion channel: in the same crossing it first arms cq (ReqNotify for
-// every completion), so that a completion that lands after the poll still
-// produces an event. The arm costs no crossing of its own.
-func (qp *QP) ArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	return qp.postAndPoll(cq, C.RNET_ARM, recvs, sends, out, 1)
-}
-
-// TakeEventPostAndPoll is PostAndPoll for a caller that CompChannel.WaitReady
-// woke: in the same crossing it first takes one event off cq's channel, if
-// there is one, and acknowledges it. Unlike CompChannel.Wait it cannot tell
-// which CQ an event came from, so cq must be the only CQ on its channel
-// (ErrSharedChannel otherwise). Finding no event is not an error: the
-// wakeup was a deadline's, or spurious.
-func (qp *QP) TakeEventPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	if cq.ch == nil || !cq.ch.sole.Load() {
+// Step is a connection's whole turn at the device in one crossing into C:
+// what flags ask for, then post recvs, then sends, then poll cq for up to
+// len(out) completions, polling again while the CQ is empty up to tries
+// polls in all (counted, not timed, so the crossing stays short on any
+// device). It returns how many completions it moved into out.
+//
+// Every receive is posted before any send, also when the lists are longer
+// than one crossing takes (they are then posted ahead, in batches, in
+// stepPlan's order): a send may carry credits that only those receives
+// back. On failure the error names the verb that failed; nothing after it
+// was done, and some work requests of a failed post may be on the queue.
+func (qp *QP) Step(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+	if flags&StepTakeEvent != 0 && (cq.ch == nil || !cq.ch.sole.Load()) {
 		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Err: ErrSharedChannel}
 	}
-	return qp.postAndPoll(cq, C.RNET_TAKE_EVENT, recvs, sends, out, 1)
-}
-
-// TakeEventArmPostAndPoll is TakeEventPostAndPoll that arms cq again right
-// after taking the event, in the same crossing and before it polls. A caller
-// that takes every event this way keeps cq armed for good: any completion
-// after its last poll has then left an event on the channel, so it can
-// wait again (WaitReady) without first crossing to arm and poll.
-func (qp *QP) TakeEventArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	if cq.ch == nil || !cq.ch.sole.Load() {
-		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Err: ErrSharedChannel}
-	}
-	return qp.postAndPoll(cq, C.RNET_TAKE_EVENT|C.RNET_ARM, recvs, sends, out, 1)
-}
-
-func (qp *QP) postAndPoll(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR, out []Completion, tries int) (int, error) {
-	if len(recvs) > MaxBatch {
-		if _, err := qp.PostRecv(recvs[:len(recvs)-MaxBatch]); err != nil {
+	aheadRecvs, aheadSends := stepPlan(len(recvs), len(sends))
+	if aheadRecvs > 0 {
+		if _, err := qp.PostRecv(recvs[:aheadRecvs]); err != nil {
 			return 0, err
 		}
-		recvs = recvs[len(recvs)-MaxBatch:]
+		recvs = recvs[aheadRecvs:]
 	}
-	if len(sends) > MaxBatch {
-		if _, err := qp.PostSend(sends[:len(sends)-MaxBatch]); err != nil {
+	if aheadSends > 0 {
+		if _, err := qp.PostSend(sends[:aheadSends]); err != nil {
 			return 0, err
 		}
-		sends = sends[len(sends)-MaxBatch:]
+		sends = sends[aheadSends:]
 	}
 	// No defers: with this many returns the compiler cannot open-code
-	// them, and the deferred calls cost more than the rest of the Go side
-	// of a crossing (deferprocStack, deferreturn: 3% of a polling
-	// connection's profile). Nothing between the locks can panic.
+	// them, and deferred calls cost more than the rest of the Go side of
+	// a crossing. Nothing between the locks can panic.
 	qp.mu.RLock()
 	cq.mu.RLock()
-	n, err := qp.postPollLocked(cq, flags, recvs, sends, out, tries)
+	n, err := qp.stepLocked(cq, flags, recvs, sends, out, max(tries, 1))
 	cq.mu.RUnlock()
 	qp.mu.RUnlock()
 	return n, err
 }
 
-func (qp *QP) postPollLocked(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR, out []Completion, tries int) (int, error) {
+func (qp *QP) stepLocked(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	if qp.c == nil {
 		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Err: errClosed}
 	}
@@ -184,13 +153,13 @@ func (qp *QP) postPollLocked(cq *CQ, flags C.int, recvs []RecvWR, sends []SendWR
 		wp = (*C.struct_rnet_wc)(unsafe.Pointer(&out[0]))
 	}
 	var ch C.uintptr_t
-	if flags&C.RNET_TAKE_EVENT != 0 {
+	if flags&StepTakeEvent != 0 {
 		// cq.ch.c outlives cq.c, which is live under cq.mu: the channel
 		// is destroyed only once its last CQ is.
 		ch = handle(unsafe.Pointer(cq.ch.c))
 	}
 	CountCgoCall()
-	r := int64(C.rnet_post_poll(handle(unsafe.Pointer(qp.c)), handle(unsafe.Pointer(cq.c)), ch, flags, rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30)), C.int(min(tries, 1<<30))))
+	r := int64(C.rnet_step(handle(unsafe.Pointer(qp.c)), handle(unsafe.Pointer(cq.c)), ch, C.int(flags), rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30)), C.int(min(tries, 1<<30))))
 	if r >= 0 {
 		return int(r), nil
 	}

@@ -12,7 +12,8 @@
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
-// Mirrors of the Go types in wr.go (checked at compile time in post_linux.go).
+// Mirrors of internal/wr's Go types (checked at compile time in post_linux.go
+// and at run time by TestLayoutMatchesC).
 struct rnet_sge {
 	uint64_t addr;
 	uint32_t length;
@@ -46,9 +47,10 @@ struct rnet_wc {
 	uint32_t vendor_err;
 };
 
-// Offsets and sizes for the compile-time layout check in post_linux.go.
+// Offsets and sizes for the layout checks (post_linux.go, TestLayoutMatchesC).
 enum {
 	RNET_SIZEOF_SEND_WR = sizeof(struct rnet_send_wr),
+	RNET_OFF_SEND_ID = offsetof(struct rnet_send_wr, id),
 	RNET_OFF_SEND_OP = offsetof(struct rnet_send_wr, op),
 	RNET_OFF_SEND_IMM = offsetof(struct rnet_send_wr, imm),
 	RNET_OFF_SEND_INLINE = offsetof(struct rnet_send_wr, inline_),
@@ -58,12 +60,15 @@ enum {
 	RNET_OFF_SEND_REMOTE_ADDR = offsetof(struct rnet_send_wr, remote_addr),
 	RNET_OFF_SEND_RKEY = offsetof(struct rnet_send_wr, rkey),
 	RNET_SIZEOF_SGE = sizeof(struct rnet_sge),
+	RNET_OFF_SGE_ADDR = offsetof(struct rnet_sge, addr),
 	RNET_OFF_SGE_LENGTH = offsetof(struct rnet_sge, length),
 	RNET_OFF_SGE_LKEY = offsetof(struct rnet_sge, lkey),
 	RNET_SIZEOF_RECV_WR = sizeof(struct rnet_recv_wr),
+	RNET_OFF_RECV_ID = offsetof(struct rnet_recv_wr, id),
 	RNET_OFF_RECV_SGE = offsetof(struct rnet_recv_wr, sge),
 	RNET_OFF_RECV_NUM_SGE = offsetof(struct rnet_recv_wr, num_sge),
 	RNET_SIZEOF_WC = sizeof(struct rnet_wc),
+	RNET_OFF_WC_ID = offsetof(struct rnet_wc, id),
 	RNET_OFF_WC_STATUS = offsetof(struct rnet_wc, status),
 	RNET_OFF_WC_OPCODE = offsetof(struct rnet_wc, opcode),
 	RNET_OFF_WC_IMM = offsetof(struct rnet_wc, imm),
@@ -189,19 +194,19 @@ static inline int rnet_poll_cq(struct ibv_cq *cq, struct rnet_wc *out, int n)
 	return total;
 }
 
-// The functions on a connection's hot path (rnet_post_poll, rnet_poll,
+// The functions on a connection's hot path (rnet_step, rnet_poll,
 // rnet_req_notify_cq, rnet_get_cq_event) take their verbs objects as integer
 // handles. cgo checks every argument whose C type holds pointers for Go
 // pointers, and a struct ibv_qp * or struct ibv_cq * does; those checks were
 // 4.4% of a polling client's CPU samples in the Soft-RoCE guest, more than
 // the rest of the Go side of the crossing. The handles are C allocations.
 
-// rnet_post_poll is a connection's usual step in one crossing. With
-// RNET_TAKE_EVENT it first takes one event off the CQ's completion channel
+// rnet_step is a connection's step in one crossing. With
+// RNET_STEP_TAKE_EVENT it first takes one event off the CQ's completion channel
 // (ch, which has no other CQ) and acknowledges it: a caller the channel
 // woke needs the event gone, and reading it here saves a crossing of its
 // own. EAGAIN there is no failure: the wakeup was a kick, or a spurious
-// one. With RNET_ARM it arms the CQ (a caller about to wait on the channel
+// one. With RNET_STEP_ARM it arms the CQ (a caller about to wait on the channel
 // arms before it polls, so that a completion after the poll still wakes
 // it). Then it posts the receive WRs, then the send WRs, then polls up to
 // n_wc completions, and polls again while the CQ is empty, up to tries
@@ -210,9 +215,9 @@ static inline int rnet_poll_cq(struct ibv_cq *cq, struct rnet_wc *out, int n)
 // -(stage << 40 | errno << 8 | index) when stage 1 (post_recv), 2
 // (post_send), 3 (poll_cq), 4 (req_notify_cq) or 5 (get_cq_event) failed;
 // nothing after a failed stage is done.
-enum { RNET_ARM = 1, RNET_TAKE_EVENT = 2 };
+enum { RNET_STEP_ARM = 1, RNET_STEP_TAKE_EVENT = 2 };
 
-static inline long long rnet_post_poll(uintptr_t qp_handle, uintptr_t cq_handle, uintptr_t ch_handle,
+static inline long long rnet_step(uintptr_t qp_handle, uintptr_t cq_handle, uintptr_t ch_handle,
 	int flags,
 	const struct rnet_recv_wr *recvs, int n_recv,
 	const struct rnet_send_wr *sends, int n_send,
@@ -222,7 +227,7 @@ static inline long long rnet_post_poll(uintptr_t qp_handle, uintptr_t cq_handle,
 	struct ibv_cq *cq = (struct ibv_cq *)cq_handle;
 	int r;
 
-	if (flags & RNET_TAKE_EVENT) {
+	if (flags & RNET_STEP_TAKE_EVENT) {
 		struct ibv_cq *ev_cq;
 		void *ev_ctx;
 		errno = 0;
@@ -231,7 +236,7 @@ static inline long long rnet_post_poll(uintptr_t qp_handle, uintptr_t cq_handle,
 		else if (errno != EAGAIN)
 			return -((5LL << 40) | ((long long)(errno ? errno : EIO) << 8));
 	}
-	if ((flags & RNET_ARM) && (r = ibv_req_notify_cq(cq, 0)) != 0) {
+	if ((flags & RNET_STEP_ARM) && (r = ibv_req_notify_cq(cq, 0)) != 0) {
 		// Providers return an errno, some a negative one or -1.
 		if (r < 0)
 			r = r == -1 ? (errno ? errno : EIO) : -r;

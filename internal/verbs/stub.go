@@ -6,6 +6,8 @@ import (
 	"context"
 	"time"
 	"unsafe"
+
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // Without Linux and cgo there is no RDMA: every constructor fails with
@@ -59,34 +61,22 @@ func (ch *CompChannel) WaitReady(ctx context.Context) (parked bool, err error) {
 func (ch *CompChannel) SetDeadline(t time.Time) error { return unsupported("SetDeadline") }
 func (ch *CompChannel) Close() error                  { return nil }
 
-func (cq *CQ) Size() int                          { return 0 }
-func (cq *CQ) Ptr() unsafe.Pointer                { return nil }
-func (cq *CQ) Poll(out []Completion) (int, error) { return 0, unsupported("ibv_poll_cq") }
-func (cq *CQ) ReqNotify(solicitedOnly bool) error { return unsupported("ibv_req_notify_cq") }
-func (cq *CQ) Close() error                       { return nil }
+func (cq *CQ) Size() int                             { return 0 }
+func (cq *CQ) Ptr() unsafe.Pointer                   { return nil }
+func (cq *CQ) Poll(out []wr.Completion) (int, error) { return 0, unsupported("ibv_poll_cq") }
+func (cq *CQ) ReqNotify(solicitedOnly bool) error    { return unsupported("ibv_req_notify_cq") }
+func (cq *CQ) Close() error                          { return nil }
 
 func WrapQP(p unsafe.Pointer, caps QPCaps, destroy func() error) *QP { return &QP{} }
 
-func (qp *QP) Num() uint32                        { return 0 }
-func (qp *QP) Caps() QPCaps                       { return QPCaps{} }
-func (qp *QP) Ptr() unsafe.Pointer                { return nil }
-func (qp *QP) State() (QPState, error)            { return QPUnknown, unsupported("ibv_query_qp") }
-func (qp *QP) SetError() error                    { return unsupported("ibv_modify_qp") }
-func (qp *QP) Close() error                       { return nil }
-func (qp *QP) PostSend(wrs []SendWR) (int, error) { return 0, unsupported("ibv_post_send") }
-func (qp *QP) PostRecv(wrs []RecvWR) (int, error) { return 0, unsupported("ibv_post_recv") }
-func (qp *QP) PostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
+func (qp *QP) Num() uint32                         { return 0 }
+func (qp *QP) Caps() QPCaps                        { return QPCaps{} }
+func (qp *QP) Ptr() unsafe.Pointer                 { return nil }
+func (qp *QP) State() (QPState, error)             { return QPUnknown, unsupported("ibv_query_qp") }
+func (qp *QP) SetError() error                     { return unsupported("ibv_modify_qp") }
+func (qp *QP) Close() error                        { return nil }
+func (qp *QP) PostSend(wrs []wr.Send) (int, error) { return 0, unsupported("ibv_post_send") }
+func (qp *QP) PostRecv(wrs []wr.Recv) (int, error) { return 0, unsupported("ibv_post_recv") }
+func (qp *QP) Step(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	return 0, unsupported("ibv_post_send")
-}
-func (qp *QP) PostAndPollTries(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion, tries int) (int, error) {
-	return 0, unsupported("ibv_post_send")
-}
-func (qp *QP) ArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	return 0, unsupported("ibv_req_notify_cq")
-}
-func (qp *QP) TakeEventPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	return 0, unsupported("ibv_get_cq_event")
-}
-func (qp *QP) TakeEventArmPostAndPoll(cq *CQ, recvs []RecvWR, sends []SendWR, out []Completion) (int, error) {
-	return 0, unsupported("ibv_get_cq_event")
 }

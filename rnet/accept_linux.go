@@ -1,0 +1,225 @@
+//go:build linux && cgo
+
+package rnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// listen binds a listening id to laddr and starts its acceptor.
+func listen(set settings, network string, laddr netip.AddrPort, backlog int) (*Listener, error) {
+	addr := netAddr(laddr)
+	fail := func(err error) (*Listener, error) {
+		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: addr, Err: err}
+	}
+	ch, err := cm.NewEventChannel()
+	if err != nil {
+		return fail(err)
+	}
+	id, err := ch.NewID()
+	if err != nil {
+		ch.Close()
+		return fail(err)
+	}
+	if err := bindListener(id, network, laddr); err != nil {
+		id.Close()
+		ch.Close()
+		return fail(err)
+	}
+	if err := id.Listen(backlog); err != nil {
+		id.Close()
+		ch.Close()
+		return fail(err)
+	}
+	if a := id.LocalAddr(); a.IsValid() {
+		addr = netAddr(a)
+	}
+	device := "" // a wildcard listener is on no device, and outlives any one
+	if !laddr.Addr().IsUnspecified() {
+		if vctx, err := id.Context(); err == nil {
+			device = vctx.Name()
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &listener{
+		addr:   addr,
+		conns:  make(chan *Conn, backlog),
+		done:   make(chan struct{}),
+		failed: make(chan struct{}),
+	}
+	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx, slots: make(chan struct{}, backlog)}
+	l.stop = func() {
+		cancel()
+		ch.Close()
+		a.wg.Wait()
+		id.Close()
+	}
+	a.wg.Add(1)
+	go a.run()
+	return newListener(l), nil
+}
+
+// bindListener binds a listening id as bindAddr says: a wildcard on "rdma"
+// takes IPv6 and IPv4 requests, falling back to IPv4 alone on a kernel
+// without IPv6, as net.Listen does.
+func bindListener(id *cm.ID, network string, laddr netip.AddrPort) error {
+	bind, v6only, dual := bindAddr(network, laddr)
+	if !bind.Addr().Is6() || !bind.Addr().IsUnspecified() {
+		return id.Bind(bind)
+	}
+	err := id.SetAFOnly(v6only)
+	if err == nil {
+		err = id.Bind(bind)
+	}
+	if err != nil && dual && (errors.Is(err, syscall.EAFNOSUPPORT) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
+		return id.Bind(netip.AddrPortFrom(netip.IPv4Unspecified(), bind.Port()))
+	}
+	return err
+}
+
+// acceptor turns connection requests on a listening id into Conns.
+type acceptor struct {
+	l      *listener
+	ch     *cm.EventChannel
+	id     *cm.ID
+	device string // the device a listener on one address is bound to
+	set    settings
+	ctx    context.Context // cancelled by Listener.Close
+	slots  chan struct{}   // bounds concurrent handshakes
+	wg     sync.WaitGroup
+}
+
+func (a *acceptor) run() {
+	defer a.wg.Done()
+	var retry eventRetry
+	for {
+		ev, err := a.ch.Next(context.Background())
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			retry.wait(a.ctx.Done())
+			continue
+		}
+		retry.reset()
+		if ev.Type == cm.EventDeviceRemoval && ev.ID == a.id {
+			// The listening id is dead: it will never see another
+			// request, even if a device of that name comes back. Accept
+			// says so instead of blocking for ever; Close releases it.
+			a.l.fail(fmt.Errorf("%w: %s", ErrDeviceRemoved, a.device))
+			return
+		}
+		if ev.Type != cm.EventConnectRequest {
+			// Every other id on this channel was handed over below before
+			// this loop read on: nothing is left here for them.
+			continue
+		}
+		select {
+		case a.slots <- struct{}{}:
+		default:
+			// Too many handshakes at once: refuse, as a full TCP backlog would.
+			ev.ID.Reject(nil)
+			ev.ID.Close()
+			continue
+		}
+		ch, ok := a.handOver(ev)
+		if !ok {
+			<-a.slots
+			continue
+		}
+		a.wg.Add(1)
+		go a.handshake(ev, ch)
+	}
+}
+
+// handOver gives a requesting id its own event channel, or refuses it. It
+// runs in the loop, before the next read: the kernel moves the events it
+// holds for the id along with it, so none can be read here first and lost
+// (a REJ or DISCONNECTED that came before the handshake's own wait began
+// would otherwise leave that wait to the handshake timeout).
+func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
+	id := ev.ID
+	// rsocket refuses a request whose private data it cannot use; so do
+	// we, before spending any memory on it.
+	if _, err := ring.DecodeConnData(ev.Param.PrivateData); err != nil {
+		id.Reject(nil)
+		id.Close()
+		return nil, false
+	}
+	ch, err := cm.NewEventChannel()
+	if err != nil {
+		id.Reject(nil)
+		id.Close()
+		return nil, false
+	}
+	err = id.Migrate(ch)
+	if err == nil {
+		err = setupStep(true, "migrate")
+	}
+	if err != nil {
+		id.Reject(nil)
+		id.Close()
+		ch.Close()
+		return nil, false
+	}
+	return ch, true
+}
+
+// handshake accepts one connection request, whose id is already alone on
+// ch. Any failure refuses or drops this request only.
+func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
+	defer a.wg.Done()
+	defer func() { <-a.slots }()
+	id := ev.ID
+	q, eng, err := setup(id, ch, a.set.ring, true)
+	if err != nil {
+		id.Reject(nil)
+		id.Close()
+		ch.Close()
+		return
+	}
+	drop := func() {
+		q.disconnect()
+		q.shutdown()
+		q.destroy()
+	}
+	if err := eng.Establish(ev.Param.PrivateData); err != nil {
+		id.Reject(nil)
+		drop()
+		return
+	}
+	if err := postInitialRecvs(q, eng); err != nil {
+		id.Reject(nil)
+		drop()
+		return
+	}
+	// Echo the request's parameters, as rsocket does, with our private data.
+	p := ev.Param
+	p.PrivateData = connParam(eng, false).PrivateData
+	if err := id.Accept(p); err != nil {
+		drop()
+		return
+	}
+	// The clock starts at the reply, not at the request: setting up many
+	// connections at once takes a while under load, and the dialer counts
+	// itself connected as soon as it has our reply.
+	ctx, cancel := a.ctx, context.CancelFunc(func() {})
+	if a.set.handshakeTimeout > 0 {
+		ctx, cancel = context.WithTimeout(a.ctx, a.set.handshakeTimeout)
+	}
+	defer cancel()
+	if _, err := id.Await(ctx, cm.EventEstablished); err != nil {
+		drop()
+		return
+	}
+	a.l.offer(newConn(q, eng, a.set))
+}

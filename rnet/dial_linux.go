@@ -1,0 +1,67 @@
+//go:build linux && cgo
+
+package rnet
+
+import (
+	"context"
+	"net"
+	"net/netip"
+
+	"github.com/rnet-dev/rnet/internal/cm"
+)
+
+// dial connects to raddr from laddr (any local address if invalid): resolve
+// the address and route, set up the queue pair, connect, and take the
+// peer's private data from the established event.
+func dial(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrPort) (c *Conn, err error) {
+	remote := netAddr(raddr)
+	var local net.Addr
+	if laddr.IsValid() {
+		local = netAddr(netip.AddrPortFrom(laddr, 0))
+	}
+	fail := func(err error) (*Conn, error) { return nil, dialError(ctx, local, remote, err) }
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	ch, err := cm.NewEventChannel()
+	if err != nil {
+		return fail(err)
+	}
+	id, err := ch.NewID()
+	if err != nil {
+		ch.Close()
+		return fail(err)
+	}
+	if err := id.Resolve(ctx, laddr, raddr, cm.RsocketRetry); err != nil {
+		id.Close()
+		ch.Close()
+		return fail(err)
+	}
+	q, eng, err := setup(id, ch, set.ring, false)
+	if err != nil {
+		id.Close()
+		ch.Close()
+		return fail(err)
+	}
+	local = q.laddr
+	abort := func(err error) (*Conn, error) {
+		q.disconnect()
+		q.shutdown()
+		q.destroy()
+		return fail(err)
+	}
+	if err := postInitialRecvs(q, eng); err != nil {
+		return abort(err)
+	}
+	if err := id.Connect(connParam(eng, eng.Config().IWARP)); err != nil {
+		return abort(err)
+	}
+	ev, err := id.Await(ctx, cm.EventEstablished)
+	if err != nil {
+		return abort(err)
+	}
+	if err := eng.Establish(ev.Param.PrivateData); err != nil {
+		return abort(err)
+	}
+	return newConn(q, eng, set), nil
+}

@@ -1,0 +1,111 @@
+package rnet
+
+import (
+	"fmt"
+	"time"
+)
+
+// keepaliveProbes is how many keepalive periods in a row sends may stay
+// unacknowledged before the peer is declared gone, like TCP's keepalive
+// probe count.
+const keepaliveProbes = 3
+
+// keepaliveProbesBusyPeer replaces keepaliveProbes while the sends in
+// flight may be waiting for the peer to post receives (see
+// ring.Engine.PeerMayLackReceives): a C rsocket peer posts receives only
+// when its application calls in, and is alive meanwhile, as a TCP peer
+// advertising a zero window is.
+const keepaliveProbesBusyPeer = 20
+
+// housekeepingPeriod is how often an idle connection with keepalives off
+// still steps its engine. Nothing polls the CQ while no call is blocked
+// (as in rsocket), and the peer's control messages each use a posted
+// receive; this reposts them long before the headroom runs out.
+const housekeepingPeriod = 15 * time.Second
+
+// tickPeriod is the keepalive period, or the housekeeping period when
+// keepalives are off.
+func (c *conn) tickPeriod() time.Duration {
+	if c.set.keepAlive > 0 {
+		return c.set.keepAlive
+	}
+	return housekeepingPeriod
+}
+
+// tick runs every tickPeriod: it sends a keepalive (when they are on) and
+// steps the engine, which on an idle connection is the only thing that
+// reposts the receives the peer's control messages used.
+func (c *conn) tick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return
+	}
+	switch {
+	case c.fatal != nil:
+		return // nothing left to keep alive
+	case c.set.keepAlive > 0:
+		c.keepaliveLocked()
+	default:
+		c.driveLocked()
+	}
+	c.keepalive.Reset(c.tickPeriod())
+}
+
+// keepaliveLocked probes the peer. A peer gone without a word (its link
+// down, its host dead) shows as sends that never complete; the transport's
+// retries should end that with a failed completion, but some devices retry
+// without limit (rxe takes retry_count 7 as "forever"), so the connection
+// gives up after keepaliveProbes periods without one send completion.
+func (c *conn) keepaliveLocked() {
+	c.driveLocked()
+	done := c.eng.Stats().SendCompletions
+	if c.eng.InFlight() > 0 && done == c.kaSendDone {
+		c.kaStalled++
+	} else {
+		c.kaStalled = 0
+	}
+	c.kaSendDone = done
+	limit := keepaliveProbes
+	if c.eng.PeerMayLackReceives() {
+		limit = keepaliveProbesBusyPeer
+	}
+	if c.kaStalled >= limit {
+		c.failLocked(fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
+			ErrPeerGone, c.kaStalled, c.set.keepAlive))
+		c.signalLocked()
+		return
+	}
+	c.eng.Keepalive()
+	c.driveLocked()
+}
+
+// transportDisconnected is called when the connection manager reports the
+// connection gone. If the peer said goodbye with DISCONNECT first, this is
+// just the end of an orderly close; otherwise the peer vanished.
+func (c *conn) transportDisconnected() {
+	c.mu.Lock()
+	c.driveLocked() // account what arrived before the disconnect
+	c.transDown = true
+	if !c.eng.Finished() || c.eng.Err() != nil {
+		// An error already there stays, unless it is a flush: the
+		// disconnect is what caused that.
+		c.eng.Fail(ErrPeerGone)
+	}
+	c.signalLocked()
+	c.kickLocked()
+	c.mu.Unlock()
+	// Answer the peer's disconnect request so its side completes promptly.
+	c.qp.disconnect()
+}
+
+// transportFailed is called when the connection cannot go on, such as when
+// its device is removed.
+func (c *conn) transportFailed(err error) {
+	c.mu.Lock()
+	c.transDown = true
+	c.failLocked(err)
+	c.signalLocked()
+	c.kickLocked()
+	c.mu.Unlock()
+}

@@ -1,0 +1,47 @@
+package rnet
+
+import (
+	"net"
+
+	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
+)
+
+// queuePair is one connection's queue pair, completion queue and the
+// wakeups from both, as a conn drives them: verbsQP on a device, and the
+// simulated fabric's in tests. Calls to step are serialised by the conn;
+// wait has at most one caller at a time (the owner of the completion
+// channel wait, see wait.go); the rest may be called from any goroutine.
+type queuePair interface {
+	// step does what flags ask (take the event that woke wait, arm the
+	// CQ), posts recvs, then sends, then polls up to len(out) completions,
+	// polling again while none came up to tries polls: one crossing into C.
+	step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error)
+	// wait parks the calling goroutine, never an OS thread, until the armed
+	// CQ may hold a completion no step has polled, or kick is called; it
+	// may wake spuriously. parked says it did not return at once. After
+	// shutdown it returns net.ErrClosed.
+	wait() (parked bool, err error)
+	// kick makes the current or next wait return; it is never lost.
+	kick()
+	// start delivers the connection manager's events to h from a
+	// goroutine of the queue pair's own, until shutdown.
+	start(h eventHandler)
+	// disconnect moves the queue pair to the error state and tells the peer.
+	disconnect()
+	// shutdown fails wait for good and stops event delivery; it returns
+	// once the event goroutine has ended.
+	shutdown()
+	// destroy frees every device resource, once nothing waits or steps.
+	destroy() error
+	localAddr() net.Addr
+	remoteAddr() net.Addr
+}
+
+// eventHandler receives connection events from the transport.
+type eventHandler interface {
+	// transportDisconnected: the peer (or the network) ended the connection.
+	transportDisconnected()
+	// transportFailed: the connection cannot go on (err says why).
+	transportFailed(err error)
+}

@@ -1,0 +1,180 @@
+//go:build linux && cgo
+
+package rnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
+)
+
+// verbsQP is a queuePair on a real device: an rdma_cm id with its own event
+// channel, an RC queue pair, one CQ on a completion channel, and the three
+// registered regions the engine works in.
+type verbsQP struct {
+	ch     *cm.EventChannel
+	id     *cm.ID
+	pd     *verbs.PD
+	cc     *verbs.CompChannel
+	cq     *verbs.CQ
+	qp     *verbs.QP
+	mrs    []*verbs.MR // send, recv, target
+	device string
+	// accepting says this is the listening side (for testHookSetupStep).
+	accepting bool
+
+	laddr, raddr net.Addr
+
+	kicked         atomic.Bool
+	eventsDone     chan struct{}
+	eventsStop     chan struct{} // closed by shutdown: ends a retry's wait
+	startOnce      sync.Once
+	disconnectOnce sync.Once
+	shutdownOnce   sync.Once
+}
+
+func (q *verbsQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+	return q.qp.Step(q.cq, flags, recvs, sends, out, tries)
+}
+
+func (q *verbsQP) wait() (parked bool, err error) {
+	if q.kicked.Swap(false) {
+		q.cc.SetDeadline(time.Time{})
+		return false, nil
+	}
+	parked, err = q.cc.WaitReady(context.Background())
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// kick's way in: a past deadline on the channel's fd.
+		q.cc.SetDeadline(time.Time{})
+		q.kicked.Store(false)
+		return parked, nil
+	}
+	return parked, err
+}
+
+// kick sets the flag before the deadline, and wait clears the deadline before
+// the flag, so a kick racing with a wait either finds the wait parked or is
+// seen by its caller's next look at the connection.
+func (q *verbsQP) kick() {
+	if !q.kicked.Swap(true) {
+		q.cc.SetDeadline(aLongTimeAgo)
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (q *verbsQP) start(h eventHandler) {
+	q.startOnce.Do(func() {
+		q.eventsDone = make(chan struct{})
+		q.eventsStop = make(chan struct{})
+		go q.events(h)
+	})
+}
+
+// events delivers the connection manager's news about this connection.
+func (q *verbsQP) events(h eventHandler) {
+	defer close(q.eventsDone)
+	var retry eventRetry
+	for {
+		ev, err := q.ch.Next(context.Background())
+		if errors.Is(err, net.ErrClosed) {
+			return // shutdown closed the channel
+		}
+		if err != nil {
+			// Keep listening: a disconnect or a device removal must
+			// still reach the connection.
+			retry.wait(q.eventsStop)
+			continue
+		}
+		retry.reset()
+		switch ev.Type {
+		case cm.EventDisconnected:
+			h.transportDisconnected()
+		case cm.EventDeviceRemoval:
+			h.transportFailed(fmt.Errorf("%w: %s", ErrDeviceRemoved, q.device))
+		}
+	}
+}
+
+func (q *verbsQP) disconnect() {
+	q.disconnectOnce.Do(func() { q.id.Disconnect() })
+}
+
+func (q *verbsQP) shutdown() {
+	q.shutdownOnce.Do(func() {
+		if q.eventsStop != nil {
+			close(q.eventsStop)
+		}
+		q.cc.Close()
+		q.ch.Close()
+		if q.eventsDone != nil {
+			<-q.eventsDone
+		}
+	})
+}
+
+// destroy frees everything in dependency order: the QP before its CQ, the
+// CQ before its channel, memory regions and PD before the id that owns the
+// device context, and the id before its event channel.
+func (q *verbsQP) destroy() error {
+	var errs []error
+	keep := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if q.qp != nil {
+		keep(q.qp.Close())
+	}
+	if q.cq != nil {
+		keep(q.cq.Close())
+	}
+	if q.cc != nil {
+		keep(q.cc.Close())
+	}
+	for _, mr := range q.mrs {
+		keep(mr.Close())
+	}
+	if q.pd != nil {
+		keep(q.pd.Close())
+	}
+	if q.id != nil {
+		keep(q.id.Close())
+	}
+	if q.ch != nil {
+		keep(q.ch.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (q *verbsQP) localAddr() net.Addr  { return q.laddr }
+func (q *verbsQP) remoteAddr() net.Addr { return q.raddr }
+
+// eventRetry paces the retries of an event loop whose channel failed with
+// something other than being closed (an errno from rdma_get_cm_event, such
+// as ENOMEM): such a loop must neither spin on a failure that persists nor
+// stop listening for good. The waits double from 5 ms to at most 1 s.
+type eventRetry struct{ delay time.Duration }
+
+// wait waits out the next delay, or until done is closed.
+func (r *eventRetry) wait(done <-chan struct{}) {
+	r.delay = min(max(2*r.delay, 5*time.Millisecond), time.Second)
+	t := time.NewTimer(r.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-done:
+	}
+}
+
+// reset starts over after an event came through.
+func (r *eventRetry) reset() { r.delay = 0 }

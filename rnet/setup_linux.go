@@ -1,0 +1,141 @@
+//go:build linux && cgo
+
+package rnet
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/verbs"
+)
+
+// testHookSetupStep, set only by tests, is called as each resource of a
+// connection is made (by the accepting side or the dialling one), and
+// fails the setup where it returns an error, as a device refusing that
+// resource would: the error paths release what they made, and tests check
+// it.
+// Atomic: the acceptor's goroutines read it while a test sets it.
+var testHookSetupStep atomic.Pointer[func(accepting bool, step string) error]
+
+func setupStep(accepting bool, step string) error {
+	if hook := testHookSetupStep.Load(); hook != nil {
+		return (*hook)(accepting, step)
+	}
+	return nil
+}
+
+// setup creates the queue pair, CQ and registered regions for id, which must be
+// bound to a device (resolved, or from a connection request), and the engine
+// over them. On failure everything made so far is released, except id and ch.
+func setup(id *cm.ID, ch *cm.EventChannel, cfg ring.Config, accepting bool) (*verbsQP, *ring.Engine, error) {
+	q := &verbsQP{ch: ch, id: id, accepting: accepting}
+	eng, err := q.build(cfg)
+	if err != nil {
+		q.id, q.ch = nil, nil // the caller owns these on failure
+		q.destroy()
+		return nil, nil, err
+	}
+	q.laddr = netAddr(id.LocalAddr())
+	q.raddr = netAddr(id.RemoteAddr())
+	return q, eng, nil
+}
+
+func (q *verbsQP) build(cfg ring.Config) (*ring.Engine, error) {
+	ctx, err := q.id.Context()
+	if err != nil {
+		return nil, err
+	}
+	q.device = ctx.Name()
+	info, err := ctx.Query()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.FitDevice(info.MaxQPWR, info.Transport == verbs.TransportIWARP)
+	layout := cfg.Layout()
+	if q.pd, err = ctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if err := setupStep(q.accepting, "pd"); err != nil {
+		return nil, err
+	}
+	// Only the receive ring and the target SGL are remotely writable, and
+	// nothing is remotely readable: the peer can never see our send ring.
+	for _, r := range []struct {
+		size   int
+		access verbs.Access
+	}{
+		{layout.SendRegion, verbs.AccessLocalWrite},
+		{layout.RecvRegion, verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
+		{layout.TargetRegion, verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
+	} {
+		mr, err := q.pd.RegisterMR(r.size, r.access)
+		if err != nil {
+			return nil, err
+		}
+		q.mrs = append(q.mrs, mr)
+		if err := setupStep(q.accepting, fmt.Sprintf("mr%d", len(q.mrs)-1)); err != nil {
+			return nil, err
+		}
+	}
+	if q.cc, err = ctx.NewCompChannel(); err != nil {
+		return nil, err
+	}
+	if err := setupStep(q.accepting, "comp channel"); err != nil {
+		return nil, err
+	}
+	if q.cq, err = ctx.NewCQ(layout.CQDepth, q.cc); err != nil {
+		return nil, err
+	}
+	if err := setupStep(q.accepting, "cq"); err != nil {
+		return nil, err
+	}
+	inline := cfg.InlineThreshold
+	if inline < 0 {
+		inline = 0
+	}
+	if cfg.IWARP {
+		inline = max(inline, ring.MsgWordSize)
+	}
+	if q.qp, err = q.id.CreateQP(q.pd, q.cq, q.cq, verbs.QPCaps{
+		MaxSendWR:     uint32(layout.SendDepth),
+		MaxRecvWR:     uint32(layout.RecvDepth),
+		MaxSendSGE:    uint32(layout.MaxSendSGE),
+		MaxRecvSGE:    uint32(max(layout.MaxRecvSGE, 1)),
+		MaxInlineData: uint32(inline),
+	}); err != nil {
+		return nil, err
+	}
+	if err := setupStep(q.accepting, "qp"); err != nil {
+		return nil, err
+	}
+	// Use what the device granted: inline data it cannot take would fail
+	// every small post.
+	if granted := int(q.qp.Caps().MaxInlineData); cfg.InlineThreshold > granted {
+		cfg.InlineThreshold = granted
+		if granted == 0 {
+			cfg.InlineThreshold = ring.NoInline
+		}
+	}
+	region := func(mr *verbs.MR) ring.Region {
+		return ring.Region{Buf: mr.Bytes(), Addr: mr.Addr(), LKey: mr.LKey(), RKey: mr.RKey()}
+	}
+	return ring.New(cfg, region(q.mrs[0]), region(q.mrs[1]), region(q.mrs[2]))
+}
+
+// postInitialRecvs puts the engine's first receives on the queue: they must
+// be there before the peer can send, so before connect or accept.
+func postInitialRecvs(q *verbsQP, eng *ring.Engine) error {
+	_, err := q.qp.PostRecv(eng.PostRecvs(nil))
+	return err
+}
+
+func connParam(eng *ring.Engine, iwarp bool) cm.ConnParam {
+	pd := eng.LocalConnData()
+	p := cm.RsocketConnParam(pd[:])
+	if iwarp {
+		p.InitiatorDepth = 1
+	}
+	return p
+}

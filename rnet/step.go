@@ -1,0 +1,148 @@
+package rnet
+
+import "github.com/rnet-dev/rnet/internal/verbs"
+
+// What a step does in its first crossing besides posting and polling.
+const (
+	stepArm             = verbs.StepArm                       // the caller is about to wait
+	stepTakeEventAndArm = verbs.StepTakeEvent | verbs.StepArm // the caller's wait has just ended
+)
+
+// completionBatch is how many completions one step polls, in one crossing.
+const completionBatch = 64
+
+// spinPollTries is how many times a busy-polling step polls an empty CQ in
+// its one crossing into C: counted, not timed, so that the Go side still
+// checks the window, the deadline and whether to yield every few
+// microseconds.
+const spinPollTries = 16
+
+// driveLocked posts whatever work the engine has and polls completions into
+// it, until the CQ is empty and nothing is left to post, and wakes whoever
+// can now proceed. Each round is one crossing into C.
+func (c *conn) driveLocked() { c.stepLocked(true, 0) }
+
+// stepMovedLocked is driveLocked that reports whether anything moved: work
+// posted or completions polled.
+func (c *conn) stepMovedLocked() bool { return c.stepLocked(true, 0) }
+
+// flushLocked is driveLocked for a caller that needs no news from the CQ
+// (a Read that found data): it crosses into C only when there is work to
+// post.
+func (c *conn) flushLocked() { c.stepLocked(false, 0) }
+
+// stepLocked is driveLocked (poll) or flushLocked, with flags' extra work
+// folded into the first round's crossing.
+func (c *conn) stepLocked(poll bool, flags verbs.StepFlags) (moved bool) {
+	for {
+		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
+		switch {
+		case c.fatal != nil:
+		case poll || c.eng.RepostDue():
+			// Receives go first: the engine only grants credits for
+			// receives that are back on the queue.
+			c.recvs = c.eng.PostRecvs(c.recvs)
+			c.sends = c.eng.PostSends(c.sends)
+		default:
+			// A crossing only to repost receives can wait (see
+			// Engine.RepostDue): they go with this round's sends if
+			// there are any, else with the next crossing. No credit
+			// update is due, so PostSends does not miss one.
+			c.sends = c.eng.PostSends(c.sends)
+			if len(c.sends) > 0 {
+				c.recvs = c.eng.PostRecvs(c.recvs)
+			}
+		}
+		if !poll && len(c.recvs) == 0 && len(c.sends) == 0 {
+			break
+		}
+		wcs := c.wcs
+		if c.fatal != nil {
+			wcs = c.wcs[:0] // a failed QP only flushes; the engine has failed too
+		}
+		tries := 1
+		if flags == 0 && c.spinning && len(wcs) > 0 {
+			tries = spinPollTries
+		}
+		n, err := c.qp.step(flags, c.recvs, c.sends, wcs, tries)
+		c.polls++
+		if err != nil {
+			c.failLocked(err)
+			break
+		}
+		if flags != 0 {
+			c.armed = true
+		}
+		flags = 0
+		if n > 0 {
+			c.eng.Complete(c.wcs[:n]) // a fatal error is kept in eng.Err
+		}
+		if n > 0 || len(c.recvs) > 0 || len(c.sends) > 0 {
+			moved = true
+		}
+		if c.closing || c.readShut {
+			c.discardInboundLocked()
+		}
+		// A full batch may have left more behind; otherwise go round
+		// again only if the completions freed work to post.
+		poll = n == len(wcs) && n > 0
+	}
+	c.signalLocked()
+	c.pushIfBlockedLocked()
+	return moved
+}
+
+// discardInboundLocked consumes received bytes nobody will read, so the peer
+// keeps its credits and can go on reading what we still have to send.
+func (c *conn) discardInboundLocked() {
+	if c.eng.ReadableBytes() == 0 {
+		return
+	}
+	if c.drainBuf == nil {
+		c.drainBuf = make([]byte, 64<<10)
+	}
+	for {
+		n, err := c.eng.Read(c.drainBuf)
+		if n == 0 || err != nil {
+			return
+		}
+	}
+}
+
+func (c *conn) failLocked(err error) {
+	if c.fatal == nil {
+		c.fatal = err
+		c.eng.Fail(err)
+		c.kickLocked()
+	}
+}
+
+// signalLocked wakes the calls parked on their channels (see wait.go) whose
+// condition may now hold.
+func (c *conn) signalLocked() {
+	if c.queued == 0 {
+		return
+	}
+	c.readied = true
+	failed := c.fatal != nil || c.eng.Err() != nil
+	if failed || c.eng.Readable() || c.readShut {
+		notify(c.readable)
+	}
+	if failed || c.eng.Writable() {
+		notify(c.writable)
+	}
+	notify(c.changed)
+}
+
+// readReadyLocked reports whether a blocked Read has something to return.
+func (c *conn) readReadyLocked() bool { return c.eng.Readable() || c.readShut || c.closing }
+
+// writeReadyLocked reports whether a blocked Write can make progress.
+func (c *conn) writeReadyLocked() bool { return c.eng.Writable() || c.closing }
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,279 @@
+package rnet
+
+import (
+	"runtime"
+	"time"
+)
+
+// Who waits on the completion channel.
+//
+// A connection's completions wake it through one completion channel, and at
+// most one goroutine waits there at a time: the wait's owner. c.waitOwned
+// (under c.mu) says the wait is taken. The owner is, in this order of
+// preference:
+//
+//   - the first Read, Write or Close that blocks (block): the netpoller then
+//     wakes the goroutine that needs the news, and it steps the engine itself;
+//   - the pusher, while no call is blocked but the engine waits for a
+//     completion (bytes a returned Write left in the send ring, a credit
+//     update the peer needs);
+//   - at the end, Close, which takes the wait for good (takeWaitForGood) so
+//     that nothing touches the queue pair once it is destroyed.
+//
+// A call that blocks while the wait is taken parks on its own channel
+// (readable, writable or changed) and counts itself in c.queued; whoever
+// steps the engine signals those channels (signalLocked). An owner that
+// leaves (handOffWait) passes the wait through c.waitFree to a queued call,
+// or else starts the pusher if the engine still needs a completion, so the
+// wait never rests with nobody while work is pending. News that does not
+// come through the CQ (Close, CloseRead, a deadline, a transport event)
+// kicks the owner's wait. A spinning call (busyPoll) steps the engine
+// without taking the wait.
+//
+// c.armed says the CQ was armed and every event since was taken by a step
+// that armed it again: any completion not yet polled has then left an
+// event, so the owner may wait without first crossing into C to arm and
+// poll.
+
+// block parks the caller until ready (called with c.mu held) may have become
+// true, stop or cancel is closed (either may be nil), or the connection
+// fails. The first blocked caller takes the wait and steps the engine when
+// it wakes: one wakeup per event, not a wakeup of a progress goroutine
+// followed by one of the reader. Later callers park on wake until the wait
+// is handed to them. The caller re-checks its condition after block
+// returns; wakeups may be spurious. parked says the caller did wait, rather
+// than find its condition already true.
+func (c *conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan struct{}) (parked bool) {
+	c.mu.Lock()
+	if c.waitOwned {
+		// Look again under the lock that signalLocked holds: from here on
+		// a change is signalled to us, since queued is no longer 0.
+		if ready() || c.fatal != nil || c.eng.Err() != nil {
+			c.mu.Unlock()
+			return false
+		}
+		c.queued++
+		c.parks++
+		c.mu.Unlock()
+		handedOver := false
+		select {
+		case <-wake:
+		case <-c.waitFree:
+			handedOver = true
+		case <-stop:
+		case <-cancel:
+		}
+		c.mu.Lock()
+		c.queued--
+		if !handedOver || c.waitOwned {
+			// Whoever handed the wait over (to any queued caller) may
+			// have stopped pushing for an engine that still needs it,
+			// and this caller may not come back: if nobody else is
+			// queued, the pusher takes over.
+			if !c.waitOwned && c.queued == 0 {
+				c.pushIfBlockedLocked()
+			}
+			c.mu.Unlock()
+			return true
+		}
+		// The wait was handed to us: take it now, even if we are about
+		// to leave, so that it never rests with nobody (handOffWait
+		// passes it on).
+		parked = true
+	}
+	c.waitOwned = true
+	c.mu.Unlock()
+	if c.awaitEvent(func() bool {
+		return ready() || c.fatal != nil || c.eng.Err() != nil || isClosed(stop) || isClosed(cancel)
+	}) {
+		parked = true
+	}
+	c.handOffWait()
+	return parked
+}
+
+// awaitEvent is one round of the wait's owner: arm the CQ and step the
+// engine; unless done (called with c.mu held) now holds, wait for the next
+// event and step again, taking the event and arming again in that step's
+// crossing. The CQ so stays armed, and the next wait crosses into C
+// beforehand only if it has work to post. After shutdown the wait fails for
+// good, and the caller then sees why. parked says the wait found no event at
+// first and parked.
+func (c *conn) awaitEvent(done func() bool) (parked bool) {
+	c.mu.Lock()
+	if c.armed {
+		// Nothing to poll: whatever completed since the last poll has
+		// left an event, and wait returns at once for it.
+		c.flushLocked()
+	} else {
+		// Arm before polling, in the same crossing: a completion that
+		// lands after the poll then still produces an event for wait.
+		c.stepLocked(true, stepArm)
+	}
+	finished := done()
+	c.mu.Unlock()
+	if finished {
+		return false
+	}
+	parked, err := c.qp.wait()
+	c.mu.Lock()
+	if parked {
+		c.parks++
+	}
+	if err == nil {
+		c.stepLocked(true, stepTakeEventAndArm)
+	}
+	c.mu.Unlock()
+	return parked
+}
+
+// handOffWait gives up the wait: to a queued caller if there is one, else
+// to the pusher if the engine needs it.
+func (c *conn) handOffWait() {
+	c.mu.Lock()
+	c.waitOwned = false
+	handOff := c.queued > 0
+	if !handOff {
+		c.pushIfBlockedLocked()
+	}
+	c.mu.Unlock()
+	if handOff {
+		notify(c.waitFree)
+	}
+}
+
+// takeWaitForGood makes the caller the wait's owner and never gives it
+// back: Close, before it destroys the queue pair.
+func (c *conn) takeWaitForGood() {
+	for {
+		c.mu.Lock()
+		if !c.waitOwned {
+			c.waitOwned = true
+			c.mu.Unlock()
+			return
+		}
+		c.queued++
+		c.mu.Unlock()
+		<-c.waitFree
+		c.mu.Lock()
+		c.queued--
+		c.mu.Unlock()
+	}
+}
+
+// pushIfBlockedLocked starts the pusher when the engine waits for a
+// completion and nobody owns the wait.
+func (c *conn) pushIfBlockedLocked() {
+	if !c.waitOwned && !c.pushing && !c.closing && c.fatal == nil && c.eng.Blocked() {
+		c.pushing = true
+		c.readied = true
+		notify(c.pushWake)
+	}
+}
+
+// pusher owns the wait on behalf of nobody in particular while the engine
+// has work that waits for a completion (see Engine.Blocked) and no Read,
+// Write or Close is blocked. It is parked on pushWake the rest of the time,
+// so a busy connection's events wake the caller that waits for them.
+func (c *conn) pusher() {
+	defer close(c.pusherDone)
+	for {
+		select {
+		case <-c.pushWake:
+		case <-c.closed:
+			return
+		}
+		for {
+			c.mu.Lock()
+			if c.waitOwned || c.closing || c.fatal != nil || !c.eng.Blocked() {
+				c.pushing = false
+				c.mu.Unlock()
+				break
+			}
+			c.waitOwned = true
+			c.mu.Unlock()
+			c.awaitEvent(func() bool {
+				return c.fatal != nil || !c.eng.Blocked() || c.queued > 0 || c.closing
+			})
+			c.mu.Lock()
+			c.waitOwned = false
+			handOff := c.queued > 0
+			if handOff {
+				// Stop pushing before the wait changes hands, so that a
+				// caller that receives it and leaves can start us again
+				// (see block).
+				c.pushing = false
+			}
+			c.mu.Unlock()
+			if handOff {
+				notify(c.waitFree) // a caller blocked meanwhile: the wait is its now
+				break
+			}
+		}
+	}
+}
+
+// kickLocked wakes the wait's owner, for news that does not come through
+// the CQ (Close, CloseRead, a transport event).
+func (c *conn) kickLocked() {
+	if c.waitOwned {
+		c.qp.kick()
+	}
+}
+
+// busyPoll steps the connection for up to window, until ready reports true
+// or deadline is closed, so that a reply microseconds away does not cost a
+// park and a wakeup. It does not take the wait. reply says the caller waits
+// for the answer to its own Write.
+func (c *conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) {
+	if window <= 0 {
+		return
+	}
+	start := time.Now()
+	end := start.Add(window)
+	// A clock read can cost more than a poll under emulation, so the clock
+	// is read about eight times per window, at most 32 rounds apart, at a
+	// stride that follows the measured round time.
+	look, lastLook, lastSpin := 1, start, 0
+	for spin := 1; ; spin++ {
+		c.mu.Lock()
+		if c.closing {
+			// Close may destroy the queue pair once it owns the wait,
+			// which a spinner does not hold.
+			c.mu.Unlock()
+			return
+		}
+		if spin == 1 {
+			c.spins++
+		}
+		c.spinning = true
+		moved := c.stepMovedLocked()
+		c.spinning = false
+		ok := ready() || c.fatal != nil || c.closing
+		yield := (moved || spin == 1) && c.readied || spin == 1 && reply
+		if yield {
+			c.readied = false
+		}
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+		if spin == look {
+			now := time.Now()
+			if !now.Before(end) || isClosed(deadline) {
+				return
+			}
+			perRound := max(now.Sub(lastLook)/time.Duration(spin-lastSpin), 1)
+			look += int(min(max(window/8/perRound, 1), 32))
+			lastLook, lastSpin = now, spin
+		}
+		// A goroutine this connection readied (its pusher, a queued
+		// caller) sits in this P's runnext, where an idle P steals it only
+		// after a delay: it would wait for the spin to end. So yield after
+		// a round that moved something, and once at the start of a reply
+		// wait. Empty rounds never yield: a yield costs as much as a poll.
+		if yield {
+			runtime.Gosched()
+		}
+	}
+}
