@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 	"github.com/rnet-dev/rnet/rnet"
 )
 
@@ -184,16 +184,16 @@ type snapshot struct {
 
 func takeSnapshot(t testing.TB) snapshot {
 	t.Helper()
-	return snapshot{fds: verbstest.OpenFDs(t), goroutines: verbstest.GoroutineIDs(), rdma: verbstest.Resources(t)}
+	return snapshot{fds: procstat.OpenFDs(t), goroutines: procstat.GoroutineIDs(), rdma: procstat.Resources(t)}
 }
 
 // checkNoLeaks compares now with before. Goroutines count by identity (see
-// verbstest.GoroutineIDs), and new ones get a bounded wait to finish
+// procstat.GoroutineIDs), and new ones get a bounded wait to finish
 // exiting.
 func checkNoLeaks(t testing.TB, before snapshot, what string) {
 	t.Helper()
-	fresh := verbstest.WaitNoNewGoroutines(before.goroutines)
-	after := snapshot{rdma: verbstest.WaitResources(t, before.rdma), fds: verbstest.WaitOpenFDs(t, before.fds), goroutines: verbstest.GoroutineIDs()}
+	fresh := procstat.WaitNoNewGoroutines(before.goroutines)
+	after := snapshot{rdma: procstat.WaitResources(t, before.rdma), fds: procstat.WaitOpenFDs(t, before.fds), goroutines: procstat.GoroutineIDs()}
 	var diffs []string
 	if len(fresh) > 0 {
 		diffs = append(diffs, fmt.Sprintf("%d new goroutines", len(fresh)))
@@ -201,7 +201,7 @@ func checkNoLeaks(t testing.TB, before snapshot, what string) {
 	if after.fds != before.fds {
 		diffs = append(diffs, fmt.Sprintf("fds %d -> %d", before.fds, after.fds))
 	}
-	for _, k := range verbstest.ResourceKinds {
+	for _, k := range procstat.ResourceKinds {
 		if after.rdma[k] != before.rdma[k] {
 			diffs = append(diffs, fmt.Sprintf("%s %d -> %d", k, before.rdma[k], after.rdma[k]))
 		}
@@ -266,14 +266,14 @@ func TestNewGoroutinesByIdentity(t *testing.T) {
 	done := make(chan struct{})
 	old := make(chan struct{})
 	go func() { <-old }()
-	before := verbstest.GoroutineIDs()
+	before := procstat.GoroutineIDs()
 	close(old)             // one of before's goroutines ends...
 	go func() { <-done }() // ...and a new one starts
-	if fresh := verbstest.NewGoroutines(before); len(fresh) != 1 {
+	if fresh := procstat.NewGoroutines(before); len(fresh) != 1 {
 		t.Fatalf("%d new goroutines, want 1:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
 	}
 	close(done)
-	if fresh := verbstest.WaitNoNewGoroutines(before); len(fresh) != 0 {
+	if fresh := procstat.WaitNoNewGoroutines(before); len(fresh) != 0 {
 		t.Fatalf("%d new goroutines after the new one ended:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
 	}
 }

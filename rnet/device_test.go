@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 )
 
 // rxePipe makes a connected pair over a real device: the client dials from the
@@ -207,7 +207,7 @@ func TestRXEDialFallsBackToIPv4(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+	gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 	// An unused address in the lab's IPv6 subnet.
 	silent := pair6.Server.As16()
 	silent[15] ^= 0x77
@@ -289,7 +289,7 @@ func TestRXEDialFallsBackToIPv4(t *testing.T) {
 func TestRXENegativeDurations(t *testing.T) {
 	pair := rdmatest.Require(t)
 	warmUp(t, pair)
-	gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+	gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 	c1, c2 := rxeMaker(pair, &Config{HandshakeTimeout: -1, Linger: -1})(t)
 	// More than the peer's ring, which nobody reads: some stays unsent.
 	if _, err := c1.Write(make([]byte, 200<<10)); err != nil {
@@ -315,7 +315,7 @@ func TestRXENegativeDurations(t *testing.T) {
 func TestRXEListenerCloseReleasesUnaccepted(t *testing.T) {
 	pair := rdmatest.Require(t)
 	warmUp(t, pair)
-	gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+	gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 	ln, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -470,7 +470,7 @@ func TestRXEResourcesReleased(t *testing.T) {
 	c1, c2 := mk(t)
 	c1.Close()
 	c2.Close()
-	fds0, gor0, res0 := countFDs(t), verbstest.GoroutineIDs(), verbstest.Resources(t)
+	fds0, gor0, res0 := countFDs(t), procstat.GoroutineIDs(), procstat.Resources(t)
 	var writers sync.WaitGroup
 	for i := 0; i < cycles; i++ {
 		c1, c2 := mk(t)
@@ -526,7 +526,7 @@ func countFDs(t *testing.T) int {
 func TestRXEUnreferencedConnIsReleased(t *testing.T) {
 	pair := rdmatest.Require(t)
 	warmUp(t, pair)
-	gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+	gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 	droppedConnDelivers(t, rxeMaker(pair, nil))
 	checkReleased(t, gor0, fds0, res0)
 }
@@ -544,13 +544,13 @@ func listenAndDrop(t *testing.T, pair rdmatest.Pair) {
 func TestRXEUnreferencedListenerIsReleased(t *testing.T) {
 	pair := rdmatest.Require(t)
 	warmUp(t, pair)
-	gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+	gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 	listenAndDrop(t, pair)
-	if verbstest.Resources(t)["cm_id"] != res0["cm_id"]+1 || len(verbstest.NewGoroutines(gor0)) == 0 {
+	if procstat.Resources(t)["cm_id"] != res0["cm_id"]+1 || len(procstat.NewGoroutines(gor0)) == 0 {
 		t.Fatal("the listener made no id or no acceptor goroutine")
 	}
 	deadline := time.Now().Add(time.Minute)
-	for verbstest.Resources(t)["cm_id"] != res0["cm_id"] || len(verbstest.NewGoroutines(gor0)) > 0 {
+	for procstat.Resources(t)["cm_id"] != res0["cm_id"] || len(procstat.NewGoroutines(gor0)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("still waiting after a minute of collections for the dropped Listener to close")
 		}

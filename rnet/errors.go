@@ -44,6 +44,27 @@ var (
 	ErrNotSupported = verbs.ErrNotSupported
 )
 
+// Typed errors, inside the *net.OpError a call returns, for callers that
+// want the details with errors.As.
+type (
+	// ProtocolError says how the peer broke the rsocket protocol: Check is
+	// the rule it failed, Msg the offending message word when there is one.
+	// errors.Is matches ErrProtocol.
+	ProtocolError = ring.ProtocolError
+	// CompletionError is a transfer the device reported failed: Status is
+	// the ibv_wc_status (Status.Name() gives "IBV_WC_RETRY_EXC_ERR" and the
+	// like), VendorErr the adapter's own code. errors.Is matches
+	// ErrPeerGone when the status blames the peer's side.
+	CompletionError = ring.CompletionError
+	// DeviceError is a failed call into libibverbs or librdmacm: Op is the
+	// C function, Device and Addr what it was about, Errno its errno
+	// (errors.Is matches the errno too, such as syscall.ENOMEM).
+	DeviceError = verbs.Error
+	// RejectError is a Dial the peer refused: Status is the connection
+	// manager's reject reason. errors.Is matches syscall.ECONNREFUSED.
+	RejectError = cm.RejectError
+)
+
 // opError wraps err the way package net does, keeping the conventions that
 // callers compare against directly: a bare io.EOF, net.ErrClosed, and
 // os.ErrDeadlineExceeded placed directly in Err so that Timeout() is true.

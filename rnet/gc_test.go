@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
+	"github.com/rnet-dev/rnet/internal/procstat"
 )
 
 // collectUntil runs the garbage collector until done delivers, for at most
@@ -72,9 +72,9 @@ func droppedConnDelivers(t *testing.T, pipe pipeMaker) {
 // *net.TCPConn's socket is: the peer reads every byte it was written, then
 // io.EOF, and the Conn's goroutines end.
 func TestSimUnreferencedConnIsClosed(t *testing.T) {
-	before := verbstest.GoroutineIDs()
+	before := procstat.GoroutineIDs()
 	droppedConnDelivers(t, simMaker(nil))
-	if fresh := verbstest.WaitNoNewGoroutines(before); len(fresh) > 0 {
+	if fresh := procstat.WaitNoNewGoroutines(before); len(fresh) > 0 {
 		t.Errorf("%d goroutines left:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
 	}
 }

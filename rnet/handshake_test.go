@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/ring"
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 )
 
 // TestRXEHostileHandshake sends the listener connection requests it must
@@ -99,12 +99,12 @@ func TestRXEHostileHandshake(t *testing.T) {
 		})
 	}
 	t.Run("Vanish", func(t *testing.T) {
-		gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+		gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 		request(t, encode(sane), true, false)
 		checkReleased(t, gor0, fds0, res0)
 	})
 	t.Run("TimesOut", func(t *testing.T) {
-		gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+		gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 		err := request(t, encode(sane), false, true)
 		if err == nil {
 			t.Fatal("a handshake without an RTU was established")
@@ -140,14 +140,14 @@ func TestRXEHostileHandshake(t *testing.T) {
 // (by identity), fds and the kernel's RDMA objects are as before.
 func checkReleased(t *testing.T, before map[string]bool, fds0 int, res0 map[string]int) {
 	t.Helper()
-	if fresh := verbstest.WaitNoNewGoroutines(before); len(fresh) > 0 {
+	if fresh := procstat.WaitNoNewGoroutines(before); len(fresh) > 0 {
 		t.Errorf("%d goroutines left:\n%s", len(fresh), strings.Join(fresh, "\n\n"))
 	}
-	if fds := verbstest.WaitOpenFDs(t, fds0); fds != fds0 {
+	if fds := procstat.WaitOpenFDs(t, fds0); fds != fds0 {
 		t.Errorf("open fds: %d before, %d after", fds0, fds)
 	}
-	res := verbstest.WaitResources(t, res0)
-	for _, k := range verbstest.ResourceKinds {
+	res := procstat.WaitResources(t, res0)
+	for _, k := range procstat.ResourceKinds {
 		if res[k] != res0[k] {
 			t.Errorf("%s in rdma resource show: %d before, %d after", k, res0[k], res[k])
 		}
@@ -200,7 +200,7 @@ func TestRXEDialFailuresRelease(t *testing.T) {
 		}
 	}
 	t.Run("CancelledAfterConnect", func(t *testing.T) {
-		gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+		gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		req, dialed, cleanup := rawRequest(t, ctx)
@@ -213,7 +213,7 @@ func TestRXEDialFailuresRelease(t *testing.T) {
 		checkReleased(t, gor0, fds0, res0)
 	})
 	t.Run("BadAcceptData", func(t *testing.T) {
-		gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+		gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		req, dialed, cleanup := rawRequest(t, ctx)
@@ -229,6 +229,10 @@ func TestRXEDialFailuresRelease(t *testing.T) {
 		var oe *net.OpError
 		if !errors.As(err, &oe) || oe.Op != "dial" || !errors.Is(err, ErrProtocol) {
 			t.Errorf("dial answered with version 2 = %v, want a dial *net.OpError matching ErrProtocol", err)
+		}
+		var pe *ProtocolError
+		if !errors.As(err, &pe) || !errors.Is(pe.Check, ring.ErrVersion) {
+			t.Errorf("dial answered with version 2 = %v, want a *ProtocolError whose Check is ring.ErrVersion", err)
 		}
 		cleanup()
 		checkReleased(t, gor0, fds0, res0)
@@ -259,7 +263,7 @@ func TestRXESetupFailuresRelease(t *testing.T) {
 				continue
 			}
 			t.Run(side+"/"+step, func(t *testing.T) {
-				gor0, fds0, res0 := verbstest.GoroutineIDs(), countFDs(t), verbstest.Resources(t)
+				gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 				ln, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))
 				if err != nil {
 					t.Fatal(err)

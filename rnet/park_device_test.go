@@ -6,9 +6,9 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/verbs"
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 )
 
 // A Read that parks on a device costs one crossing into C: the one that,
@@ -31,7 +31,7 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 	const rounds = 5
 	exact := 0 // measured rounds that parked once and crossed twice
 	for round := range rounds {
-		base := verbstest.NetpollWaiters()
+		base := procstat.NetpollWaiters()
 		before, parks := verbs.CgoCalls(), server.Stats().Parks
 		got := make(chan error, 1)
 		go func() {
@@ -41,7 +41,7 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 			}
 			got <- err
 		}()
-		verbstest.WaitParked(t, base+1)
+		procstat.WaitParked(t, base+1)
 		if _, err := client.Write([]byte{byte(round)}); err != nil {
 			t.Fatal(err)
 		}

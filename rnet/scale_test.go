@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 )
 
 // TestRXEIdleConnsThreads holds 1000 idle connections (2000 Conns, both ends
@@ -89,8 +89,8 @@ func TestRXEIdleConnsThreads(t *testing.T) {
 	acceptWG.Wait()
 	threads := osThreads(t)
 	t.Logf("%d idle connections (%d Conns in this process): %d OS threads", conns, 2*conns, threads)
-	if threads > verbstest.ThreadLimit() {
-		t.Errorf("%d OS threads for %d idle connections, want at most %d", threads, conns, verbstest.ThreadLimit())
+	if threads > procstat.ThreadLimit() {
+		t.Errorf("%d OS threads for %d idle connections, want at most %d", threads, conns, procstat.ThreadLimit())
 	}
 	l := defaultSettingsLayout()
 	t.Logf("registered (pinned) memory per connection end with the default Config: %d bytes (send %d, receive %d, target %d)",

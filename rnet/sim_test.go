@@ -28,7 +28,7 @@ type simQP struct {
 	discOnce   sync.Once
 	eventsDone chan struct{}
 
-	// readiedPeer says a post since the last spinning step's yield may
+	// readiedPeer says a step since the last spinning step's yield may
 	// have readied the peer's goroutine (see step); guarded by the conn.
 	readiedPeer bool
 
@@ -46,28 +46,30 @@ type simQP struct {
 //
 // Posting readies the peer's goroutine directly, unlike a device, whose
 // peer the kernel wakes: it sits in this P's runnext, where an idle P steals
-// it only after a delay. So a spinning step (tries > 1) yields once it has
-// readied the peer, or the spinner would starve the reader it just fed.
+// it only after a delay. So a spinning step (tries > 1) yields when it moved
+// anything, or when an earlier step did, or the spinner would starve the
+// peer it just fed.
 func (q *simQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	if len(recvs) > 0 {
 		if err := q.ep.PostRecv(recvs); err != nil {
 			return 0, err
 		}
-		q.readiedPeer = true
 	}
 	if len(sends) > 0 {
 		if err := q.ep.PostSend(sends); err != nil {
 			return 0, err
 		}
-		q.readiedPeer = true
-	}
-	if tries > 1 && q.readiedPeer {
-		q.readiedPeer = false
-		runtime.Gosched()
 	}
 	n := q.ep.PollCQ(out)
-	for ; n == 0 && tries > 1; tries-- {
+	for t := tries; n == 0 && t > 1; t-- {
 		n = q.ep.PollCQ(out)
+	}
+	moved := n > 0 || len(recvs) > 0 || len(sends) > 0
+	if tries > 1 && (moved || q.readiedPeer) {
+		q.readiedPeer = false
+		runtime.Gosched()
+	} else if tries == 1 && moved {
+		q.readiedPeer = true // a later spin yields for it first
 	}
 	return n, nil
 }

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 	"github.com/rnet-dev/rnet/rnet"
 )
 
@@ -64,7 +64,7 @@ func TestDeviceRemovedUnderTraffic(t *testing.T) {
 	// Goroutines are counted; fds and the device's resources are not:
 	// librdmacm drops its own context on the removed device, and the
 	// device's resources go with it.
-	gor0 := verbstest.GoroutineIDs()
+	gor0 := procstat.GoroutineIDs()
 	doomedClient, doomedServer := pairOn(t, v4.Server, v4.Client)
 	otherClient, otherServer := pairOn(t, v6.Server, v6.Client)
 	defer otherClient.Close()
@@ -239,7 +239,7 @@ func TestDeviceRemovedUnderTraffic(t *testing.T) {
 	otherServer.Close()
 	wildLn.Close()
 	var left []string
-	for _, st := range verbstest.WaitNoNewGoroutines(gor0) {
+	for _, st := range procstat.WaitNoNewGoroutines(gor0) {
 		if !strings.Contains(st, "os/exec.(*Cmd).Wait") { // the delete, which may wait for process exit
 			left = append(left, st)
 		}

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/verbs"
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
@@ -447,7 +447,7 @@ func checkStepTries(t *testing.T, ctx context.Context, p *pair, raddr uint64, rk
 
 // inCgoCall reports whether a goroutine is inside a cgo call made from fn.
 func inCgoCall(fn string) bool {
-	for _, st := range verbstest.Stacks() {
+	for _, st := range procstat.Stacks() {
 		if strings.Contains(st, "[syscall") && strings.Contains(st, fn) {
 			return true
 		}
@@ -642,7 +642,7 @@ func TestEventChannelWaits(t *testing.T) {
 	}
 	ch.SetDeadline(time.Time{})
 	done := make(chan error)
-	verbstest.StartParked(t, func() { _, err := ch.Next(context.Background()); done <- err })
+	procstat.StartParked(t, func() { _, err := ch.Next(context.Background()); done <- err })
 	ch.Close()
 	if err := <-done; !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Next during Close = %v", err)

@@ -6,8 +6,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
 )
 
 // After many connect/destroy cycles, nothing is left behind: not a file
@@ -22,7 +22,7 @@ func TestCyclesLeaveNoResources(t *testing.T) {
 	// One warm-up cycle: librdmacm opens its devices (and their fds) once
 	// per process and keeps them.
 	connect(t, ctx, addrs.Client, addrs.Server, []byte("warm-up")).close(t)
-	fds, res := verbstest.OpenFDs(t), verbstest.Resources(t)
+	fds, res := procstat.OpenFDs(t), procstat.Resources(t)
 	t.Logf("start: %d fds, rdma resources %v", fds, res)
 	for i := 0; i < cycles; i++ {
 		p := connect(t, ctx, addrs.Client, addrs.Server, []byte("cycle"))
@@ -32,7 +32,7 @@ func TestCyclesLeaveNoResources(t *testing.T) {
 			// three cm ids (listener, client, server), and at least
 			// our two PDs (librdmacm adds a default PD per device
 			// while ids use it).
-			up := verbstest.Resources(t)
+			up := procstat.Resources(t)
 			t.Logf("one connection up: rdma resources %v", up)
 			for k, d := range map[string]int{"qp": 2, "cq": 2, "mr": 2, "cm_id": 3} {
 				if up[k] != res[k]+d {
@@ -55,13 +55,13 @@ func TestCyclesLeaveNoResources(t *testing.T) {
 	// up from a work queue): re-read until the counts settle, bounded.
 	var now map[string]int
 	for range 50 {
-		now = verbstest.Resources(t)
+		now = procstat.Resources(t)
 		if sameCounts(res, now) {
 			break
 		}
 	}
-	t.Logf("after %d cycles: %d fds, rdma resources %v", cycles, verbstest.OpenFDs(t), now)
-	if got := verbstest.OpenFDs(t); got != fds {
+	t.Logf("after %d cycles: %d fds, rdma resources %v", cycles, procstat.OpenFDs(t), now)
+	if got := procstat.OpenFDs(t); got != fds {
 		t.Errorf("open fds %d, was %d", got, fds)
 	}
 	if !sameCounts(res, now) {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/wr"
 
 	"github.com/rnet-dev/rnet/internal/rdmatest"
@@ -183,12 +183,12 @@ func TestCQWaitDeadlineContextAndClose(t *testing.T) {
 	}
 	c, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	verbstest.StartParked(t, func() { _, err := ch.Wait(c); done <- err })
+	procstat.StartParked(t, func() { _, err := ch.Wait(c); done <- err })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait = %v, want context.Canceled", err)
 	}
-	verbstest.StartParked(t, func() { _, err := ch.Wait(context.Background()); done <- err })
+	procstat.StartParked(t, func() { _, err := ch.Wait(context.Background()); done <- err })
 	if err := ch.Close(); err != nil { // the CQ still exists: destruction is deferred
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestCompChannel1000WaitersFewThreads(t *testing.T) {
 	cqs := make([]*CQ, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
-	base := verbstest.NetpollWaiters()
+	base := procstat.NetpollWaiters()
 	for i := range chs {
 		ch, err := ctx.NewCompChannel()
 		if err != nil {
@@ -243,11 +243,11 @@ func TestCompChannel1000WaitersFewThreads(t *testing.T) {
 			errs <- err
 		}()
 	}
-	verbstest.WaitParked(t, base+n)
-	th := verbstest.OSThreads(t)
+	procstat.WaitParked(t, base+n)
+	th := procstat.OSThreads(t)
 	t.Logf("%d goroutines waiting on completion channels, %d OS threads", n, th)
-	if th >= verbstest.ThreadLimit() {
-		t.Errorf("%d OS threads, want < %d", th, verbstest.ThreadLimit())
+	if th >= procstat.ThreadLimit() {
+		t.Errorf("%d OS threads, want < %d", th, procstat.ThreadLimit())
 	}
 	for i := range chs {
 		chs[i].Close()

@@ -16,7 +16,7 @@ var ErrNoDevice = errors.New("rdma: no RDMA device")
 // errClosed is what use after Close wraps.
 var errClosed = net.ErrClosed
 
-// ErrSharedChannel is returned by QP.TakeEventPostAndPoll for a CQ that
+// ErrSharedChannel is returned by QP.Step with StepTakeEvent for a CQ that
 // shares its completion channel with another CQ, whose events it would take.
 var ErrSharedChannel = errors.New("completion channel has more than one CQ")
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnet-dev/rnet/internal/verbs/verbstest"
+	"github.com/rnet-dev/rnet/internal/procstat"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,7 +49,7 @@ func signal(t testing.TB, fd int) {
 func TestPollFDWakesOnEvent(t *testing.T) {
 	p, fd, try := eventfdPoll(t)
 	done := make(chan error)
-	verbstest.StartParked(t, func() { done <- p.Wait(context.Background(), try) })
+	procstat.StartParked(t, func() { done <- p.Wait(context.Background(), try) })
 	signal(t, fd)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestPollFDDeadline(t *testing.T) {
 	// A past deadline set from another goroutine wakes a waiter.
 	p.SetDeadline(time.Time{})
 	done := make(chan error)
-	verbstest.StartParked(t, func() { done <- p.Wait(context.Background(), try) })
+	procstat.StartParked(t, func() { done <- p.Wait(context.Background(), try) })
 	p.SetDeadline(time.Unix(1, 0))
 	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Wait = %v, want os.ErrDeadlineExceeded", err)
@@ -76,7 +76,7 @@ func TestPollFDContext(t *testing.T) {
 	p, fd, try := eventfdPoll(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	verbstest.StartParked(t, func() { done <- p.Wait(ctx, try) })
+	procstat.StartParked(t, func() { done <- p.Wait(ctx, try) })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait = %v, want context.Canceled", err)
@@ -96,7 +96,7 @@ func TestPollFDContext(t *testing.T) {
 func TestPollFDCloseWakesWaiter(t *testing.T) {
 	p, _, try := eventfdPoll(t)
 	done := make(chan error)
-	verbstest.StartParked(t, func() { done <- p.Wait(context.Background(), try) })
+	procstat.StartParked(t, func() { done <- p.Wait(context.Background(), try) })
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestPollFD1000WaitersFewThreads(t *testing.T) {
 	var wg sync.WaitGroup
 	polls := make([]*PollFD, n)
 	errs := make(chan error, n)
-	base := verbstest.NetpollWaiters()
+	base := procstat.NetpollWaiters()
 	for i := range polls {
 		p, _, try := eventfdPoll(t)
 		polls[i] = p
@@ -126,9 +126,9 @@ func TestPollFD1000WaitersFewThreads(t *testing.T) {
 			errs <- p.Wait(context.Background(), try)
 		}()
 	}
-	verbstest.WaitParked(t, base+n)
-	if th := verbstest.OSThreads(t); th >= verbstest.ThreadLimit() {
-		t.Errorf("%d goroutines parked use %d OS threads, want < %d", n, th, verbstest.ThreadLimit())
+	procstat.WaitParked(t, base+n)
+	if th := procstat.OSThreads(t); th >= procstat.ThreadLimit() {
+		t.Errorf("%d goroutines parked use %d OS threads, want < %d", n, th, procstat.ThreadLimit())
 	} else {
 		t.Logf("%d parked goroutines, %d OS threads", n, th)
 	}

@@ -1,7 +1,7 @@
-// Package verbstest holds test helpers shared by the packages that test on
-// a device: process resource counts, goroutine identities and a wait for
-// goroutines to park.
-package verbstest
+// Package procstat counts what a test process holds (OS threads, open
+// fds, goroutines, netpoller waiters and the kernel's RDMA objects), so that
+// tests can check what rnet leaves behind.
+package procstat
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package verbstest
+package procstat
 
 import "testing"
 
