@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/stats"
+)
+
+var (
+	throughputSizes = []int{64, 1 << 10, 4 << 10, 64 << 10, 1 << 20}
+	latencySizes    = []int{64, 1 << 10, 4 << 10, 64 << 10}
+)
+
+// bwBytes is how much one throughput test moves at a size (before -scale):
+// enough for a second or more at Soft-RoCE-under-TCG speeds.
+func bwBytes(size int) int {
+	switch {
+	case size <= 64:
+		return 1 << 20
+	case size <= 1<<10:
+		return 4 << 20
+	case size <= 4<<10:
+		return 8 << 20
+	}
+	return 16 << 20
+}
+
+func latIters(size int) int {
+	if size >= 64<<10 {
+		return 200
+	}
+	return 1000
+}
+
+func (c *config) scaled(n, min int) int {
+	return max(int(float64(n)*c.scale), min)
+}
+
+// measurer runs one transport's test at one size: the figures it returns are
+// keyed by kind (Throughput, Latency, LatencyP50).
+type measurer func(ctx context.Context, c *config, port, size int) (map[string]float64, error)
+
+// rnetConfigNote says how the rnet processes are configured, and sets it up:
+// they read RNET_* from the environment (see cmd/rnet).
+func rnetConfigNote(c *config) string {
+	note := "rnet runs with its default Config (rsocket's defaults: 64 B inline, 10 µs busy polling)"
+	if c.rnetBuffer > 0 {
+		os.Setenv("RNET_BUFFER_SIZE", strconv.Itoa(c.rnetBuffer))
+		note += fmt.Sprintf(" but %d-byte rings, the size rstream's rings get (it asks for 512 KiB SO_SNDBUF/SO_RCVBUF, which rsocket doubles)", c.rnetBuffer)
+	} else {
+		note += " and 128 KiB rings (rstream's are 1 MiB)"
+	}
+	if v := os.Getenv("RNET_BUSY_POLL"); v != "" {
+		note += "; RNET_BUSY_POLL=" + v
+	}
+	return note
+}
+
+// pollForever is rnet-poll's BusyPoll: longer than any wait in a run.
+const pollForever = "1m"
+
+func measure(c *config) (*Report, error) {
+	if _, err := exec.LookPath(c.rnet); err != nil {
+		return nil, fmt.Errorf("the rnet command: %w (build it with go build ./cmd/rnet, pass -rnet)", err)
+	}
+	r := &Report{
+		Date: time.Now().UTC().Format(time.RFC3339), Runs: c.runs, Server: c.server, Client: c.client,
+		Devices:    c.cdev + " → " + c.sdev,
+		Throughput: throughputSizes, Latency: latencySizes,
+		Notes: []string{
+			"throughput: MB/s = 10^6 bytes/s of payload; rnet and tcp from rnet perf (one way, until the server has counted every byte); rstream from its usec/xfer (-S size -C count -I 1, data goes one way then back); ib_write_bw's BW average (MiB/s) converted to MB/s",
+			"latency: round trip of size bytes each way; rnet and tcp from rnet ping (-warmup 50); rstream's usec/xfer (-C 1 -I iters) is half a round trip, so doubled; ib_write_lat's t_avg and t_typical are half round trips, so doubled",
+			rnetConfigNote(c),
+			"rstream polls: its default loop retries rsend/rrecv with MSG_DONTWAIT and never sleeps; rnet-poll does the same (RNET_BUSY_POLL=" + pollForever + ": spin until the data comes). rstream-block is rstream -T b: blocking calls, where rsocket polls 10 µs and then sleeps on the completion channel, as rnet's default Config does. rnet/rstream-block and rnet-poll/rstream compare like with like",
+			"tcp is Go's net package on the same addresses",
+			"order: at each size the transports run one after another, each run starting with the next one",
+		},
+	}
+	if c.gofloor != "" {
+		r.Notes = append(r.Notes, fmt.Sprintf("floor: benchmarks/gofloor, no RDMA: two processes ping-pong through a shared page, both polling, each side working %d µs per message in one C call (as a post does); once per run, after the latency tests. Its Go/C ratio is the least the Go runtime adds to a polling round trip on these CPUs", floorWork))
+	}
+	if out, err := exec.Command("uname", "-r").Output(); err == nil {
+		r.Kernel = strings.TrimSpace(string(out))
+	}
+	// The clock source moves Go's figures more than C's: Go's scheduler
+	// reads the clock several times per wakeup, and on the emulated HPET
+	// every read is a system call (see BENCH_VM_APPEND in the Makefile).
+	if b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil {
+		r.Clock = strings.TrimSpace(string(b))
+	}
+	type test struct {
+		transport string
+		kind      string // Throughput or Latency
+		run       measurer
+	}
+	// Two pairs compare like with like. rstream's default loop calls
+	// rsend/rrecv with MSG_DONTWAIT and retries at once, so it never
+	// sleeps: rnet-poll does the same (BusyPoll long enough to cover any
+	// wait). rstream -T b makes blocking calls, where rsocket polls for its
+	// polling_time (10 µs) and then sleeps on the completion channel: what
+	// rnet does with its default Config.
+	poll := "RNET_BUSY_POLL=" + pollForever
+	bw := []test{
+		{RNet, Throughput, rnetPerf(false)}, {RNetPoll, Throughput, rnetPerf(false, poll)},
+		{RStream, Throughput, rstreamBW()}, {RStreamBlock, Throughput, rstreamBW("-T", "b")},
+		{Verbs, Throughput, ibWriteBW}, {TCP, Throughput, rnetPerf(true)},
+	}
+	lat := []test{
+		{RNet, Latency, rnetPing(false)}, {RNetPoll, Latency, rnetPing(false, poll)},
+		{RStream, Latency, rstreamLat()}, {RStreamBlock, Latency, rstreamLat("-T", "b")},
+		{Verbs, Latency, ibWriteLat}, {TCP, Latency, rnetPing(true)},
+	}
+	series := func(list *[]*Series, transport, kind string, size int) *Series {
+		if s := r.find(*list, transport, kind, size); s != nil {
+			return s
+		}
+		unit, stat := "MB/s", "one run's throughput"
+		if kind != Throughput {
+			unit, stat = "µs", "one run's mean round trip"
+			if kind == LatencyP50 {
+				stat = "one run's median round trip"
+			}
+		}
+		s := &Series{Transport: transport, Kind: kind, Size: size, Unit: unit, Statistic: stat}
+		*list = append(*list, s)
+		return s
+	}
+	port := c.port
+	for run := 1; run <= c.runs; run++ {
+		fmt.Fprintf(os.Stderr, "== run %d of %d\n", run, c.runs)
+		// Interleave the transports at each size, so that a slow patch of
+		// the machine hurts them alike, and start each run with the next
+		// one: going first or right after another transport moved a
+		// transport's figure by several percent in the lab, and a fixed
+		// order would put that into every run's ratio.
+		for _, group := range []struct {
+			sizes []int
+			tests []test
+		}{{throughputSizes, bw}, {latencySizes, lat}} {
+			for _, size := range group.sizes {
+				for _, t := range rotated(group.tests, run-1) {
+					port++
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+					start := time.Now()
+					vals, err := t.run(ctx, c, port, size)
+					cancel()
+					for k, v := range vals {
+						if err == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v <= 0) {
+							err = fmt.Errorf("implausible %s %v", k, v)
+						}
+					}
+					if err != nil {
+						series(&r.Series, t.transport, t.kind, size).Failures++
+						fmt.Fprintf(os.Stderr, "   %-13s %-10s %5s: FAILED: %v\n", t.transport, t.kind, sizeName(size), err)
+						continue
+					}
+					var parts []string
+					for _, k := range []string{Throughput, Latency, LatencyP50} {
+						v, ok := vals[k]
+						if !ok {
+							continue
+						}
+						list := &r.Series
+						if k == LatencyP50 {
+							list = &r.Extra
+						}
+						s := series(list, t.transport, k, size)
+						s.Runs = append(s.Runs, v)
+						parts = append(parts, fmt.Sprintf("%s %s", k, fmtVal(v)))
+					}
+					fmt.Fprintf(os.Stderr, "   %-13s %5s: %s (%.1f s)\n", t.transport, sizeName(size), strings.Join(parts, ", "), time.Since(start).Seconds())
+				}
+			}
+		}
+		if c.gofloor != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			got, err := runFloor(ctx, c)
+			cancel()
+			if err != nil {
+				series(&r.Extra, FloorGo, Latency, 0).Failures++
+				fmt.Fprintf(os.Stderr, "   %-13s: FAILED: %v\n", "gofloor", err)
+				continue
+			}
+			for _, name := range []string{FloorC, FloorGo} {
+				for _, k := range []string{Latency, LatencyP50} {
+					s := series(&r.Extra, name, k, 0)
+					s.Runs = append(s.Runs, got[name][k])
+				}
+				fmt.Fprintf(os.Stderr, "   %-13s: latency %s µs, p50 %s µs\n", name, fmtVal(got[name][Latency]), fmtVal(got[name][LatencyP50]))
+			}
+		}
+	}
+	for _, s := range append(append([]*Series(nil), r.Series...), r.Extra...) {
+		if len(s.Runs) > 0 {
+			s.Median = stats.Median(s.Runs)
+		}
+	}
+	return r, nil
+}
+
+// rotated returns list starting at its k-th element (modulo its length),
+// wrapping around.
+func rotated[T any](list []T, k int) []T {
+	if len(list) == 0 {
+		return nil
+	}
+	k %= len(list)
+	return append(append(make([]T, 0, len(list)), list[k:]...), list[:k]...)
+}

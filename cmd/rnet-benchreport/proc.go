@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// proc is a started server process whose output is kept.
+type proc struct {
+	cmd  *exec.Cmd
+	out  strings.Builder
+	done chan error
+}
+
+// startServer starts argv and, if ready is not empty, waits until a line of
+// its stdout contains ready.
+func startServer(ctx context.Context, c *config, ready string, env []string, argv ...string) (*proc, error) {
+	p := &proc{cmd: command(ctx, env, argv), done: make(chan error, 1)}
+	if c.verbose {
+		fmt.Fprintln(os.Stderr, "   $", strings.Join(append(env, argv...), " "), "&")
+	}
+	pr, pw := io.Pipe()
+	p.cmd.Stdout, p.cmd.Stderr = pw, pw
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	seen := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		once := false
+		for sc.Scan() {
+			p.out.WriteString(sc.Text() + "\n")
+			if !once && ready != "" && strings.Contains(sc.Text(), ready) {
+				once = true
+				close(seen)
+			}
+		}
+		if !once {
+			close(seen)
+		}
+	}()
+	go func() { err := p.cmd.Wait(); pw.Close(); p.done <- err }()
+	if ready != "" {
+		<-seen
+		if !strings.Contains(p.out.String(), ready) {
+			return nil, fmt.Errorf("%s exited before it was ready: %s", argv[0], strings.TrimSpace(p.out.String()))
+		}
+	}
+	return p, nil
+}
+
+// running reports whether the server has not exited yet.
+func (p *proc) running() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err // keep it for wait
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *proc) wait() error {
+	err := <-p.done
+	if err != nil {
+		return fmt.Errorf("server %s: %v: %s", p.cmd.Args[0], err, strings.TrimSpace(p.out.String()))
+	}
+	return nil
+}
+
+func (p *proc) kill() {
+	if p.cmd.Process != nil {
+		p.cmd.Process.Kill()
+	}
+}
+
+// command is argv with env added to this process's environment.
+func command(ctx context.Context, env, argv []string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...) // the last of a repeated key wins
+	}
+	return cmd
+}
+
+func runClient(ctx context.Context, c *config, env []string, argv ...string) (string, error) {
+	if c.verbose {
+		fmt.Fprintln(os.Stderr, "   $", strings.Join(append(env, argv...), " "))
+	}
+	out, err := command(ctx, env, argv).CombinedOutput()
+	if c.verbose {
+		fmt.Fprint(os.Stderr, string(out))
+	}
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %v: %s", argv[0], err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// clientRetrying runs a C tool's client until it connects: those servers say
+// nothing when they are listening, so the client's refusal is the only sign.
+// Each retry waits for a failed connect, not a fixed time.
+// With serverUp, any failure is retried while the server still runs
+// (rstream's client reports a connect that raced the server's listen as an
+// rpoll error); otherwise only refusals are.
+func clientRetrying(ctx context.Context, c *config, ok func(string) bool, serverUp func() bool, argv ...string) (string, error) {
+	var last error
+	for attempt := 0; attempt < 50 && ctx.Err() == nil; attempt++ {
+		out, err := runClient(ctx, c, nil, argv...)
+		if err == nil && ok(out) {
+			return out, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%s printed no result: %s", argv[0], strings.TrimSpace(out))
+		}
+		last = err
+		if !refused(out) && (serverUp == nil || !serverUp()) {
+			return out, err
+		}
+		select { // a refused connect returns at once: pace the retries
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	return "", fmt.Errorf("gave up connecting: %w", last)
+}
+
+func refused(out string) bool {
+	for _, s := range []string{"refused", "Couldn't connect", "Unable to", "rconnect", "Failed to", "rejected"} {
+		if strings.Contains(out, s) {
+			return true
+		}
+	}
+	return false
+}
