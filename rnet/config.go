@@ -6,75 +6,55 @@ import (
 	"github.com/rnet-dev/rnet/internal/ring"
 )
 
-// Config tunes one connection. A nil *Config means every default below, which
-// are rsocket's built-in values so that rnet and C peers size their rings alike.
+// Config tunes one connection. A nil *Config means every default below,
+// which are rsocket's built-in values, so that rnet and C peers size their
+// rings alike. Zero in any field means its default.
 type Config struct {
-	// SendBufferSize is the registered send ring: written bytes wait here
-	// until the peer has acknowledged them. 0 means 128 KiB.
+	// SendBufferSize is the registered send ring, where written bytes wait
+	// until the peer has them. Default 128 KiB; range 64 B to 1 GiB.
 	SendBufferSize int
 	// RecvBufferSize is the registered receive ring the peer writes into,
-	// advertised in two halves. 0 means 128 KiB.
+	// advertised in two halves. Default 128 KiB; range 64 B to 1 GiB.
 	RecvBufferSize int
-	// SendQueueSize is the send queue depth; 4 entries are kept for control
-	// messages. 0 means 384, clamped to what the device allows.
+	// SendQueueSize is the send queue depth, 4 of which carry control
+	// messages. Default 384; range 16 to 65534, lowered to what the device
+	// allows.
 	SendQueueSize int
 	// RecvQueueSize is the credit window: how many messages the peer may
-	// send before Read has consumed them. 0 means 384.
+	// send before Read consumes them. Default 384; range 16 to 65534.
 	RecvQueueSize int
 	// InlineThreshold is the largest transfer copied into the work request
-	// itself instead of being read by the NIC from the send ring; it cuts
-	// latency for small messages. 0 means 64 bytes, a negative value turns
-	// inline sends off. It is capped at what the device grants.
+	// itself rather than read by the NIC from the send ring, which cuts
+	// small messages' latency. Default 64 bytes; negative turns it off;
+	// capped at what the device grants.
 	InlineThreshold int
 	// BusyPoll is how long a Read or Write that would block spins on the
-	// completion queue before parking the goroutine, trading CPU for
-	// latency like rsocket's polling_time. 0 means 10 µs; negative disables
-	// spinning (and BusyPollLimit with it). A very long BusyPoll (a minute,
-	// say) polls until the data comes, as rstream's default nonblocking
-	// loop does: the lowest latency, for one core per waiting call. Spins
-	// still end at the call's deadline and at Close. A Read that is not
-	// waiting for a reply (a streaming reader) stops spinning while fewer
-	// than one spin in eight catches its data, and every 16th such Read
-	// spins to find out whether that changed.
+	// completion queue before it parks, as rsocket's polling_time: CPU for
+	// latency. Default 10 µs; negative turns spinning off. A very long
+	// value (a minute) polls until the data comes, as rstream does. A
+	// streaming reader whose spins rarely catch data stops spinning.
 	BusyPoll time.Duration
-	// BusyPollLimit lets a Read's spin grow past BusyPoll on a connection
-	// whose replies come quickly: a Read that waits for the answer to a
-	// Write (request and response) spins for twice the recent average of
-	// such waits, or for as long as a park and wakeup has been measured to
-	// cost when that is longer (spinning any shorter than a park costs
-	// saves nothing), but never longer than this. Where a park and wakeup
-	// costs more than the wait itself (request/response traffic, slow or
-	// virtualised machines) this keeps the goroutine off the netpoller; a
-	// connection whose waits are longer than half the limit spins only
-	// BusyPoll, except that now and then (at most every 16th wait) it spins
-	// the whole limit to find out whether replies got quicker. 0 means
-	// 250 µs, raised to the measured cost of a park where that is higher,
-	// up to 2 ms: on hardware a park costs far less than 250 µs, under
-	// emulation 0.6-1 ms. A positive value is a fixed limit; negative keeps
-	// the spin at BusyPoll.
+	// BusyPollLimit is the longest a Read that waits for the answer to its
+	// own Write may spin: about twice the recent reply time, at least as
+	// long as a park has been measured to cost. Default 250 µs, raised to
+	// the measured cost of a park up to 2 ms; a positive value is a fixed
+	// limit; negative keeps every spin at BusyPoll.
 	BusyPollLimit time.Duration
 	// KeepAlive is the idle period after which a keepalive (a zero-byte
-	// RDMA write the peer's software never sees) probes the peer; a dead
-	// peer then fails the connection once the transport's retries run out,
-	// or after three periods in which sends went unacknowledged (some
-	// devices retry for ever). While our sends may be waiting for a busy
-	// C rsocket peer to post receives, which it does only when its
-	// application calls in, that takes twenty periods instead. 0 means
-	// 15 s, like net.Dialer; negative disables keepalives.
+	// RDMA write) probes the peer; a peer that leaves sends unacknowledged
+	// for three periods (twenty while it may lack posted receives, as a
+	// busy C rsocket peer does) is declared gone. Default 15 s; negative
+	// turns keepalives off.
 	KeepAlive time.Duration
 	// Linger bounds how long Close waits for written data to reach the
-	// peer before it discards the rest, tears the connection down (the peer
-	// sees ErrPeerGone, not io.EOF) and returns ErrAborted. 0 means 10 s;
-	// negative means Close does not wait at all, as TCP's SetLinger(0):
-	// anything unsent is discarded at once.
+	// peer; past it Close drops the rest, the peer sees ErrPeerGone and
+	// Close returns ErrAborted. Default 10 s; negative drops unsent data at
+	// once, as TCP's SetLinger(0).
 	Linger time.Duration
-	// HandshakeTimeout bounds a listener's handshake with one incoming
-	// connection, so a peer that vanishes mid-handshake costs nothing
-	// lasting. The dialer already counts itself connected while the
-	// listener waits for the connection manager's last message (RTU), which
-	// the CM retries over seconds when it is lost, so a short bound drops
-	// connections the peer is already using. 0 means 30 s; negative means
-	// no bound but the connection manager's own retries.
+	// HandshakeTimeout bounds a listener's wait for an accepted
+	// connection's last handshake message, so a peer that vanishes midway
+	// costs nothing lasting. Default 30 s; negative leaves it to the
+	// connection manager's own retries.
 	HandshakeTimeout time.Duration
 }
 

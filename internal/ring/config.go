@@ -5,21 +5,12 @@ const (
 	// StartTransfer caps the first transfer after the send side was idle
 	// (RS_OLAP_START_SIZE): the peer's reader gets the first bytes early.
 	// After it, transfers are as large as MaxTransfer and the target entry
-	// allow.
-	//
-	// rsocket doubles from here (2, 4, 8 ... 64 KiB) within each send call,
-	// because it copies one transfer's bytes into sbuf and posts them before
-	// copying the next, so the device moves the first bytes while the CPU
-	// copies the rest. A Write here copies everything before anything is
-	// posted: the doubling would only split each 64 KiB Write into six
-	// transfers, each costing a work request, a completion on both sides, a
-	// posted receive and a credit (over Soft-RoCE, 64 KiB writes went from a
-	// median 24.8 to 36.5 MB/s without it). The small first transfer is
-	// kept: over Soft-RoCE a 4 KiB round trip in one transfer each way took
-	// 3 to 4 times as long as in 2 + 2 KiB (p50 1.4 ms against 0.3-0.5 ms;
-	// where rxe loses the time was not pinned down). The receiver accepts
-	// any transfer size up to its target entry, so rsocket peers are
-	// unaffected.
+	// allow. rsocket doubles from here within each send call, because it
+	// copies and posts one transfer at a time; a Write here copies
+	// everything before it posts, so doubling would only split each Write
+	// into more transfers (docs/performance.md, "The first transfer"). The
+	// receiver accepts any transfer size up to its target entry, so rsocket
+	// peers are unaffected.
 	StartTransfer = 2048
 	// MaxTransfer caps one transfer (RS_MAX_TRANSFER).
 	MaxTransfer = 65536

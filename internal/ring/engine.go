@@ -81,22 +81,11 @@ type Engine struct {
 	sHead   uint64
 	// sStart: the bytes at sPosted were written while nothing was unsent
 	// or unacknowledged, and the writer was not held back (sBacklog), so
-	// the transfer that starts them is cut to StartTransfer. Testing only
-	// for nothing in flight at post time, as rsocket does per send call,
-	// also cut every transfer that resumed a stream after a stall whose
-	// transfers had all completed: in the Soft-RoCE lab a 64 KiB stream on
-	// 128 KiB rings went out as 2.8 transfers per Write.
-	//
-	// And only at a turn of the conversation (sTurn): a Read returned
-	// bytes since the last Write, or nothing was written yet, so the peer
-	// likely waits for what comes now. Within a one-way stream the peer's
-	// reader is busy with what came before, and the cut only costs a
-	// transfer: over Soft-RoCE, where a post completes before it returns,
-	// so that every Write of a stream looked like one after an idle spell,
-	// a 64 KiB stream on 1 MiB rings went out as 2.0 transfers per Write,
-	// and as 1.1 without the cut at a median of 46.2 against 43.2 MB/s
-	// (6 interleaved pairs), while 64 KiB round trips took about 8% longer
-	// without it.
+	// the transfer that starts them is cut to StartTransfer, but only at a
+	// turn of the conversation (sTurn: a Read returned bytes since the
+	// last Write, or nothing was written yet), when the peer likely waits
+	// for what comes now. Within a one-way stream the cut would only cost a
+	// transfer (docs/performance.md, "The first transfer").
 	sStart bool
 	sTurn  bool
 	// sBacklog: the last Write could not take all its bytes (sbuf was
