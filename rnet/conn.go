@@ -123,6 +123,16 @@ func (h *Conn) SetWriteDeadline(t time.Time) error {
 	return err
 }
 
+// Config returns the settings this connection runs with: the Config it was
+// made with, every default applied, queue depths as the device allowed and
+// the inline size it granted. A feature that is off shows as a negative
+// value.
+func (h *Conn) Config() Config {
+	cfg := h.conn.effectiveConfig()
+	runtime.KeepAlive(h)
+	return cfg
+}
+
 // Stats returns a snapshot of the connection's counters.
 func (h *Conn) Stats() Stats {
 	s := h.conn.Stats()

@@ -68,6 +68,9 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // first or as soon as the first fails. A LocalAddr limits the addresses to
 // its family.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
+	if err := d.Config.validate(); err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
@@ -290,6 +293,9 @@ type ListenConfig struct {
 // Listen announces on the local address. ctx bounds only the setup, as with
 // net.ListenConfig.
 func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*Listener, error) {
+	if err := lc.Config.validate(); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+	}
 	laddr, err := resolveAddr(ctx, network, address)
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}

@@ -1,5 +1,11 @@
 package rnet
 
+import (
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
 // Stats counts what a connection did. Every counter only grows.
 type Stats struct {
 	BytesWritten     uint64 // accepted by Write
@@ -61,5 +67,40 @@ func (c *conn) Stats() Stats {
 		CQPolls:               c.polls,
 		Spins:                 c.spins,
 		Parks:                 c.parks,
+	}
+}
+
+// effectiveConfig is the Config this connection runs with: every default
+// applied, queue depths as the device allowed, and the inline size the
+// device granted; a feature that is off shows as a negative value.
+func (c *conn) effectiveConfig() Config {
+	c.mu.Lock()
+	rc := c.eng.Config()
+	c.mu.Unlock()
+	offIfZero := func(d time.Duration) time.Duration {
+		if d == 0 {
+			return -1
+		}
+		return d
+	}
+	inline := rc.InlineThreshold
+	if inline == ring.NoInline {
+		inline = -1
+	}
+	limit := c.set.busyPollLimit
+	if c.set.busyPoll == 0 || limit == 0 {
+		limit = -1
+	}
+	return Config{
+		SendBufferSize:   rc.SendBufferSize,
+		RecvBufferSize:   rc.RecvBufferSize,
+		SendQueueSize:    rc.SendQueueSize,
+		RecvQueueSize:    rc.RecvQueueSize,
+		InlineThreshold:  inline,
+		BusyPoll:         offIfZero(c.set.busyPoll),
+		BusyPollLimit:    limit,
+		KeepAlive:        offIfZero(c.set.keepAlive),
+		Linger:           offIfZero(c.set.linger),
+		HandshakeTimeout: offIfZero(c.set.handshakeTimeout),
 	}
 }

@@ -17,6 +17,11 @@ const completionBatch = 64
 // microseconds.
 const spinPollTries = 16
 
+// maxStepRounds bounds the crossings of one step: a peer that keeps the CQ
+// full (a flood of valid control messages) must not keep the connection's
+// lock, and with it Close and the other callers, for ever.
+const maxStepRounds = 16
+
 // driveLocked posts whatever work the engine has and polls completions into
 // it, until the CQ is empty and nothing is left to post, and wakes whoever
 // can now proceed. Each round is one crossing into C.
@@ -34,7 +39,7 @@ func (c *conn) flushLocked() { c.stepLocked(false, 0) }
 // stepLocked is driveLocked (poll) or flushLocked, with flags' extra work
 // folded into the first round's crossing.
 func (c *conn) stepLocked(poll bool, flags verbs.StepFlags) (moved bool) {
-	for {
+	for round := 1; ; round++ {
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
 		switch {
 		case c.fatal != nil:
@@ -86,6 +91,12 @@ func (c *conn) stepLocked(poll bool, flags verbs.StepFlags) (moved bool) {
 		// A full batch may have left more behind; otherwise go round
 		// again only if the completions freed work to post.
 		poll = n == len(wcs) && n > 0
+		if poll && round >= maxStepRounds {
+			// Completions that came before the last arm left no event,
+			// so the next wait must poll before it parks.
+			c.armed = false
+			break
+		}
 	}
 	c.signalLocked()
 	c.pushIfBlockedLocked()

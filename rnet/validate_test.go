@@ -1,0 +1,75 @@
+package rnet
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConfigOutOfRange: values outside a field's range are an error from
+// Dial and Listen that names the field and the range, before any device is
+// touched; every documented value passes.
+func TestConfigOutOfRange(t *testing.T) {
+	bad := []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{KeepAlive: time.Microsecond}, "KeepAlive"},
+		{Config{KeepAlive: 999 * time.Millisecond}, "KeepAlive"},
+		{Config{HandshakeTimeout: time.Millisecond}, "HandshakeTimeout"},
+		{Config{SendBufferSize: 63}, "SendBufferSize"},
+		{Config{SendBufferSize: -1}, "SendBufferSize"},
+		{Config{RecvBufferSize: 2 << 30}, "RecvBufferSize"},
+		{Config{SendQueueSize: 15}, "SendQueueSize"},
+		{Config{RecvQueueSize: 1 << 20}, "RecvQueueSize"},
+		{Config{InlineThreshold: 1 << 16}, "InlineThreshold"},
+	}
+	for _, b := range bad {
+		check := func(op string, err error) {
+			t.Helper()
+			var ce *ConfigError
+			var oe *net.OpError
+			if !errors.As(err, &ce) || ce.Field != b.field || !errors.As(err, &oe) || oe.Op != op {
+				t.Errorf("%s with %+v = %v, want a %s *net.OpError holding a *ConfigError for %s", op, b.cfg, err, op, b.field)
+				return
+			}
+			if msg := err.Error(); !strings.Contains(msg, "Config."+b.field) || !strings.Contains(msg, "must be") {
+				t.Errorf("%s error %q does not name the field and its range", op, msg)
+			}
+		}
+		cfg := b.cfg
+		_, err := (&Dialer{Config: &cfg}).DialContext(context.Background(), "rdma", "127.0.0.1:7471")
+		check("dial", err)
+		_, err = (&ListenConfig{Config: &cfg}).Listen(context.Background(), "rdma", "127.0.0.1:0")
+		check("listen", err)
+	}
+	for _, good := range []Config{
+		{},
+		{KeepAlive: -1, HandshakeTimeout: -1, InlineThreshold: -1, BusyPoll: -1, BusyPollLimit: -1, Linger: -1},
+		{KeepAlive: time.Second, HandshakeTimeout: 100 * time.Millisecond},
+		{SendBufferSize: 64, RecvBufferSize: 1 << 30, SendQueueSize: 16, RecvQueueSize: 65534, InlineThreshold: 65535},
+		{BusyPoll: time.Minute},
+	} {
+		if err := good.validate(); err != nil {
+			t.Errorf("%+v: %v, want valid", good, err)
+		}
+	}
+}
+
+// TestSimConfigReportsEffectiveValues: Conn.Config reports every default
+// applied, and off as negative.
+func TestSimConfigReportsEffectiveValues(t *testing.T) {
+	a, b := simPipe(t, &Config{KeepAlive: -1, InlineThreshold: -1, SendQueueSize: 64})
+	defer a.Close()
+	defer b.Close()
+	got := a.Config()
+	want := Config{SendBufferSize: 128 << 10, RecvBufferSize: 128 << 10, SendQueueSize: 64, RecvQueueSize: 384,
+		InlineThreshold: -1, BusyPoll: 10 * time.Microsecond, BusyPollLimit: defaultBusyPollLimit,
+		KeepAlive: -1, Linger: 10 * time.Second, HandshakeTimeout: 30 * time.Second}
+	if got != want {
+		t.Errorf("Config() = %+v\nwant       %+v", got, want)
+	}
+}
