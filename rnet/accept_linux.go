@@ -56,6 +56,7 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog int) (*L
 		done:   make(chan struct{}),
 		failed: make(chan struct{}),
 	}
+	l.requestsDone.L = &l.requestsMu
 	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx, slots: make(chan struct{}, backlog)}
 	l.stop = func() {
 		cancel()
@@ -123,17 +124,20 @@ func (a *acceptor) run() {
 			// this loop read on: nothing is left here for them.
 			continue
 		}
+		a.l.requestBegan()
 		select {
 		case a.slots <- struct{}{}:
 		default:
 			// Too many handshakes at once: refuse, as a full TCP backlog would.
 			ev.ID.Reject(nil)
 			ev.ID.Close()
+			a.l.requestEnded()
 			continue
 		}
 		ch, ok := a.handOver(ev)
 		if !ok {
 			<-a.slots
+			a.l.requestEnded()
 			continue
 		}
 		a.wg.Add(1)
@@ -178,6 +182,7 @@ func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
 // ch. Any failure refuses or drops this request only.
 func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
 	defer a.wg.Done()
+	defer a.l.requestEnded()
 	defer func() { <-a.slots }()
 	id := ev.ID
 	q, eng, err := setup(id, ch, a.set.ring, true)

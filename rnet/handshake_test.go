@@ -98,18 +98,25 @@ func TestRXEHostileHandshake(t *testing.T) {
 			}
 		})
 	}
+	// The baselines come from a settled listener: the refusals above
+	// reach the dialer before the listener has released their ids.
+	settled := ln.l.waitRequests
 	t.Run("Vanish", func(t *testing.T) {
+		settled()
 		gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 		request(t, encode(sane), true, false)
+		settled()
 		checkReleased(t, gor0, fds0, res0)
 	})
 	t.Run("TimesOut", func(t *testing.T) {
+		settled()
 		gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 		err := request(t, encode(sane), false, true)
 		if err == nil {
 			t.Fatal("a handshake without an RTU was established")
 		}
 		t.Logf("the listener gave up on a stalled handshake: %v", err)
+		settled()
 		checkReleased(t, gor0, fds0, res0)
 	})
 

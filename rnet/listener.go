@@ -70,6 +70,40 @@ type listener struct {
 	failOnce sync.Once
 	failed   chan struct{} // closed when the listener can accept no more, with failErr
 	failErr  error
+
+	// requests counts the connection requests the acceptor has read and
+	// not yet finished with (refused, dropped or queued for Accept), under
+	// requestsMu; requestsDone is signalled when it falls to zero.
+	requestsMu   sync.Mutex
+	requests     int
+	requestsDone sync.Cond
+}
+
+// requestBegan counts a connection request the acceptor has just read.
+func (l *listener) requestBegan() {
+	l.requestsMu.Lock()
+	l.requests++
+	l.requestsMu.Unlock()
+}
+
+// requestEnded counts a request refused, dropped, or queued for Accept.
+func (l *listener) requestEnded() {
+	l.requestsMu.Lock()
+	if l.requests--; l.requests == 0 {
+		l.requestsDone.Broadcast()
+	}
+	l.requestsMu.Unlock()
+}
+
+// waitRequests returns once every connection request read so far is
+// finished with, and everything it made for a refused or dropped one is
+// released: a settled state for a test to take a resource baseline from.
+func (l *listener) waitRequests() {
+	l.requestsMu.Lock()
+	for l.requests > 0 {
+		l.requestsDone.Wait()
+	}
+	l.requestsMu.Unlock()
 }
 
 // fail ends accepting for a reason other than Close, such as the removal of
