@@ -7,6 +7,9 @@ FUZZTIME  ?= 10s
 # Device tests whose checks hold only without -race (allocations per call), run once more
 # without it.
 NORACE_TESTS = ^TestConnectWriteImmDisconnect$$
+# The device tier runs its soak and churn tests at full length (1 GiB soaks, 1000 churn
+# cycles: about five minutes more) only with RNET_SOAK=1, which CI sets; otherwise -short.
+SHORT = $(if $(filter 1,$(RNET_SOAK)),,-short)
 # Packages whose tests ask for a device (they import internal/rdmatest): only these are
 # worth a guest boot each.
 DEVICE_PKGS = $(shell $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/rdmatest/ && $$1 !~ /internal\/rdmatest$$/ {print $$1}')
@@ -40,7 +43,7 @@ lab-selftest:
 lab-smoke:
 	@echo "RNET_NATIVE=1: using this host's RDMA devices"; rdma link show
 test-device:
-	RNET_REQUIRE_RDMA=1 $(GO) test -race -count=1 $(DEVICE_PKGS)
+	RNET_REQUIRE_RDMA=1 $(GO) test -race -count=1 $(SHORT) $(DEVICE_PKGS)
 	RNET_REQUIRE_RDMA=1 $(GO) test -count=1 -run '$(NORACE_TESTS)' ./internal/cm
 else
 # The harness reports exit codes, timeouts and missing devices as it must.
@@ -52,7 +55,7 @@ test-device:
 	@[ -n "$(DEVICE_PKGS)" ] || { echo "no device-tier packages found"; exit 1; }
 	# One package (one guest) at a time: two emulated guests on two cores slow each
 	# other enough to stretch timing-sensitive handshakes.
-	$(GO) test -race -count=1 -p 1 -timeout 20m -exec $(VM) $(DEVICE_PKGS)
+	$(GO) test -race -count=1 -p 1 -timeout 20m $(SHORT) -exec $(VM) $(DEVICE_PKGS)
 	# Allocation counts mean something only without the race detector.
 	$(GO) test -count=1 -run '$(NORACE_TESTS)' -exec $(VM) ./internal/cm
 endif
