@@ -70,6 +70,16 @@ type listener struct {
 	failOnce sync.Once
 	failed   chan struct{} // closed when the listener can accept no more, with failErr
 	failErr  error
+
+	handshakeError func(remote net.Addr, err error) // ListenConfig.HandshakeError, or nil
+}
+
+// handshakeFailed tells the HandshakeError hook, if any, that the request
+// from remote was refused or dropped because of err.
+func (l *listener) handshakeFailed(remote net.Addr, err error) {
+	if l.handshakeError != nil {
+		l.handshakeError(remote, &net.OpError{Op: "accept", Net: "rdma", Source: l.addr, Addr: remote, Err: err})
+	}
 }
 
 // fail ends accepting for a reason other than Close, such as the removal of
