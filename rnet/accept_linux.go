@@ -16,7 +16,7 @@ import (
 )
 
 // listen binds a listening id to laddr and starts its acceptor.
-func listen(set settings, network string, laddr netip.AddrPort, backlog int) (*Listener, error) {
+func listen(set settings, network string, laddr netip.AddrPort, backlog int, handshakeError func(net.Addr, error)) (*Listener, error) {
 	addr := netAddr(laddr)
 	fail := func(err error) (*Listener, error) {
 		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: addr, Err: err}
@@ -51,10 +51,11 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog int) (*L
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &listener{
-		addr:   addr,
-		conns:  make(chan *Conn, backlog),
-		done:   make(chan struct{}),
-		failed: make(chan struct{}),
+		addr:           addr,
+		conns:          make(chan *Conn, backlog),
+		done:           make(chan struct{}),
+		failed:         make(chan struct{}),
+		handshakeError: handshakeError,
 	}
 	l.requestsDone.L = &l.requestsMu
 	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx, slots: make(chan struct{}, backlog)}
@@ -129,7 +130,7 @@ func (a *acceptor) run() {
 		case a.slots <- struct{}{}:
 		default:
 			// Too many handshakes at once: refuse, as a full TCP backlog would.
-			ev.ID.Reject(nil)
+			a.refuse(ev.ID, errTooManyHandshakes)
 			ev.ID.Close()
 			a.l.requestEnded()
 			continue
@@ -155,13 +156,13 @@ func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
 	// rsocket refuses a request whose private data it cannot use; so do
 	// we, before spending any memory on it.
 	if _, err := ring.DecodeConnData(ev.Param.PrivateData); err != nil {
-		id.Reject(nil)
+		a.refuse(id, err)
 		id.Close()
 		return nil, false
 	}
 	ch, err := cm.NewEventChannel()
 	if err != nil {
-		id.Reject(nil)
+		a.refuse(id, err)
 		id.Close()
 		return nil, false
 	}
@@ -170,7 +171,7 @@ func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
 		err = setupStep(true, "migrate")
 	}
 	if err != nil {
-		id.Reject(nil)
+		a.refuse(id, err)
 		id.Close()
 		ch.Close()
 		return nil, false
@@ -187,7 +188,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
 	id := ev.ID
 	q, eng, err := setup(id, ch, a.set.ring, true)
 	if err != nil {
-		id.Reject(nil)
+		a.refuse(id, err)
 		id.Close()
 		ch.Close()
 		return
@@ -198,12 +199,12 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
 		q.destroy()
 	}
 	if err := eng.Establish(ev.Param.PrivateData); err != nil {
-		id.Reject(nil)
+		a.refuse(id, err)
 		drop()
 		return
 	}
 	if err := postInitialRecvs(q, eng); err != nil {
-		id.Reject(nil)
+		a.refuse(id, err)
 		drop()
 		return
 	}
@@ -211,6 +212,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
 	p := ev.Param
 	p.PrivateData = connParam(eng, false).PrivateData
 	if err := id.Accept(p); err != nil {
+		a.dropped(id, err)
 		drop()
 		return
 	}
@@ -223,8 +225,24 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
 	}
 	defer cancel()
 	if _, err := id.Await(ctx, cm.EventEstablished); err != nil {
+		a.dropped(id, err)
 		drop()
 		return
 	}
 	a.l.offer(newConn(q, eng, a.set))
+}
+
+// refuse rejects the request on id because of err, telling a dialer that is
+// rnet why (see rejectReason), and tells the HandshakeError hook.
+func (a *acceptor) refuse(id *cm.ID, err error) {
+	id.Reject(rejectReasonOf(err).encode())
+	a.dropped(id, err)
+}
+
+// dropped tells the HandshakeError hook that the request on id failed with
+// err; not while the listener closes, whose own Close ends the handshakes.
+func (a *acceptor) dropped(id *cm.ID, err error) {
+	if a.ctx.Err() == nil {
+		a.l.handshakeFailed(netAddr(id.RemoteAddr()), err)
+	}
 }

@@ -58,7 +58,7 @@ func dial(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrP
 	}
 	ev, err := id.Await(ctx, cm.EventEstablished)
 	if err != nil {
-		return abort(err)
+		return abort(explainReject(err))
 	}
 	if err := eng.Establish(ev.Param.PrivateData); err != nil {
 		return abort(err)

@@ -38,6 +38,14 @@ var (
 	// ErrNoDevice: this machine has no RDMA device (or its kernel has no
 	// RDMA support), so nothing can be dialled or listened on.
 	ErrNoDevice = verbs.ErrNoDevice
+	// ErrLockedMemory: this process could not register a connection's
+	// rings because registered memory is pinned and the process's
+	// locked-memory limit (RLIMIT_MEMLOCK, `ulimit -l`) is too low, as
+	// container runtimes and login sessions often set it. The error is a
+	// *LockedMemoryError inside a *DeviceError, which also matches
+	// syscall.ENOMEM; its text names the limit, what a connection pins and
+	// how to raise the limit.
+	ErrLockedMemory = verbs.ErrLockedMemory
 	// ErrNotSupported: rnet was built for a platform without the RDMA stack
 	// it uses (it needs Linux, cgo, libibverbs and librdmacm). It matches
 	// errors.ErrUnsupported.
@@ -60,6 +68,11 @@ type (
 	// C function, Device and Addr what it was about, Errno its errno
 	// (errors.Is matches the errno too, such as syscall.ENOMEM).
 	DeviceError = verbs.Error
+	// LockedMemoryError is a registration refused by the locked-memory
+	// limit: Soft and Hard are RLIMIT_MEMLOCK, Pinned what the process had
+	// pinned already (-1 if unknown), Needed what one connection end pins.
+	// errors.Is matches ErrLockedMemory.
+	LockedMemoryError = verbs.LockedMemoryError
 	// RejectError is a Dial the peer refused: Status is the connection
 	// manager's reject reason. errors.Is matches syscall.ECONNREFUSED.
 	RejectError = cm.RejectError

@@ -77,6 +77,16 @@ type listener struct {
 	requestsMu   sync.Mutex
 	requests     int
 	requestsDone sync.Cond
+
+	handshakeError func(remote net.Addr, err error) // ListenConfig.HandshakeError, or nil
+}
+
+// handshakeFailed tells the HandshakeError hook, if any, that the request
+// from remote was refused or dropped because of err.
+func (l *listener) handshakeFailed(remote net.Addr, err error) {
+	if l.handshakeError != nil {
+		l.handshakeError(remote, &net.OpError{Op: "accept", Net: "rdma", Source: l.addr, Addr: remote, Err: err})
+	}
 }
 
 // requestBegan counts a connection request the acceptor has just read.

@@ -288,6 +288,22 @@ type ListenConfig struct {
 	// connections the Listener holds. 0 means 128; more than 65535 means
 	// 65535.
 	Backlog int
+	// HandshakeError, if set, is told of every connection request the
+	// Listener refused or dropped before Accept could return it: remote is
+	// the dialer's address, err a *net.OpError saying why. Its cause
+	// matches ErrLockedMemory when the locked-memory limit kept this
+	// process from registering the connection's rings, ErrProtocol when
+	// the request's private data was unusable, context.DeadlineExceeded
+	// when the dialer did not complete the handshake within
+	// Config.HandshakeTimeout; when Backlog handshakes were already
+	// running, the text says so. A dialer that is rnet is told the cause
+	// of a refusal in the reject, and its error names it. HandshakeError
+	// is called from the Listener's own goroutines, several at once when
+	// handshakes run side by side, so it must be safe for concurrent use;
+	// it must return promptly and not call the Listener's Close, since a
+	// refusal made while reading requests holds up every later request
+	// until it returns. Log it, or count it.
+	HandshakeError func(remote net.Addr, err error)
 }
 
 // Listen announces on the local address. ctx bounds only the setup, as with
@@ -308,7 +324,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		backlog = 128
 	}
 	backlog = min(backlog, maxBacklog)
-	return listen(lc.Config.settings(), network, laddr, backlog)
+	return listen(lc.Config.settings(), network, laddr, backlog, lc.HandshakeError)
 }
 
 // maxBacklog caps ListenConfig.Backlog: it sizes channels made up front,

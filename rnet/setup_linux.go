@@ -3,7 +3,9 @@
 package rnet
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/cm"
@@ -72,6 +74,11 @@ func (q *verbsQP) build(cfg ring.Config) (*ring.Engine, error) {
 	} {
 		mr, err := q.pd.RegisterMR(r.size, r.access)
 		if err != nil {
+			// The user sizes the limit by connections, not by regions.
+			var lm *verbs.LockedMemoryError
+			if errors.As(err, &lm) {
+				lm.Needed = pinnedPerConn(layout)
+			}
 			return nil, err
 		}
 		q.mrs = append(q.mrs, mr)
@@ -138,4 +145,12 @@ func connParam(eng *ring.Engine, iwarp bool) cm.ConnParam {
 		p.InitiatorDepth = 1
 	}
 	return p
+}
+
+// pinnedPerConn is the memory one connection end registers, and so pins:
+// each region rounded up to whole pages, as it is mapped and registered.
+func pinnedPerConn(l ring.Layout) int {
+	page := os.Getpagesize()
+	pages := func(n int) int { return (n + page - 1) / page * page }
+	return pages(l.SendRegion) + pages(l.RecvRegion) + pages(l.TargetRegion)
 }

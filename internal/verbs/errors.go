@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"syscall"
 )
 
@@ -91,3 +92,56 @@ func (e *Error) Timeout() bool {
 
 // Temporary is false: nothing here is worth a blind retry.
 func (e *Error) Temporary() bool { return false }
+
+// ErrLockedMemory marks a registration the kernel refused because it would
+// take the process past its locked-memory limit (RLIMIT_MEMLOCK): registered
+// memory is pinned, and a process without CAP_IPC_LOCK may pin no more than
+// that limit. The error carrying it is a *LockedMemoryError.
+var ErrLockedMemory = errors.New("rdma: locked-memory limit (RLIMIT_MEMLOCK) reached")
+
+// LockedMemoryError says which locked-memory limit stopped a registration,
+// how much was pinned already and how much was wanted, and how to raise the
+// limit. errors.Is matches ErrLockedMemory.
+type LockedMemoryError struct {
+	Soft, Hard uint64 // RLIMIT_MEMLOCK in bytes; Hard is how far an unprivileged process may raise Soft
+	Pinned     int64  // bytes the process had pinned when it failed (VmPin), or -1 if unknown
+	Region     int    // bytes the refused registration would have pinned
+	// Needed is what the whole operation pins, e.g. every region of a
+	// connection, filled in by a caller that knows; 0 when unknown.
+	Needed int
+}
+
+func (e *LockedMemoryError) Error() string {
+	s := "locked-memory limit reached: RLIMIT_MEMLOCK is " + FormatBytes(e.Soft) + " (hard limit " + FormatBytes(e.Hard) + ")"
+	if e.Pinned >= 0 {
+		s += ", " + FormatBytes(uint64(e.Pinned)) + " already pinned"
+	}
+	if e.Needed > 0 {
+		s += ", and a connection pins " + FormatBytes(uint64(e.Needed))
+	} else {
+		s += ", and this region needs " + FormatBytes(uint64(e.Region))
+	}
+	return s + "; raise the limit: `ulimit -l unlimited` before starting the program, " +
+		"`--ulimit memlock=-1` for a container, `LimitMEMLOCK=infinity` for a systemd unit"
+}
+
+// Is makes errors.Is(err, ErrLockedMemory) true.
+func (e *LockedMemoryError) Is(target error) bool { return target == ErrLockedMemory }
+
+// FormatBytes writes n as people read a memory size: "64 KiB", "8 MiB",
+// "1.5 GiB", "300 B", and "unlimited" for RLIM_INFINITY.
+func FormatBytes(n uint64) string {
+	if n == ^uint64(0) {
+		return "unlimited"
+	}
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	i, scale := 0, uint64(1)
+	for i+1 < len(units) && n >= scale<<10 {
+		i, scale = i+1, scale<<10
+	}
+	whole, tenths := n/scale, (n%scale)*10/scale
+	if tenths == 0 {
+		return strconv.FormatUint(whole, 10) + " " + units[i]
+	}
+	return strconv.FormatUint(whole, 10) + "." + strconv.FormatUint(tenths, 10) + " " + units[i]
+}

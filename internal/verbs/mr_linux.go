@@ -34,7 +34,9 @@ type MR struct {
 // registers them with the given access. Nothing is granted implicitly: pass
 // exactly the flags the region needs. Remote write requires LocalWrite (a
 // verbs rule), so it is added when RemoteWrite is asked for. Remote read is
-// granted only when asked for explicitly.
+// granted only when asked for explicitly. A registration the locked-memory
+// limit refused fails with an error matching ErrLockedMemory (and the errno,
+// ENOMEM) whose *LockedMemoryError names the limit.
 func (pd *PD) RegisterMR(size int, access Access) (*MR, error) {
 	if size <= 0 {
 		return nil, &Error{Op: "ibv_reg_mr", Device: pd.ctx.name, Errno: syscall.EINVAL}
@@ -57,7 +59,12 @@ func (pd *PD) RegisterMR(size int, access Access) (*MR, error) {
 	c, cerr := C.ibv_reg_mr(pd.c, unsafe.Pointer(&mem[0]), C.size_t(len(mem)), C.int(access))
 	if c == nil {
 		unix.Munmap(mem)
-		return nil, &Error{Op: "ibv_reg_mr", Device: pd.ctx.name, Errno: errnoOr(cerr, syscall.ENOMEM)}
+		errno := errnoOr(cerr, syscall.ENOMEM)
+		e := &Error{Op: "ibv_reg_mr", Device: pd.ctx.name, Errno: errno}
+		if cause := lockedMemoryCause(errno, len(mem)); cause != nil {
+			e.Err = cause
+		}
+		return nil, e
 	}
 	return &MR{c: c, mem: mem[:size:size], mapped: mem, access: access, lkey: uint32(c.lkey), rkey: uint32(c.rkey), dev: pd.ctx.name}, nil
 }
