@@ -16,7 +16,7 @@ import (
 )
 
 // listen binds a listening id to laddr and starts its acceptor.
-func listen(set settings, network string, laddr netip.AddrPort, backlog int, handshakeError func(net.Addr, error)) (*Listener, error) {
+func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPending int, handshakeError func(net.Addr, error)) (*Listener, error) {
 	addr := netAddr(laddr)
 	fail := func(err error) (*Listener, error) {
 		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: addr, Err: err}
@@ -58,7 +58,8 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog int, han
 		handshakeError: handshakeError,
 	}
 	l.requestsDone.L = &l.requestsMu
-	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx, slots: make(chan struct{}, backlog)}
+	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx,
+		pending: newPendingHandshakes(maxPending, stalledHandshakeAfter)}
 	l.stop = func() {
 		cancel()
 		ch.Close()
@@ -96,8 +97,10 @@ type acceptor struct {
 	device string // the device a listener on one address is bound to
 	set    settings
 	ctx    context.Context // cancelled by Listener.Close
-	slots  chan struct{}   // bounds concurrent handshakes
-	wg     sync.WaitGroup
+	// pending bounds the requests being set up or waiting for their
+	// dialer's RTU, and so the memory they pin (see pendingHandshakes).
+	pending *pendingHandshakes
+	wg      sync.WaitGroup
 }
 
 func (a *acceptor) run() {
@@ -126,23 +129,43 @@ func (a *acceptor) run() {
 			continue
 		}
 		a.l.requestBegan()
-		select {
-		case a.slots <- struct{}{}:
-		default:
-			// Too many handshakes at once: refuse, as a full TCP backlog would.
-			a.refuse(ev.ID, errTooManyHandshakes)
-			ev.ID.Close()
-			a.l.requestEnded()
+		if _, err := ring.DecodeConnData(ev.Param.PrivateData); err != nil {
+			// rsocket refuses a request whose private data it cannot use;
+			// so do we, before it may take a slot or any memory.
+			a.refuse(ev.ID, err)
+			continue
+		}
+		if a.l.backlogFull() {
+			// Accept is not keeping up: refuse, as a full TCP accept queue
+			// would, rather than evict a handshake for a connection that
+			// could not be queued.
+			a.refuse(ev.ID, errBacklogFull)
+			continue
+		}
+		// With every slot taken by a handshake that is young, wait: the
+		// requests behind this one wait in the connection manager's
+		// backlog, which past its size drops them for the dialer to send
+		// again, and does not refuse them.
+		slot, ok := a.pending.take(a.ctx.Done())
+		if !ok {
+			a.refuse(ev.ID, net.ErrClosed) // Listener.Close
+			continue
+		}
+		if a.l.backlogFull() {
+			// Checked again with the slot held, so that the connections
+			// waiting for room in the backlog never outnumber the slots.
+			slot.release()
+			a.refuse(ev.ID, errBacklogFull)
 			continue
 		}
 		ch, ok := a.handOver(ev)
 		if !ok {
-			<-a.slots
+			slot.release()
 			a.l.requestEnded()
 			continue
 		}
 		a.wg.Add(1)
-		go a.handshake(ev, ch)
+		go a.handshake(ev, ch, slot)
 	}
 }
 
@@ -153,16 +176,9 @@ func (a *acceptor) run() {
 // would otherwise leave that wait to the handshake timeout).
 func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
 	id := ev.ID
-	// rsocket refuses a request whose private data it cannot use; so do
-	// we, before spending any memory on it.
-	if _, err := ring.DecodeConnData(ev.Param.PrivateData); err != nil {
-		a.refuse(id, err)
-		id.Close()
-		return nil, false
-	}
 	ch, err := cm.NewEventChannel()
 	if err != nil {
-		a.refuse(id, err)
+		a.reject(id, err)
 		id.Close()
 		return nil, false
 	}
@@ -171,7 +187,7 @@ func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
 		err = setupStep(true, "migrate")
 	}
 	if err != nil {
-		a.refuse(id, err)
+		a.reject(id, err)
 		id.Close()
 		ch.Close()
 		return nil, false
@@ -180,15 +196,24 @@ func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
 }
 
 // handshake accepts one connection request, whose id is already alone on
-// ch. Any failure refuses or drops this request only.
-func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
+// ch, in the pending slot it was given. Any failure refuses or drops this
+// request only.
+func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot) {
 	defer a.wg.Done()
 	defer a.l.requestEnded()
-	defer func() { <-a.slots }()
+	// Released last: the slot's next holder may pin memory only once this
+	// request's is unpinned.
+	defer slot.release()
 	id := ev.ID
+	if !slot.wait(a.ctx.Done()) {
+		a.reject(id, net.ErrClosed) // Listener.Close
+		id.Close()
+		ch.Close()
+		return
+	}
 	q, eng, err := setup(id, ch, a.set.ring, true)
 	if err != nil {
-		a.refuse(id, err)
+		a.reject(id, err)
 		id.Close()
 		ch.Close()
 		return
@@ -199,12 +224,12 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
 		q.destroy()
 	}
 	if err := eng.Establish(ev.Param.PrivateData); err != nil {
-		a.refuse(id, err)
+		a.reject(id, err)
 		drop()
 		return
 	}
 	if err := postInitialRecvs(q, eng); err != nil {
-		a.refuse(id, err)
+		a.reject(id, err)
 		drop()
 		return
 	}
@@ -219,22 +244,41 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
 	// The clock starts at the reply, not at the request: setting up many
 	// connections at once takes a while under load, and the dialer counts
 	// itself connected as soon as it has our reply.
-	ctx, cancel := a.ctx, context.CancelFunc(func() {})
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if a.set.handshakeTimeout > 0 {
 		ctx, cancel = context.WithTimeout(a.ctx, a.set.handshakeTimeout)
+	} else {
+		ctx, cancel = context.WithCancel(a.ctx)
 	}
 	defer cancel()
-	if _, err := id.Await(ctx, cm.EventEstablished); err != nil {
+	// From here a newer request may take this one's slot: cancel ends
+	// the wait.
+	slot.replied(cancel)
+	if _, err := id.Await(ctx, cm.EventEstablished); err != nil || !slot.established() {
+		if err == nil {
+			err = errEvicted
+		}
 		a.dropped(id, err)
 		drop()
 		return
 	}
+	// Established: the slot is free for the next request now, not when
+	// Accept takes the connection.
+	slot.release()
 	a.l.offer(newConn(q, eng, a.set))
 }
 
-// refuse rejects the request on id because of err, telling a dialer that is
-// rnet why (see rejectReason), and tells the HandshakeError hook.
+// refuse rejects the request on id because of err and releases the id.
 func (a *acceptor) refuse(id *cm.ID, err error) {
+	a.reject(id, err)
+	id.Close()
+	a.l.requestEnded()
+}
+
+// reject rejects the request on id because of err, telling a dialer that is
+// rnet why (see rejectReason), and tells the HandshakeError hook.
+func (a *acceptor) reject(id *cm.ID, err error) {
 	id.Reject(rejectReasonOf(err).encode())
 	a.dropped(id, err)
 }

@@ -52,9 +52,15 @@ type Config struct {
 	// once, as TCP's SetLinger(0).
 	Linger time.Duration
 	// HandshakeTimeout bounds a listener's wait for an accepted
-	// connection's last handshake message, so a peer that vanishes midway
-	// costs nothing lasting. Default 30 s; negative leaves it to the
-	// connection manager's own retries.
+	// connection's last handshake message (the dialer's RTU), so a peer
+	// that vanishes midway costs nothing lasting. Default 10 s: the
+	// connection manager resends its reply about every 4 s until the RTU
+	// comes, so a connection survives two lost RTUs, while a shorter bound
+	// would drop connections whose dialer already counts them up (under a
+	// flood of requests that never complete, ListenConfig's
+	// MaxPendingHandshakes, not this, frees their slots). Negative leaves
+	// it to the connection manager's own retries (about a minute); a
+	// positive value must be at least 100 ms.
 	HandshakeTimeout time.Duration
 }
 
@@ -95,7 +101,7 @@ func (c *Config) settings() settings {
 		busyPollLimitMax: orDefault(cfg.BusyPollLimit, maxBusyPollLimit),
 		keepAlive:        orDefault(cfg.KeepAlive, 15*time.Second),
 		linger:           orDefault(cfg.Linger, 10*time.Second),
-		handshakeTimeout: orDefault(cfg.HandshakeTimeout, 30*time.Second),
+		handshakeTimeout: orDefault(cfg.HandshakeTimeout, 10*time.Second),
 	}
 	if cfg.InlineThreshold < 0 {
 		s.ring.InlineThreshold = ring.NoInline

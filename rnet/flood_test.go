@@ -1,113 +1,266 @@
+//go:build linux && cgo
+
 package rnet
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/procstat"
+	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/ring"
-	"github.com/rnet-dev/rnet/internal/verbs"
-	"github.com/rnet-dev/rnet/internal/wr"
 )
 
-// floodQP is the queue pair of a connection whose peer never stops sending
-// valid keepalives: every step completes a full batch of the receives
-// posted so far, as a hostile peer at line rate would, and every send.
-type floodQP struct {
-	mu       sync.Mutex
-	recvs    []uint64 // posted receives, oldest first
-	sends    []uint64 // posted sends, oldest first
-	steps    int
-	stop     chan struct{}
-	stopOnce sync.Once
-}
+// TestRXEHandshakeFlood floods a listener with connection requests that
+// never complete (the dialer takes the reply and never sends its RTU) while
+// a real client dials, echoes and closes, again and again. Every real dial
+// must connect, the listener's registered memory must stay within its
+// pending-handshake bound all along, and everything must be released after.
+// The flood is a count of requests, and the listener evicts a stalled one
+// only after it has waited stalledHandshakeAfter, so the test lasts about
+// stalledRequests/maxPending times that (about 30 s).
+func TestRXEHandshakeFlood(t *testing.T) {
+	pair := rdmatest.Require(t)
+	warmUp(t, pair)
+	gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 
-func (q *floodQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.steps++
-	for _, r := range recvs {
-		q.recvs = append(q.recvs, r.ID)
-	}
-	for _, s := range sends {
-		q.sends = append(q.sends, s.ID)
-	}
-	n := 0
-	for ; n < len(out) && len(q.sends) > 0; n++ {
-		out[n] = wr.Completion{ID: q.sends[0], Opcode: wr.WCRDMAWrite}
-		q.sends = q.sends[1:]
-	}
-	keepalive := uint32(ring.MakeMsg(ring.MsgCtrl, ring.CtrlKeepalive))
-	for ; n < len(out) && len(q.recvs) > 0; n++ {
-		out[n] = wr.Completion{ID: q.recvs[0], Opcode: wr.WCRecvRDMAWithImm, Imm: keepalive}
-		q.recvs = q.recvs[1:]
-	}
-	return n, nil
-}
-
-// wait finds a completion at once: the flood never lets up.
-func (q *floodQP) wait() (bool, error) {
-	select {
-	case <-q.stop:
-		return false, net.ErrClosed
-	default:
-		return false, nil
-	}
-}
-
-func (q *floodQP) kick()                {}
-func (q *floodQP) start(h eventHandler) {}
-func (q *floodQP) disconnect()          {}
-func (q *floodQP) shutdown()            { q.stopOnce.Do(func() { close(q.stop) }) }
-func (q *floodQP) destroy() error       { return nil }
-func (q *floodQP) localAddr() net.Addr  { return netAddr(netip.MustParseAddrPort("10.0.0.1:40000")) }
-func (q *floodQP) remoteAddr() net.Addr { return netAddr(netip.MustParseAddrPort("10.0.0.2:7471")) }
-
-// TestControlFloodLetsCloseIn: a peer that keeps the receive path full of
-// valid keepalives keeps every step busy, but each step ends after a
-// bounded number of crossings, so Close (and any other call) gets the
-// connection's lock and the connection closes. Without the bound the first
-// step never returns.
-func TestControlFloodLetsCloseIn(t *testing.T) {
-	set := (&Config{Linger: -1}).settings()
-	layout := set.ring.Layout()
-	newEngine := func(base uint64) *ring.Engine {
-		region := func(off uint64, n int) ring.Region {
-			return ring.Region{Buf: make([]byte, n), Addr: base + off, LKey: 1, RKey: 2}
-		}
-		eng, err := ring.New(set.ring, region(0, layout.SendRegion), region(1<<30, layout.RecvRegion), region(2<<30, layout.TargetRegion))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return eng
-	}
-	eng, peer := newEngine(1<<40), newEngine(2<<40)
-	pe := peer.LocalConnData()
-	if err := eng.Establish(pe[:]); err != nil {
+	const (
+		stalledRequests = 500
+		realDials       = 20
+		maxPending      = defaultMaxPendingHandshakes
+		// Twice the slots: every slot holds a stalled request and as many
+		// more wait for one, well within the connection manager's backlog.
+		flooders = 2 * maxPending
+	)
+	ln, err := (&ListenConfig{}).Listen(ctx, "rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	q := &floodQP{stop: make(chan struct{})}
-	for _, r := range eng.PostRecvs(nil) {
-		q.recvs = append(q.recvs, r.ID)
-	}
-	done := make(chan *Conn, 1)
-	go func() {
-		c := newConn(q, eng, set)
-		c.Close()
-		done <- c
-	}()
-	select {
-	case c := <-done:
-		if s := c.Stats(); s.RecvCompletions < maxStepRounds*completionBatch {
-			t.Errorf("the flood delivered %d receive completions, fewer than one bounded step's %d: it did not flood",
-				s.RecvCompletions, maxStepRounds*completionBatch)
+	lnClosed := false
+	defer func() {
+		if !lnClosed {
+			ln.Close()
 		}
-	case <-time.After(time.Minute): // a hang detector only
-		q.mu.Lock()
-		steps := q.steps
-		q.mu.Unlock()
-		t.Fatalf("the connection did not close within a minute of a keepalive flood (%d crossings so far)", steps)
+	}()
+	target := ln.Addr().(*Addr).AddrPort
+
+	// The flood: each flooder sends a request, takes the listener's reply
+	// and holds its id open without ever completing, until the listener
+	// gives up on it (a newer request took its slot) and rejects it; then
+	// it sends the next. stop ends the flood early on a failure.
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	stopFlood := func() { stopOnce.Do(func() { close(stop) }) }
+	defer stopFlood()
+	var claimed, answered, givenUp atomic.Int64
+	progress := make(chan struct{}, 1) // a request was answered
+	floodErrs := make(chan error, flooders)
+	private := encode(ring.ConnData{
+		Version: 1, Flags: ring.FlagIOMap, Credits: 16,
+		TargetSGL: ring.RemoteSGE{Addr: 0x10000, Key: 7, Length: 2},
+		DataBuf:   ring.RemoteSGE{Addr: 0x20000, Key: 7, Length: 1 << 16},
+	})
+	stall := func(n int64) error {
+		fctx, fcancel := context.WithCancel(ctx)
+		defer fcancel()
+		go func() {
+			select {
+			case <-stop:
+				fcancel()
+			case <-fctx.Done():
+			}
+		}()
+		ch, err := cm.NewEventChannel()
+		if err != nil {
+			return err
+		}
+		defer ch.Close()
+		id, err := ch.NewID()
+		if err != nil {
+			return err
+		}
+		defer id.Close() // rejects the reply if the listener has not given up yet
+		if err := id.Resolve(fctx, pair.Client, target, cm.Retry{Tries: 3, Timeout: time.Second}); err != nil {
+			if fctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		p := cm.RsocketConnParam(private)
+		// An id without a queue pair never sends RTU. Each request names
+		// a queue pair of its own, out of the range the device hands out:
+		// the connection manager rejects a second request from one as
+		// stale.
+		p.QPNum = uint32(0x800000 + n)
+		if err := id.Connect(p); err != nil {
+			return err
+		}
+		if _, err := id.Await(fctx, cm.EventConnectResponse); err != nil {
+			if fctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		answered.Add(1)
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+		_, err = id.Await(fctx, cm.EventEstablished)
+		var rej *cm.RejectError
+		switch {
+		case fctx.Err() != nil:
+			return nil
+		case errors.As(err, &rej) && errors.Is(err, syscall.ECONNREFUSED):
+			givenUp.Add(1)
+			return nil
+		case err == nil:
+			return errors.New("a request that never sent RTU was established")
+		}
+		return err
 	}
+	var floodWG sync.WaitGroup
+	for range flooders {
+		floodWG.Go(func() {
+			for n := claimed.Add(1); n <= stalledRequests; n = claimed.Add(1) {
+				if err := stall(n); err != nil {
+					floodErrs <- err
+					stopFlood()
+					return
+				}
+			}
+		})
+	}
+	// waitAnswered waits until n stalled requests have had their reply.
+	waitAnswered := func(n int64) {
+		for answered.Load() < n {
+			select {
+			case <-progress:
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+
+	// The listener's registered memory, sampled while the flood is on: the
+	// pending handshakes, the real connection's two ends and nothing more.
+	perConn := func() int {
+		l := defaultSettingsLayout()
+		return l.SendRegion + l.RecvRegion + l.TargetRegion
+	}()
+	mrBound := res0["mr"] + 3*(maxPending+2)
+	type sample struct {
+		most, samples int
+		err           error
+	}
+	sampled := make(chan sample)
+	sampleDone := make(chan struct{})
+	go func() {
+		var s sample
+		for {
+			select {
+			case <-sampleDone:
+				sampled <- s
+				return
+			default:
+			}
+			out, err := execOutput("rdma", "resource", "show")
+			var res map[string]int
+			if err == nil {
+				res, err = procstat.ParseResources(out)
+			}
+			if err != nil {
+				s.err = err
+				sampled <- s
+				return
+			}
+			s.most = max(s.most, res["mr"])
+			s.samples++
+		}
+	}()
+
+	// The real client: a dial, an echo and a close, spread over the flood.
+	accepted := make(chan error, realDials+1)
+	go func() {
+		for range realDials {
+			c, err := ln.AcceptRDMA()
+			if err != nil {
+				accepted <- err
+				return
+			}
+			_, err = io.Copy(c, c)
+			c.Close()
+			accepted <- err
+		}
+	}()
+	d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}}
+	for i := range realDials {
+		// Spread over the flood by its count, once its stalled requests
+		// have filled every slot.
+		waitAnswered(int64(maxPending + i*(stalledRequests-maxPending)/realDials))
+		start := time.Now()
+		c, err := d.DialContext(ctx, "rdma", target.String())
+		if err != nil {
+			t.Errorf("dial %d during the flood (%d requests answered): %v", i, answered.Load(), err)
+			break
+		}
+		took := time.Since(start)
+		msg := []byte("through the flood")
+		buf := make([]byte, len(msg))
+		_, err = c.Write(msg)
+		if err == nil {
+			_, err = io.ReadFull(c, buf)
+		}
+		if err != nil || string(buf) != string(msg) {
+			t.Errorf("echo %d during the flood: %q, %v", i, buf, err)
+		}
+		c.Close()
+		if err := <-accepted; err != nil {
+			t.Errorf("accepted connection %d: %v", i, err)
+		}
+		t.Logf("dial %d connected in %v with %d stalled requests answered", i, took.Round(time.Millisecond), answered.Load())
+	}
+	waitAnswered(stalledRequests)
+	close(sampleDone)
+	mem := <-sampled
+	stopFlood()
+	floodWG.Wait()
+	close(floodErrs)
+	for err := range floodErrs {
+		t.Errorf("flood: %v", err)
+	}
+	t.Logf("%d stalled requests answered, %d given up by the listener; at most %d MRs in %d samples (%d before, bound %d: %d KiB pinned by at most %d pending handshakes)",
+		answered.Load(), givenUp.Load(), mem.most, mem.samples, res0["mr"], mrBound, maxPending*perConn>>10, maxPending)
+	// Every request but those still stalled when the flood stopped (one
+	// per flooder at most) was given up by the listener: the slots were
+	// full of stalled requests throughout.
+	if answered.Load() != stalledRequests || givenUp.Load() < stalledRequests-flooders {
+		t.Errorf("%d stalled requests answered and %d given up, want %d and at least %d",
+			answered.Load(), givenUp.Load(), stalledRequests, stalledRequests-flooders)
+	}
+	switch {
+	case mem.err != nil:
+		t.Errorf("sampling the registered memory: %v", mem.err)
+	case mem.samples == 0:
+		t.Error("the registered memory was never sampled during the flood")
+	case mem.most > mrBound:
+		t.Errorf("%d MRs during the flood, want at most %d (%d before, 3 for each of %d pending handshakes and 2 real connection ends)",
+			mem.most, mrBound, res0["mr"], maxPending)
+	}
+	ln.Close()
+	lnClosed = true
+	checkReleased(t, gor0, fds0, res0)
 }

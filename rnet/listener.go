@@ -174,6 +174,10 @@ func (l *listener) Close() error {
 	return nil
 }
 
+// backlogFull says whether the established connections waiting for Accept
+// fill the backlog.
+func (l *listener) backlogFull() bool { return len(l.conns) == cap(l.conns) }
+
 // offer hands an established connection to Accept, or closes it if the
 // listener closes first.
 func (l *listener) offer(c *Conn) {

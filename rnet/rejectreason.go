@@ -44,7 +44,7 @@ const (
 type rejectCode uint8
 
 const (
-	rejectBusy         rejectCode = 1 // too many handshakes in progress
+	rejectBusy         rejectCode = 1 // the backlog of established connections is full
 	rejectBadRequest   rejectCode = 2 // the request's private data was unusable
 	rejectLockedMemory rejectCode = 3 // the locked-memory limit stopped a registration
 	rejectResources    rejectCode = 4 // another failure setting the connection up
@@ -58,9 +58,14 @@ type rejectReason struct {
 	needed uint64 // rejectLockedMemory only
 }
 
-// errTooManyHandshakes is what a listener tells its HandshakeError hook when
-// it refuses a request because its backlog of handshakes is full.
-var errTooManyHandshakes = errors.New("rnet: too many handshakes in progress (ListenConfig.Backlog)")
+// errBacklogFull is what a listener tells its HandshakeError hook when it
+// refuses a request because its backlog of established connections
+// waiting for Accept is full, and errEvicted when it gave up a handshake
+// whose dialer had not confirmed it, for a newer request.
+var (
+	errBacklogFull = errors.New("rnet: the backlog of connections waiting for Accept is full (ListenConfig.Backlog)")
+	errEvicted     = errors.New("rnet: the dialer did not confirm the handshake before a newer request needed its slot (ListenConfig.MaxPendingHandshakes)")
+)
 
 // rejectReasonOf classifies the listener-side failure err.
 func rejectReasonOf(err error) rejectReason {
@@ -73,7 +78,7 @@ func rejectReasonOf(err error) rejectReason {
 	switch {
 	case errors.As(err, &lm):
 		r.code, r.limit, r.needed = rejectLockedMemory, lm.Soft, uint64(max(lm.Needed, 0))
-	case errors.Is(err, errTooManyHandshakes):
+	case errors.Is(err, errBacklogFull):
 		r.code = rejectBusy
 	case errors.Is(err, ErrProtocol):
 		r.code = rejectBadRequest
@@ -114,7 +119,7 @@ func (r rejectReason) String() string {
 	var s string
 	switch r.code {
 	case rejectBusy:
-		s = "the listener has too many handshakes in progress (its backlog is full)"
+		s = "the listener's backlog of connections waiting for Accept is full"
 	case rejectBadRequest:
 		s = "the listener could not use the connection request (not rsocket protocol version 1, or malformed)"
 	case rejectLockedMemory:

@@ -76,7 +76,7 @@ func TestRejectReasonOf(t *testing.T) {
 	}{
 		{&verbs.Error{Op: "ibv_reg_mr", Device: "rxe1", Errno: syscall.ENOMEM, Err: lm},
 			rejectReason{code: rejectLockedMemory, errno: syscall.ENOMEM, limit: 64 << 10, needed: 264 << 10}},
-		{errTooManyHandshakes, rejectReason{code: rejectBusy}},
+		{errBacklogFull, rejectReason{code: rejectBusy}},
 		{&ring.ProtocolError{Check: ring.ErrVersion}, rejectReason{code: rejectBadRequest}},
 		{&verbs.Error{Op: "ibv_create_cq", Device: "rxe1", Errno: syscall.ENOMEM}, rejectReason{code: rejectResources, errno: syscall.ENOMEM}},
 		{fmt.Errorf("wrapped: %w", syscall.Errno(70000)), rejectReason{code: rejectResources}}, // no errno that does not fit 16 bits

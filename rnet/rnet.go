@@ -284,10 +284,25 @@ type ListenConfig struct {
 	// Config sizes every accepted connection; nil means the defaults.
 	Config *Config
 	// Backlog is how many connection requests may wait in the connection
-	// manager, and how many handshakes and accepted-but-unclaimed
-	// connections the Listener holds. 0 means 128; more than 65535 means
-	// 65535.
+	// manager for a pending-handshake slot (past it the manager drops a
+	// new request unanswered and the dialer's manager sends it again,
+	// about 6 s later on RoCE), and how many established connections may
+	// wait for Accept (past it a request is refused, as a full TCP accept
+	// queue refuses it). 0 means 128; more than 65535 means 65535.
 	Backlog int
+	// MaxPendingHandshakes bounds the connection requests the Listener is
+	// setting up or whose dialer has yet to confirm our reply with its
+	// RTU. Each pins a connection's registered memory (264 KiB with the
+	// default Config) before the dialer has shown it is real, so this
+	// bound times that is the most that requests which never complete can
+	// pin: with the default, 4.1 MiB, half of a common 8 MiB
+	// RLIMIT_MEMLOCK. Past the bound a new request takes the slot of the
+	// handshake that has waited longest for its RTU, once that wait passes
+	// 1 s (a live dialer answers within a round trip; a stalled one never
+	// does), and waits in the Backlog until then; so under a flood of such
+	// requests the Listener still takes about this many new ones a second,
+	// real dialers among them. 0 means 16; range 1 to 65535.
+	MaxPendingHandshakes int
 	// HandshakeError, if set, is told of every connection request the
 	// Listener refused or dropped before Accept could return it: remote is
 	// the dialer's address, err a *net.OpError saying why. Its cause
@@ -295,8 +310,8 @@ type ListenConfig struct {
 	// process from registering the connection's rings, ErrProtocol when
 	// the request's private data was unusable, context.DeadlineExceeded
 	// when the dialer did not complete the handshake within
-	// Config.HandshakeTimeout; when Backlog handshakes were already
-	// running, the text says so. A dialer that is rnet is told the cause
+	// Config.HandshakeTimeout; when the Backlog of established
+	// connections was full, the text says so. A dialer that is rnet is told the cause
 	// of a refusal in the reject, and its error names it. HandshakeError
 	// is called from the Listener's own goroutines, several at once when
 	// handshakes run side by side, so it must be safe for concurrent use;
@@ -319,17 +334,35 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if err := ctx.Err(); err != nil {
 		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: netAddr(laddr), Err: err}
 	}
-	backlog := lc.Backlog
+	backlog, pending := lc.limits()
+	return listen(lc.Config.settings(), network, laddr, backlog, pending, lc.HandshakeError)
+}
+
+// limits returns Backlog and MaxPendingHandshakes with their defaults and
+// caps applied.
+func (lc *ListenConfig) limits() (backlog, pending int) {
+	backlog, pending = lc.Backlog, lc.MaxPendingHandshakes
 	if backlog <= 0 {
 		backlog = 128
 	}
-	backlog = min(backlog, maxBacklog)
-	return listen(lc.Config.settings(), network, laddr, backlog, lc.HandshakeError)
+	if pending <= 0 {
+		pending = defaultMaxPendingHandshakes
+	}
+	return min(backlog, maxBacklog), min(pending, maxBacklog)
 }
 
 // maxBacklog caps ListenConfig.Backlog: it sizes channels made up front,
-// and the kernel caps a listen backlog far lower anyway.
+// and the kernel caps a listen backlog far lower anyway. It caps
+// MaxPendingHandshakes alike.
 const maxBacklog = 65535
+
+// defaultMaxPendingHandshakes is ListenConfig.MaxPendingHandshakes's
+// default, and stalledHandshakeAfter how long a handshake's dialer has to
+// confirm our reply before a newer request may take its slot.
+const (
+	defaultMaxPendingHandshakes = 16
+	stalledHandshakeAfter       = time.Second
+)
 
 func ipWithZone(b net.IP, zone string) netip.Addr {
 	ip, _ := netip.AddrFromSlice(b)

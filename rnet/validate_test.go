@@ -68,7 +68,7 @@ func TestSimConfigReportsEffectiveValues(t *testing.T) {
 	got := a.Config()
 	want := Config{SendBufferSize: 128 << 10, RecvBufferSize: 128 << 10, SendQueueSize: 64, RecvQueueSize: 384,
 		InlineThreshold: -1, BusyPoll: 10 * time.Microsecond, BusyPollLimit: defaultBusyPollLimit,
-		KeepAlive: -1, Linger: 10 * time.Second, HandshakeTimeout: 30 * time.Second}
+		KeepAlive: -1, Linger: 10 * time.Second, HandshakeTimeout: 10 * time.Second}
 	if got != want {
 		t.Errorf("Config() = %+v\nwant       %+v", got, want)
 	}

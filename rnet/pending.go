@@ -1,0 +1,186 @@
+package rnet
+
+import (
+	"container/list"
+	"sync"
+	"time"
+)
+
+// pendingHandshakes bounds the connection requests a listener is working
+// on: each takes a slot when the acceptor reads it and gives it back once
+// its connection is established (before it waits for Accept) or has
+// failed. A slot is what pins a connection's registered memory before its
+// dialer has proved itself, so the bound is the listener's bound on that
+// memory.
+//
+// When every slot is taken, a new request takes the slot of the handshake
+// that has waited longest for its dialer's last message (RTU), provided
+// that wait has passed staleAfter: a live dialer answers within a round
+// trip, so such a handshake is most likely one that will never complete.
+// The evicted handshake is cancelled, and its slot passes to the new one
+// once it has released its resources, so memory never exceeds the bound.
+type pendingHandshakes struct {
+	slots      int
+	staleAfter time.Duration
+
+	mu       sync.Mutex
+	free     int
+	awaiting list.List     // *pendingSlot whose reply is out, oldest reply first
+	changed  chan struct{} // closed and replaced when a slot frees or a reply goes out
+}
+
+// pendingSlot is one request's hold on a pendingHandshakes slot.
+type pendingSlot struct {
+	p     *pendingHandshakes
+	ready chan struct{} // closed once the slot is this request's own
+
+	// Under p.mu:
+	own       bool          // ready is closed
+	repliedAt time.Time     // when the reply went out
+	elem      *list.Element // in p.awaiting while evictable
+	cancel    func()        // ends the wait for RTU
+	evicted   bool          // a newer request took the slot
+	heir      *pendingSlot  // the request the slot passes to on release
+	abandoned bool          // released before the slot was its own
+	released  bool
+}
+
+func newPendingHandshakes(slots int, staleAfter time.Duration) *pendingHandshakes {
+	return &pendingHandshakes{slots: slots, staleAfter: staleAfter, free: slots, changed: make(chan struct{})}
+}
+
+// signalLocked wakes every take that waits for a slot.
+func (p *pendingHandshakes) signalLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// take returns a slot for a new request: a free one, or that of the oldest
+// handshake past staleAfter, which it cancels; the slot is the request's
+// own once wait returns true. With neither, take waits for one or the
+// other; it returns false if done is closed first.
+func (p *pendingHandshakes) take(done <-chan struct{}) (*pendingSlot, bool) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		p.mu.Lock()
+		if p.free > 0 {
+			p.free--
+			p.mu.Unlock()
+			s := &pendingSlot{p: p, ready: make(chan struct{}), own: true}
+			close(s.ready)
+			return s, true
+		}
+		var stale <-chan time.Time
+		if e := p.awaiting.Front(); e != nil {
+			old := e.Value.(*pendingSlot)
+			if wait := p.staleAfter - time.Since(old.repliedAt); wait > 0 {
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				stale = timer.C
+			} else {
+				p.awaiting.Remove(e)
+				old.elem = nil
+				old.evicted = true
+				s := &pendingSlot{p: p, ready: make(chan struct{})}
+				old.heir = s
+				cancel := old.cancel
+				p.mu.Unlock()
+				cancel()
+				return s, true
+			}
+		}
+		changed := p.changed
+		p.mu.Unlock()
+		select {
+		case <-changed:
+		case <-stale:
+		case <-done:
+			return nil, false
+		}
+	}
+}
+
+// inUse is the number of slots taken.
+func (p *pendingHandshakes) inUse() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.slots - p.free
+}
+
+// wait waits until the slot is s's own (at once, unless it was taken from
+// an evicted handshake still releasing its resources). It returns false if
+// done is closed first.
+func (s *pendingSlot) wait(done <-chan struct{}) bool {
+	select {
+	case <-s.ready:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// replied records that the reply went out: from now on the handshake may
+// be evicted, by calling cancel.
+func (s *pendingSlot) replied(cancel func()) {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s.released || s.evicted {
+		return
+	}
+	s.repliedAt = time.Now()
+	s.cancel = cancel
+	s.elem = p.awaiting.PushBack(s)
+	p.signalLocked()
+}
+
+// established takes the handshake off the evictable list now that its
+// connection is up. It returns false if it was evicted first: the caller
+// then drops the connection, since its slot is promised to another.
+func (s *pendingSlot) established() bool {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s.elem != nil {
+		p.awaiting.Remove(s.elem)
+		s.elem = nil
+	}
+	return !s.evicted
+}
+
+// release gives the slot back, or on to the request that evicted this one.
+// Call it once the handshake's resources are released or handed to a Conn.
+func (s *pendingSlot) release() {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s.released {
+		return
+	}
+	s.released = true
+	if s.elem != nil {
+		p.awaiting.Remove(s.elem)
+		s.elem = nil
+	}
+	if !s.own {
+		// Its predecessor still holds the slot; the slot comes back
+		// when the predecessor releases it.
+		s.abandoned = true
+		return
+	}
+	if h := s.heir; h != nil && !h.abandoned {
+		h.own = true
+		close(h.ready)
+		return
+	}
+	p.free++
+	p.signalLocked()
+}

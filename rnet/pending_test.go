@@ -1,0 +1,265 @@
+package rnet
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// closedDone is a done channel already closed: a take given it returns at
+// once with what it has, so a test can ask "would this wait?" without
+// waiting.
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func mustTake(t *testing.T, p *pendingHandshakes) *pendingSlot {
+	t.Helper()
+	s, ok := p.take(closedDone)
+	if !ok {
+		t.Fatal("take found no slot")
+	}
+	return s
+}
+
+// isOwn says whether the slot is s's own now, without waiting.
+func isOwn(s *pendingSlot) bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// counter counts the calls of the cancel funcs it hands out.
+type counter struct{ n atomic.Int32 }
+
+func (c *counter) cancel() { c.n.Add(1) }
+
+func TestPendingFreeSlotsThenWait(t *testing.T) {
+	p := newPendingHandshakes(2, time.Hour)
+	a, b := mustTake(t, p), mustTake(t, p)
+	if !isOwn(a) || !isOwn(b) {
+		t.Fatal("a free slot is not at once the request's own")
+	}
+	if _, ok := p.take(closedDone); ok {
+		t.Fatal("a third request got one of two slots while both handshakes are still being set up")
+	}
+	if n := p.inUse(); n != 2 {
+		t.Fatalf("inUse = %d, want 2", n)
+	}
+	got := make(chan *pendingSlot)
+	go func() {
+		s, _ := p.take(nil)
+		got <- s
+	}()
+	a.release()
+	if s := <-got; !isOwn(s) {
+		t.Fatal("the slot a failed handshake released is not the waiting request's own")
+	}
+	if n := p.inUse(); n != 2 {
+		t.Fatalf("inUse = %d, want 2", n)
+	}
+}
+
+func TestPendingYoungHandshakeIsNotEvicted(t *testing.T) {
+	p := newPendingHandshakes(1, time.Hour)
+	var c counter
+	a := mustTake(t, p)
+	a.replied(c.cancel)
+	if _, ok := p.take(closedDone); ok {
+		t.Fatal("a request took the slot of a handshake that has waited less than staleAfter")
+	}
+	if c.n.Load() != 0 {
+		t.Fatal("a young handshake was cancelled")
+	}
+	if !a.established() {
+		t.Fatal("a handshake nobody evicted could not be established")
+	}
+}
+
+func TestPendingEvictsTheOldest(t *testing.T) {
+	p := newPendingHandshakes(3, 0)
+	var ca, cb, cc counter
+	a, b, c := mustTake(t, p), mustTake(t, p), mustTake(t, p)
+	b.replied(cb.cancel)
+	a.replied(ca.cancel)
+	c.replied(cc.cancel)
+	// b replied first: the longest wait, so the first to go.
+	d := mustTake(t, p)
+	if cb.n.Load() != 1 || ca.n.Load() != 0 || cc.n.Load() != 0 {
+		t.Fatalf("cancelled a %d, b %d, c %d times; want b once", ca.n.Load(), cb.n.Load(), cc.n.Load())
+	}
+	if isOwn(d) {
+		t.Fatal("the evicting request owns the slot before the evicted handshake released it")
+	}
+	if b.established() {
+		t.Fatal("an evicted handshake that then got ESTABLISHED may keep the slot promised to another")
+	}
+	b.release()
+	if !isOwn(d) {
+		t.Fatal("the evicted handshake's release did not pass its slot on")
+	}
+	e := mustTake(t, p)
+	if ca.n.Load() != 1 || isOwn(e) {
+		t.Fatal("the next request did not evict the next oldest, a")
+	}
+	if n := p.inUse(); n != 3 {
+		t.Fatalf("inUse = %d, want 3", n)
+	}
+}
+
+func TestPendingEstablishedAndFailedAreNotEvicted(t *testing.T) {
+	p := newPendingHandshakes(2, 0)
+	var ca, cb counter
+	a, b := mustTake(t, p), mustTake(t, p)
+	a.replied(ca.cancel)
+	b.replied(cb.cancel)
+	if !a.established() {
+		t.Fatal("established = false for a handshake nobody evicted")
+	}
+	b.release() // failed: rejected, or timed out
+	// a holds its slot until it releases it (after handing its Conn on),
+	// but may no longer be evicted; b's slot is free.
+	c := mustTake(t, p)
+	if !isOwn(c) || ca.n.Load() != 0 || cb.n.Load() != 0 {
+		t.Fatal("a request evicted an established or failed handshake instead of taking the free slot")
+	}
+	if _, ok := p.take(closedDone); ok {
+		t.Fatal("a request evicted an established handshake")
+	}
+	a.release()
+	if n := p.inUse(); n != 1 {
+		t.Fatalf("inUse = %d, want 1", n)
+	}
+}
+
+func TestPendingAbandonedHeirFreesTheSlot(t *testing.T) {
+	p := newPendingHandshakes(1, 0)
+	var c counter
+	a := mustTake(t, p)
+	a.replied(c.cancel)
+	b := mustTake(t, p)
+	// The listener closes: b gives up waiting for a to release.
+	if b.wait(closedDone) {
+		t.Fatal("b owns the slot before a released it")
+	}
+	b.release()
+	a.release()
+	if n := p.inUse(); n != 0 {
+		t.Fatalf("inUse = %d after both released, want 0", n)
+	}
+	s := mustTake(t, p)
+	if !isOwn(s) {
+		t.Fatal("the freed slot is not a new request's own")
+	}
+}
+
+func TestPendingWaitsUntilTheOldestIsStale(t *testing.T) {
+	p := newPendingHandshakes(1, time.Millisecond)
+	var c counter
+	a := mustTake(t, p)
+	a.replied(c.cancel)
+	// With nothing free, take waits for a to pass staleAfter, then
+	// evicts it.
+	b, ok := p.take(nil)
+	if !ok || c.n.Load() != 1 {
+		t.Fatalf("take = %v, a cancelled %d times; want a evicted once stale", ok, c.n.Load())
+	}
+	a.release()
+	if !isOwn(b) {
+		t.Fatal("the stale handshake's slot did not pass on")
+	}
+}
+
+func TestPendingTakeEndsWithDone(t *testing.T) {
+	p := newPendingHandshakes(1, time.Hour)
+	mustTake(t, p)
+	done := make(chan struct{})
+	ended := make(chan bool)
+	go func() {
+		_, ok := p.take(done)
+		ended <- ok
+	}()
+	close(done)
+	if <-ended {
+		t.Fatal("take got a slot after done, with none to have")
+	}
+}
+
+// TestPendingNeverOverBound runs many requests through few slots, each
+// handshake replying, failing or completing at random, with requests
+// evicting stale ones, and checks that the handshakes owning a slot (and so
+// pinning memory) never outnumber the slots.
+func TestPendingNeverOverBound(t *testing.T) {
+	const slots, requests = 4, 2000
+	p := newPendingHandshakes(slots, 0)
+	var owning, most atomic.Int32
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for i := range requests {
+		s, ok := p.take(done)
+		if !ok {
+			t.Fatal("take failed without done")
+		}
+		wg.Go(func() {
+			defer s.release()
+			if !s.wait(done) {
+				return
+			}
+			n := owning.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			defer owning.Add(-1)
+			r := rand.New(rand.NewPCG(uint64(i), 1))
+			if r.IntN(8) == 0 {
+				return // failed in setup
+			}
+			cancelled := make(chan struct{})
+			var once sync.Once
+			s.replied(func() { once.Do(func() { close(cancelled) }) })
+			switch r.IntN(3) {
+			case 0: // a real dialer: established, unless evicted first
+				if s.established() {
+					return
+				}
+			case 1: // stalled: waits until evicted, or the end
+				select {
+				case <-cancelled:
+				case <-done:
+				}
+			}
+		})
+	}
+	close(done)
+	wg.Wait()
+	if m := most.Load(); m > slots {
+		t.Errorf("%d handshakes owned a slot at once, want at most %d", m, slots)
+	}
+	if n := p.inUse(); n != 0 {
+		t.Errorf("inUse = %d after every handshake ended, want 0", n)
+	}
+}
+
+func TestListenConfigLimits(t *testing.T) {
+	for _, tc := range []struct {
+		lc                  ListenConfig
+		backlog, maxPending int
+	}{
+		{ListenConfig{}, 128, 16},
+		{ListenConfig{Backlog: -1, MaxPendingHandshakes: -1}, 128, 16},
+		{ListenConfig{Backlog: 4, MaxPendingHandshakes: 1}, 4, 1},
+		{ListenConfig{Backlog: math.MaxInt, MaxPendingHandshakes: math.MaxInt}, 65535, 65535},
+	} {
+		b, p := tc.lc.limits()
+		if b != tc.backlog || p != tc.maxPending {
+			t.Errorf("Backlog %d, MaxPendingHandshakes %d: limits %d, %d; want %d, %d",
+				tc.lc.Backlog, tc.lc.MaxPendingHandshakes, b, p, tc.backlog, tc.maxPending)
+		}
+	}
+	if d := (*Config)(nil).settings().handshakeTimeout; d != 10*time.Second {
+		t.Errorf("default HandshakeTimeout %v, want 10s", d)
+	}
+}
