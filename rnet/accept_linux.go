@@ -255,10 +255,11 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 	// From here a newer request may take this one's slot: cancel ends
 	// the wait.
 	slot.replied(cancel)
-	if _, err := id.Await(ctx, cm.EventEstablished); err != nil || !slot.established() {
-		if err == nil {
-			err = errEvicted
-		}
+	_, err = id.Await(ctx, cm.EventEstablished)
+	if !slot.established() {
+		err = errEvicted // a newer request cancelled the wait
+	}
+	if err != nil {
 		a.dropped(id, err)
 		drop()
 		return

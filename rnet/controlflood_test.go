@@ -72,22 +72,7 @@ func (q *floodQP) remoteAddr() net.Addr { return netAddr(netip.MustParseAddrPort
 // step never returns.
 func TestControlFloodLetsCloseIn(t *testing.T) {
 	set := (&Config{Linger: -1}).settings()
-	layout := set.ring.Layout()
-	newEngine := func(base uint64) *ring.Engine {
-		region := func(off uint64, n int) ring.Region {
-			return ring.Region{Buf: make([]byte, n), Addr: base + off, LKey: 1, RKey: 2}
-		}
-		eng, err := ring.New(set.ring, region(0, layout.SendRegion), region(1<<30, layout.RecvRegion), region(2<<30, layout.TargetRegion))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return eng
-	}
-	eng, peer := newEngine(1<<40), newEngine(2<<40)
-	pe := peer.LocalConnData()
-	if err := eng.Establish(pe[:]); err != nil {
-		t.Fatal(err)
-	}
+	eng := establishedEngine(t, set)
 	q := &floodQP{stop: make(chan struct{})}
 	for _, r := range eng.PostRecvs(nil) {
 		q.recvs = append(q.recvs, r.ID)
@@ -110,4 +95,27 @@ func TestControlFloodLetsCloseIn(t *testing.T) {
 		q.mu.Unlock()
 		t.Fatalf("the connection did not close within a minute of a keepalive flood (%d crossings so far)", steps)
 	}
+}
+
+// establishedEngine is an engine established with a peer that exists only
+// as its private data, for queue pairs that play the peer themselves.
+func establishedEngine(t *testing.T, set settings) *ring.Engine {
+	t.Helper()
+	layout := set.ring.Layout()
+	newEngine := func(base uint64) *ring.Engine {
+		region := func(off uint64, n int) ring.Region {
+			return ring.Region{Buf: make([]byte, n), Addr: base + off, LKey: 1, RKey: 2}
+		}
+		eng, err := ring.New(set.ring, region(0, layout.SendRegion), region(1<<30, layout.RecvRegion), region(2<<30, layout.TargetRegion))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eng
+	}
+	eng, peer := newEngine(1<<40), newEngine(2<<40)
+	pe := peer.LocalConnData()
+	if err := eng.Establish(pe[:]); err != nil {
+		t.Fatal(err)
+	}
+	return eng
 }

@@ -99,24 +99,35 @@ func TestRXEHostileHandshake(t *testing.T) {
 		})
 	}
 	// The baselines come from a settled listener: the refusals above
-	// reach the dialer before the listener has released their ids.
-	settled := ln.l.waitRequests
+	// reach the dialer before the listener has released their ids, and a
+	// vanishing dialer returns before the listener has read its request.
+	// Each request above and below counts one.
+	settled := func(requests int) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { ln.l.waitRequests(requests); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute): // a hang detector only
+			t.Fatalf("the listener did not read and settle %d requests", requests)
+		}
+	}
 	t.Run("Vanish", func(t *testing.T) {
-		settled()
+		settled(3)
 		gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 		request(t, encode(sane), true, false)
-		settled()
+		settled(4)
 		checkReleased(t, gor0, fds0, res0)
 	})
 	t.Run("TimesOut", func(t *testing.T) {
-		settled()
+		settled(4)
 		gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
 		err := request(t, encode(sane), false, true)
 		if err == nil {
 			t.Fatal("a handshake without an RTU was established")
 		}
 		t.Logf("the listener gave up on a stalled handshake: %v", err)
-		settled()
+		settled(5)
 		checkReleased(t, gor0, fds0, res0)
 	})
 

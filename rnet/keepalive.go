@@ -85,7 +85,7 @@ func (c *conn) keepaliveLocked() {
 // just the end of an orderly close; otherwise the peer vanished.
 func (c *conn) transportDisconnected() {
 	c.mu.Lock()
-	c.driveLocked() // account what arrived before the disconnect
+	c.drainLocked() // account everything that arrived before the disconnect
 	c.transDown = true
 	if !c.eng.Finished() || c.eng.Err() != nil {
 		// An error already there stays, unless it is a flush: the

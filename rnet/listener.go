@@ -76,6 +76,7 @@ type listener struct {
 	// requestsMu; requestsDone is signalled when it falls to zero.
 	requestsMu   sync.Mutex
 	requests     int
+	requestsSeen int // every request ever read, for waitRequests
 	requestsDone sync.Cond
 
 	handshakeError func(remote net.Addr, err error) // ListenConfig.HandshakeError, or nil
@@ -93,6 +94,8 @@ func (l *listener) handshakeFailed(remote net.Addr, err error) {
 func (l *listener) requestBegan() {
 	l.requestsMu.Lock()
 	l.requests++
+	l.requestsSeen++
+	l.requestsDone.Broadcast()
 	l.requestsMu.Unlock()
 }
 
@@ -105,12 +108,13 @@ func (l *listener) requestEnded() {
 	l.requestsMu.Unlock()
 }
 
-// waitRequests returns once every connection request read so far is
-// finished with, and everything it made for a refused or dropped one is
-// released: a settled state for a test to take a resource baseline from.
-func (l *listener) waitRequests() {
+// waitRequests returns once at least seen connection requests have been
+// read and every one is finished with, everything made for a refused or
+// dropped one released: a settled state for a test to take a resource
+// baseline from, after the requests it knows it sent.
+func (l *listener) waitRequests(seen int) {
 	l.requestsMu.Lock()
-	for l.requests > 0 {
+	for l.requestsSeen < seen || l.requests > 0 {
 		l.requestsDone.Wait()
 	}
 	l.requestsMu.Unlock()

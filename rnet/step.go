@@ -29,7 +29,21 @@ func (c *conn) driveLocked() { c.stepLocked(true, 0) }
 
 // stepMovedLocked is driveLocked that reports whether anything moved: work
 // posted or completions polled.
-func (c *conn) stepMovedLocked() bool { return c.stepLocked(true, 0) }
+func (c *conn) stepMovedLocked() bool {
+	moved, _ := c.stepLocked(true, 0)
+	return moved
+}
+
+// drainLocked is driveLocked that goes on past the bound of one step until
+// the CQ is empty: for news that must come after everything that arrived
+// before it, once the peer can send no more (its disconnect).
+func (c *conn) drainLocked() {
+	for {
+		if _, cut := c.stepLocked(true, 0); !cut {
+			return
+		}
+	}
+}
 
 // flushLocked is driveLocked for a caller that needs no news from the CQ
 // (a Read that found data): it crosses into C only when there is work to
@@ -37,8 +51,9 @@ func (c *conn) stepMovedLocked() bool { return c.stepLocked(true, 0) }
 func (c *conn) flushLocked() { c.stepLocked(false, 0) }
 
 // stepLocked is driveLocked (poll) or flushLocked, with flags' extra work
-// folded into the first round's crossing.
-func (c *conn) stepLocked(poll bool, flags verbs.StepFlags) (moved bool) {
+// folded into the first round's crossing. cut says it stopped at
+// maxStepRounds with completions left in the CQ.
+func (c *conn) stepLocked(poll bool, flags verbs.StepFlags) (moved, cut bool) {
 	for round := 1; ; round++ {
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
 		switch {
@@ -95,12 +110,13 @@ func (c *conn) stepLocked(poll bool, flags verbs.StepFlags) (moved bool) {
 			// Completions that came before the last arm left no event,
 			// so the next wait must poll before it parks.
 			c.armed = false
+			cut = true
 			break
 		}
 	}
 	c.signalLocked()
 	c.pushIfBlockedLocked()
-	return moved
+	return moved, cut
 }
 
 // discardInboundLocked consumes received bytes nobody will read, so the peer

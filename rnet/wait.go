@@ -110,7 +110,9 @@ func (c *conn) awaitEvent(done func() bool) (parked bool) {
 		// lands after the poll then still produces an event for wait.
 		c.stepLocked(true, stepArm)
 	}
-	finished := done()
+	// A step cut short by its bound leaves completions that came before
+	// the arm, which leave no event: the caller must step again, not wait.
+	finished := done() || !c.armed
 	c.mu.Unlock()
 	if finished {
 		return false
