@@ -21,6 +21,9 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog int) (*L
 	fail := func(err error) (*Listener, error) {
 		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: addr, Err: err}
 	}
+	if set.transportErr != nil {
+		return fail(set.transportErr)
+	}
 	ch, err := cm.NewEventChannel()
 	if err != nil {
 		return fail(err)
@@ -180,7 +183,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
 	defer a.wg.Done()
 	defer func() { <-a.slots }()
 	id := ev.ID
-	q, eng, err := setup(id, ch, a.set.ring, true)
+	q, eng, err := setup(id, ch, a.set.ring, a.set.transport, true)
 	if err != nil {
 		id.Reject(nil)
 		id.Close()
@@ -202,9 +205,11 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel) {
 		drop()
 		return
 	}
-	// Echo the request's parameters, as rsocket does, with our private data.
+	// Echo the request's parameters, as rsocket does, with our private data
+	// and how often the dialler may resend to our receive queue.
 	p := ev.Param
-	p.PrivateData = connParam(eng, false).PrivateData
+	p.PrivateData = connParam(eng, false, a.set.transport).PrivateData
+	p.RNRRetryCount = a.set.transport.rnrRetryCount
 	if err := id.Accept(p); err != nil {
 		drop()
 		return
