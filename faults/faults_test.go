@@ -25,9 +25,10 @@ import (
 // quickly: a 1 s keepalive.
 var keepCfg = &rnet.Config{KeepAlive: time.Second, Linger: 2 * time.Second}
 
-// errorLimit bounds how long a fault may take to show as an error. The
-// transport's retry budget on rxe is 7 retries of an ack timeout of about a
-// second, so a minute is generous even under TCG.
+// errorLimit bounds how long a fault may take to show as an error. Soft-RoCE
+// retries without limit at the default RetryCount of 7, so a dead wire
+// shows through keepalives (keepCfg: three periods of 1 s); a minute is
+// generous even under TCG.
 const errorLimit = 60 * time.Second
 
 // peerDeadErr reports whether err is the error a dead peer gives,

@@ -21,6 +21,9 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 	fail := func(err error) (*Listener, error) {
 		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: addr, Err: err}
 	}
+	if set.transportErr != nil {
+		return fail(set.transportErr)
+	}
 	ch, err := cm.NewEventChannel()
 	if err != nil {
 		return fail(err)
@@ -211,7 +214,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 		ch.Close()
 		return
 	}
-	q, eng, err := setup(id, ch, a.set.ring, true)
+	q, eng, err := setup(id, ch, a.set.ring, a.set.transport, true)
 	if err != nil {
 		a.reject(id, err)
 		id.Close()
@@ -233,9 +236,11 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 		drop()
 		return
 	}
-	// Echo the request's parameters, as rsocket does, with our private data.
+	// Echo the request's parameters, as rsocket does, with our private data
+	// and how often the dialler may resend to our receive queue.
 	p := ev.Param
-	p.PrivateData = connParam(eng, false).PrivateData
+	p.PrivateData = connParam(eng, false, a.set.transport).PrivateData
+	p.RNRRetryCount = a.set.transport.rnrRetryCount
 	if err := id.Accept(p); err != nil {
 		a.dropped(id, err)
 		drop()

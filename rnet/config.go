@@ -1,8 +1,10 @@
 package rnet
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/ring"
 )
 
@@ -62,6 +64,31 @@ type Config struct {
 	// it to the connection manager's own retries (about a minute); a
 	// positive value must be at least 100 ms.
 	HandshakeTimeout time.Duration
+	// AckTimeout is how long the transport waits for an acknowledgement
+	// before it resends (the queue pair's local ACK timeout): on a lossy
+	// wire, each loss that no later packet reveals costs this long. The
+	// device takes 4.096 µs × 2^n, rnet the smallest n giving at least
+	// this; at most 2h26m (n = 31). Default 33.5 ms on Soft-RoCE (rxe),
+	// where the timer is the only recovery and 7 retries mean without
+	// limit; elsewhere the connection manager's (2.1 s on RoCE with Linux
+	// 6.1), as adapters give up after AckTimeout × (RetryCount+1).
+	// Negative: the connection manager's everywhere. It sets this side's
+	// queue pair only; iWARP ignores it.
+	AckTimeout time.Duration
+	// RetryCount is how often the transport resends an unacknowledged
+	// packet before the connection fails with ErrPeerGone, so that
+	// AckTimeout × (RetryCount+1) is how long a silent peer or a cut wire
+	// is borne. Default 7, the most (0 means the default); negative means
+	// none. Soft-RoCE (rxe) retries without limit at 7. The dialling side's
+	// value applies to both ends (the connection request carries it); a
+	// Listener's is not used. iWARP ignores it.
+	RetryCount int
+	// RNRRetryCount is how often the peer resends a message that found no
+	// receive posted on this side: rnet's credits never let that happen,
+	// and C rsocket peers rely on it. Default 7, which means without limit
+	// (0 means the default); negative means none; at most 7. The connection
+	// request and reply carry each side's to the other. iWARP ignores it.
+	RNRRetryCount int
 }
 
 // defaultBusyPollLimit is the spin limit of a connection that has not
@@ -81,6 +108,10 @@ type settings struct {
 	keepAlive        time.Duration
 	linger           time.Duration // 0: Close does not wait
 	handshakeTimeout time.Duration // 0: no bound of our own
+	transport        transportSettings
+	// transportErr is a transport field out of range: Dial and Listen
+	// fail with it.
+	transportErr error
 }
 
 func (c *Config) settings() settings {
@@ -106,6 +137,7 @@ func (c *Config) settings() settings {
 	if cfg.InlineThreshold < 0 {
 		s.ring.InlineThreshold = ring.NoInline
 	}
+	s.transport, s.transportErr = cfg.transportSettings()
 	s.ring = s.ring.Normalize()
 	return s
 }
@@ -119,4 +151,80 @@ func orDefault(d, def time.Duration) time.Duration {
 		return 0
 	}
 	return d
+}
+
+// transportSettings are the reliable transport's settings of a Config, in
+// the connection manager's units.
+type transportSettings struct {
+	ackTimeout    uint8 // n of 4.096 µs × 2^n that Config.AckTimeout asks for; 0 if it asks none
+	ackTimeoutCM  bool  // Config.AckTimeout is negative: the connection manager's on every device
+	retryCount    uint8
+	rnrRetryCount uint8
+}
+
+// softRoCEAckTimeout is Config.AckTimeout's default exponent on Soft-RoCE:
+// 33.5 ms.
+const softRoCEAckTimeout = 13
+
+// ackTimeoutOn is the exponent to give a queue pair on a device (on
+// Soft-RoCE or not), or 0 to leave the timeout to the connection manager.
+func (t transportSettings) ackTimeoutOn(softRoCE bool) uint8 {
+	if t.ackTimeout == 0 && !t.ackTimeoutCM && softRoCE {
+		return softRoCEAckTimeout
+	}
+	return t.ackTimeout
+}
+
+// ackTimeoutUnit is the IB local ACK timeout's unit, 4.096 µs.
+const ackTimeoutUnit = 4096 * time.Nanosecond
+
+// transportSettings checks and converts AckTimeout, RetryCount and
+// RNRRetryCount; an error names the field and its range.
+func (c Config) transportSettings() (transportSettings, error) {
+	var t transportSettings
+	switch {
+	case c.AckTimeout < 0:
+		t.ackTimeoutCM = true
+	case c.AckTimeout > 0:
+		n, ok := ackTimeoutExponent(c.AckTimeout)
+		if !ok {
+			return t, fmt.Errorf("rnet: Config.AckTimeout %v is out of range: at most %v (4.096 µs × 2^%d), or negative to leave it to the connection manager",
+				c.AckTimeout, ackTimeoutUnit<<cm.MaxAckTimeout, cm.MaxAckTimeout)
+		}
+		t.ackTimeout = n
+	}
+	var err error
+	if t.retryCount, err = retryCount("RetryCount", c.RetryCount); err != nil {
+		return t, err
+	}
+	if t.rnrRetryCount, err = retryCount("RNRRetryCount", c.RNRRetryCount); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+// ackTimeoutExponent is the smallest n from 1 to 31 with 4.096 µs × 2^n >= d,
+// if there is one.
+func ackTimeoutExponent(d time.Duration) (uint8, bool) {
+	for n := uint8(1); n <= cm.MaxAckTimeout; n++ {
+		if ackTimeoutUnit<<n >= d {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// retryCount maps a retry count field: 0 to the default (the most),
+// negative to none; above the most is an error naming the field.
+func retryCount(field string, v int) (uint8, error) {
+	switch {
+	case v == 0:
+		return cm.MaxRetryCount, nil
+	case v < 0:
+		return 0, nil
+	case v > cm.MaxRetryCount:
+		return 0, fmt.Errorf("rnet: Config.%s %d is out of range: 1 to %d (0 means %d), or negative for none",
+			field, v, cm.MaxRetryCount, cm.MaxRetryCount)
+	}
+	return uint8(v), nil
 }

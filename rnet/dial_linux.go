@@ -20,6 +20,9 @@ func dial(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrP
 		local = netAddr(netip.AddrPortFrom(laddr, 0))
 	}
 	fail := func(err error) (*Conn, error) { return nil, dialError(ctx, local, remote, err) }
+	if set.transportErr != nil {
+		return fail(set.transportErr)
+	}
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
@@ -32,12 +35,22 @@ func dial(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrP
 		ch.Close()
 		return fail(err)
 	}
+	// A timeout asked for is set before the route too, so that the path's
+	// packet lifetime, and with it the connection manager's own message
+	// timeouts, follow it; setup sets the queue pair's.
+	if n := set.transport.ackTimeout; n != 0 {
+		if err := id.SetAckTimeout(n); err != nil {
+			id.Close()
+			ch.Close()
+			return fail(err)
+		}
+	}
 	if err := id.Resolve(ctx, laddr, raddr, cm.RsocketRetry); err != nil {
 		id.Close()
 		ch.Close()
 		return fail(err)
 	}
-	q, eng, err := setup(id, ch, set.ring, false)
+	q, eng, err := setup(id, ch, set.ring, set.transport, false)
 	if err != nil {
 		id.Close()
 		ch.Close()
@@ -53,7 +66,7 @@ func dial(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrP
 	if err := postInitialRecvs(q, eng); err != nil {
 		return abort(err)
 	}
-	if err := id.Connect(connParam(eng, eng.Config().IWARP)); err != nil {
+	if err := id.Connect(connParam(eng, eng.Config().IWARP, set.transport)); err != nil {
 		return abort(err)
 	}
 	ev, err := id.Await(ctx, cm.EventEstablished)

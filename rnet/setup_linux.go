@@ -31,9 +31,9 @@ func setupStep(accepting bool, step string) error {
 // setup creates the queue pair, CQ and registered regions for id, which must be
 // bound to a device (resolved, or from a connection request), and the engine
 // over them. On failure everything made so far is released, except id and ch.
-func setup(id *cm.ID, ch *cm.EventChannel, cfg ring.Config, accepting bool) (*verbsQP, *ring.Engine, error) {
+func setup(id *cm.ID, ch *cm.EventChannel, cfg ring.Config, t transportSettings, accepting bool) (*verbsQP, *ring.Engine, error) {
 	q := &verbsQP{ch: ch, id: id, accepting: accepting}
-	eng, err := q.build(cfg)
+	eng, err := q.build(cfg, t)
 	if err != nil {
 		q.id, q.ch = nil, nil // the caller owns these on failure
 		q.destroy()
@@ -44,7 +44,7 @@ func setup(id *cm.ID, ch *cm.EventChannel, cfg ring.Config, accepting bool) (*ve
 	return q, eng, nil
 }
 
-func (q *verbsQP) build(cfg ring.Config) (*ring.Engine, error) {
+func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, error) {
 	ctx, err := q.id.Context()
 	if err != nil {
 		return nil, err
@@ -53,6 +53,13 @@ func (q *verbsQP) build(cfg ring.Config) (*ring.Engine, error) {
 	info, err := ctx.Query()
 	if err != nil {
 		return nil, err
+	}
+	// The connection manager applies it when connect or accept makes the
+	// queue pair ready to send.
+	if n := t.ackTimeoutOn(info.VendorID == verbs.VendorSoftRoCE); n != 0 {
+		if err := q.id.SetAckTimeout(n); err != nil {
+			return nil, err
+		}
 	}
 	cfg = cfg.FitDevice(info.MaxQPWR, info.Transport == verbs.TransportIWARP)
 	layout := cfg.Layout()
@@ -138,9 +145,10 @@ func postInitialRecvs(q *verbsQP, eng *ring.Engine) error {
 	return err
 }
 
-func connParam(eng *ring.Engine, iwarp bool) cm.ConnParam {
+func connParam(eng *ring.Engine, iwarp bool, t transportSettings) cm.ConnParam {
 	pd := eng.LocalConnData()
 	p := cm.RsocketConnParam(pd[:])
+	p.RetryCount, p.RNRRetryCount = t.retryCount, t.rnrRetryCount
 	if iwarp {
 		p.InitiatorDepth = 1
 	}

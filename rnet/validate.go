@@ -71,5 +71,6 @@ func (c *Config) validate() error {
 				Want: fmt.Sprintf("0 (the default), at least %v, or negative %s", d.lo, d.off)}
 		}
 	}
-	return nil
+	_, err := c.transportSettings() // AckTimeout, RetryCount, RNRRetryCount
+	return err
 }

@@ -109,6 +109,25 @@ func (id *ID) SetAFOnly(only bool) error {
 	return id.call("rdma_set_option(AFONLY)", func(c *C.struct_rdma_cm_id) C.int { return C.rnet_set_afonly(c, v) })
 }
 
+// SetAckTimeout sets the local ACK timeout of the id's QP to 4.096 µs ×
+// 2^exp (0 turns the timer off): how long the reliable transport waits for
+// an acknowledgement before it resends. It is this side's only; the kernel
+// applies it when the QP moves to RTS, so the dialling side sets it before
+// Connect and the accepting side before Accept. Set before ResolveRoute, it
+// also sets the RoCE path's packet lifetime (exp−1), which the connection
+// request carries and the CM's own message timeouts use. iWARP ignores it.
+func (id *ID) SetAckTimeout(exp uint8) error {
+	const op = "rdma_set_option(ACK_TIMEOUT)"
+	if exp > MaxAckTimeout {
+		id.mu.RLock()
+		defer id.mu.RUnlock()
+		return id.errf(op, syscall.EINVAL, fmt.Errorf("rdma: ACK timeout exponent %d is out of range: 0 to %d", exp, MaxAckTimeout))
+	}
+	return id.call(op, func(c *C.struct_rdma_cm_id) C.int {
+		return C.rnet_set_ack_timeout(c, C.uint8_t(exp))
+	})
+}
+
 // Listen starts listening; CONNECT_REQUEST events follow on the channel.
 func (id *ID) Listen(backlog int) error {
 	backlog = min(max(backlog, 0), 1<<31-1) // the kernel caps it far lower anyway

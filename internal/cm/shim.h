@@ -80,6 +80,14 @@ static inline int rnet_set_afonly(struct rdma_cm_id *id, int only)
 	return rnet_errno(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &only, sizeof only));
 }
 
+/* The local ACK timeout of the id's QP, 4.096 us * 2^timeout; rdma_cm applies
+ * it when it moves the QP to RTS. */
+static inline int rnet_set_ack_timeout(struct rdma_cm_id *id, uint8_t timeout)
+{
+	errno = 0;
+	return rnet_errno(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout));
+}
+
 static inline int rnet_resolve_addr(struct rdma_cm_id *id, struct rnet_addr src, struct rnet_addr dst, int timeout_ms)
 {
 	struct sockaddr_storage s, d;

@@ -71,18 +71,35 @@ type ConnParam struct {
 	ResponderResources uint8
 	InitiatorDepth     uint8
 	FlowControl        uint8
-	RetryCount         uint8 // ignored when accepting
-	RNRRetryCount      uint8
-	SRQ                uint8  // ignored when the ID has a QP
-	QPNum              uint32 // ignored when the ID has a QP
+	// RetryCount is the transport retry count of both ends' QPs on IB and
+	// RoCE: the connection request carries the dialler's, and the
+	// accepting side's QP takes it from there (so it is ignored when
+	// accepting).
+	RetryCount uint8
+	// RNRRetryCount is how often the peer resends a message this side had
+	// no receive posted for: the request carries the dialler's to the
+	// accepting side's QP, the reply the accepting side's to the dialler's.
+	RNRRetryCount uint8
+	SRQ           uint8  // ignored when the ID has a QP
+	QPNum         uint32 // ignored when the ID has a QP
 }
 
-// RsocketConnParam is what rsocket connects with: flow control on, and
-// transport and RNR retries without limit (7). rsocket sets
+// RsocketConnParam is what rsocket connects with: flow control on, the
+// most transport retries and RNR retries without limit (7 each). rsocket sets
 // InitiatorDepth = 1 only on iWARP, since it never issues RDMA READ.
 func RsocketConnParam(privateData []byte) ConnParam {
 	return ConnParam{PrivateData: privateData, FlowControl: 1, RetryCount: 7, RNRRetryCount: 7}
 }
+
+// MaxAckTimeout is the largest exponent SetAckTimeout takes: the field is
+// five bits wide (4.096 µs × 2^31, about 2.4 hours).
+const MaxAckTimeout = 31
+
+// MaxRetryCount is the largest RetryCount and RNRRetryCount: the fields are
+// three bits wide, and rdma_cm quietly caps larger values at it. An
+// RNRRetryCount of 7 means without limit; Soft-RoCE (rxe) also takes a
+// RetryCount of 7 as without limit.
+const MaxRetryCount = 7
 
 // Retry says how address and route resolution is retried after a timeout:
 // Tries attempts, the first with Timeout, each next one with twice the

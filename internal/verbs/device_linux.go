@@ -68,6 +68,7 @@ func queryDevice(c *C.struct_ibv_context, name string) (DeviceInfo, error) {
 	}
 	info := DeviceInfo{
 		Name:      name,
+		VendorID:  uint32(attr.vendor_id),
 		FWVersion: C.GoString(&attr.fw_ver[0]),
 		MaxQP:     int(attr.max_qp),
 		MaxQPWR:   int(attr.max_qp_wr),

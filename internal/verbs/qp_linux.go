@@ -70,6 +70,29 @@ func (qp *QP) State() (QPState, error) {
 	return QPState(attr.qp_state), nil
 }
 
+// Attrs queries the QP's state and its reliable-transport settings.
+func (qp *QP) Attrs() (QPAttrs, error) {
+	qp.mu.RLock()
+	defer qp.mu.RUnlock()
+	if qp.c == nil {
+		return QPAttrs{}, &Error{Op: "ibv_query_qp", Device: qp.dev, Err: errClosed}
+	}
+	var attr C.struct_ibv_qp_attr
+	var init C.struct_ibv_qp_init_attr
+	mask := C.IBV_QP_STATE | C.IBV_QP_TIMEOUT | C.IBV_QP_RETRY_CNT | C.IBV_QP_RNR_RETRY | C.IBV_QP_MIN_RNR_TIMER
+	CountCgoCall()
+	if r, err := C.ibv_query_qp(qp.c, &attr, C.int(mask), &init); r != 0 {
+		return QPAttrs{}, &Error{Op: "ibv_query_qp", Device: qp.dev, Errno: retErrno(r, err)}
+	}
+	return QPAttrs{
+		State:       QPState(attr.qp_state),
+		AckTimeout:  uint8(attr.timeout),
+		RetryCount:  uint8(attr.retry_cnt),
+		RNRRetry:    uint8(attr.rnr_retry),
+		MinRNRTimer: uint8(attr.min_rnr_timer),
+	}, nil
+}
+
 // SetError moves the QP to the error state, which flushes every outstanding
 // work request with IBV_WC_WR_FLUSH_ERR (rsocket does this on close).
 func (qp *QP) SetError() error {

@@ -125,11 +125,15 @@ type PortInfo struct {
 	GIDs        []GIDEntry
 }
 
+// VendorSoftRoCE is the vendor ID of Soft-RoCE (rxe) devices.
+const VendorSoftRoCE = 0xFFFFFF
+
 // DeviceInfo describes a device as ibv_query_device and friends see it.
 type DeviceInfo struct {
 	Name      string
 	NodeGUID  GUID
 	Transport Transport
+	VendorID  uint32 // IEEE OUI of the adapter's vendor; VendorSoftRoCE for rxe
 	FWVersion string
 	MaxQP     int
 	MaxQPWR   int
@@ -210,4 +214,22 @@ type QPCaps struct {
 	MaxSendSGE    uint32
 	MaxRecvSGE    uint32
 	MaxInlineData uint32
+}
+
+// QPAttrs are a QP's state and reliable-transport settings, as
+// ibv_query_qp reports them.
+type QPAttrs struct {
+	State QPState
+	// AckTimeout is the local ACK timeout, 4.096 µs × 2^AckTimeout (0: no
+	// timer).
+	AckTimeout uint8
+	// RetryCount is how often unacknowledged packets are resent before the
+	// send fails with IBV_WC_RETRY_EXC_ERR.
+	RetryCount uint8
+	// RNRRetry is how often a message the peer had no receive for is
+	// resent (7: without limit).
+	RNRRetry uint8
+	// MinRNRTimer is the code of the wait this QP asks of a sender it
+	// refuses for want of a receive.
+	MinRNRTimer uint8
 }
