@@ -7,7 +7,7 @@ FUZZTIME  ?= 10s
 # Device tests whose checks hold only without -race (allocations per call), run once more
 # without it.
 NORACE_TESTS = ^TestConnectWriteImmDisconnect$$
-# The device tier runs at full length only with RNET_SOAK=1, which CI sets (about five minutes
+# The device tier runs at full length only with RNET_SOAK=1, which CI sets (about a minute
 # more); otherwise -short: 64 MiB soaks instead of 1 GiB, 100 churn cycles instead of 1000, 100
 # idle connections instead of 1000, 20 release cycles instead of 200, 50 busy connections
 # instead of 200.
