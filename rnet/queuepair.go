@@ -24,13 +24,12 @@ type queuePair interface {
 	wait() (parked bool, err error)
 	// kick makes the current or next wait return; it is never lost.
 	kick()
-	// start delivers the connection manager's events to h from a
-	// goroutine of the queue pair's own, until shutdown.
+	// start delivers the connection manager's events to h, until shutdown.
 	start(h eventHandler)
 	// disconnect moves the queue pair to the error state and tells the peer.
 	disconnect()
 	// shutdown fails wait for good and stops event delivery; it returns
-	// once the event goroutine has ended.
+	// once no call to the handler is running.
 	shutdown()
 	// destroy frees every device resource, once nothing waits or steps.
 	destroy() error

@@ -5,7 +5,6 @@ package rnet
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -17,18 +16,22 @@ import (
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
-// verbsQP is a queuePair on a real device: an rdma_cm id with its own event
-// channel, an RC queue pair, one CQ on a completion channel, and the three
-// registered regions the engine works in.
+// verbsQP is a queuePair on a real device: an rdma_cm id, an RC queue pair,
+// one CQ on a completion channel, and the three registered regions the
+// engine works in.
 type verbsQP struct {
-	ch     *cm.EventChannel
-	id     *cm.ID
-	pd     *verbs.PD
-	cc     *verbs.CompChannel
-	cq     *verbs.CQ
-	qp     *verbs.QP
-	mrs    []*verbs.MR // send, recv, target
-	device string
+	// ch is the id's own event channel, for the handshake; once
+	// established the id moves to establishedEvents (attached) and ch is
+	// closed, unless that failed.
+	ch       *cm.EventChannel
+	attached bool
+	id       *cm.ID
+	pd       *verbs.PD
+	cc       *verbs.CompChannel
+	cq       *verbs.CQ
+	qp       *verbs.QP
+	mrs      []*verbs.MR // send, recv, target
+	device   string
 	// accepting says this is the listening side (for testHookSetupStep).
 	accepting bool
 
@@ -74,13 +77,26 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 func (q *verbsQP) start(h eventHandler) {
 	q.startOnce.Do(func() {
+		err := setupStep(q.accepting, "attach events")
+		if err == nil {
+			err = establishedEvents.attach(q.id, q.device, h)
+		}
+		if err == nil {
+			q.attached = true
+			q.ch.Close() // no id is left on it
+			q.ch = nil
+			return
+		}
+		// Cannot share (no fd for the shared channel, say): the
+		// connection reads its own, as well as it works.
 		q.eventsDone = make(chan struct{})
 		q.eventsStop = make(chan struct{})
 		go q.events(h)
 	})
 }
 
-// events delivers the connection manager's news about this connection.
+// events delivers the connection manager's news about this connection,
+// read from its own channel, when it could not attach to the shared one.
 func (q *verbsQP) events(h eventHandler) {
 	defer close(q.eventsDone)
 	var retry eventRetry
@@ -96,12 +112,7 @@ func (q *verbsQP) events(h eventHandler) {
 			continue
 		}
 		retry.reset()
-		switch ev.Type {
-		case cm.EventDisconnected:
-			h.transportDisconnected()
-		case cm.EventDeviceRemoval:
-			h.transportFailed(fmt.Errorf("%w: %s", ErrDeviceRemoved, q.device))
-		}
+		dispatchEvent(h, ev.Type, q.device)
 	}
 }
 
@@ -111,11 +122,16 @@ func (q *verbsQP) disconnect() {
 
 func (q *verbsQP) shutdown() {
 	q.shutdownOnce.Do(func() {
+		if q.attached {
+			establishedEvents.detach(q.id)
+		}
 		if q.eventsStop != nil {
 			close(q.eventsStop)
 		}
 		q.cc.Close()
-		q.ch.Close()
+		if q.ch != nil {
+			q.ch.Close()
+		}
 		if q.eventsDone != nil {
 			<-q.eventsDone
 		}

@@ -25,7 +25,7 @@ type EventChannel struct {
 	mu     sync.Mutex
 	ids    int // live IDs on the channel; it is destroyed only when none remain
 	closed bool
-	// pollClosed: PollFD.Close has returned, so no Next callback still
+	// pollClosed: PollFD.Shutdown has returned, so no Next callback still
 	// uses c; only then may c be destroyed.
 	pollClosed bool
 }
@@ -66,7 +66,7 @@ func (ch *EventChannel) Next(ctx context.Context) (Event, error) {
 			errno C.int
 		)
 		err := ch.poll.Wait(ctx, func() bool {
-			// ch.c is destroyed only after PollFD.Close (pollClosed), which waits
+			// ch.c is destroyed only after PollFD.Shutdown (pollClosed), which waits
 			// for running callbacks.
 			verbs.CountCgoCall()
 			errno = C.rnet_get_cm_event(ch.c, &ev)
@@ -144,14 +144,11 @@ func (ch *EventChannel) Close() error {
 	}
 	ch.closed = true
 	ch.mu.Unlock()
-	perr := ch.poll.Close()
+	ch.poll.Shutdown()
 	ch.mu.Lock()
 	ch.pollClosed = true
 	ch.destroyIfUnusedLocked()
 	ch.mu.Unlock()
-	if perr != nil {
-		return &Error{Op: "close", Err: perr}
-	}
 	return nil
 }
 
@@ -175,6 +172,10 @@ func (ch *EventChannel) removeID() {
 
 func (ch *EventChannel) destroyIfUnusedLocked() {
 	if ch.pollClosed && ch.ids == 0 && ch.c != nil {
+		// The PollFD owns the fd, which every id on the channel wrote its
+		// commands to: librdmacm must not close it too.
+		ch.c.fd = -1
+		ch.poll.Close()
 		verbs.CountCgoCall()
 		C.rdma_destroy_event_channel(ch.c)
 		ch.c = nil

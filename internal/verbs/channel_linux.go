@@ -33,7 +33,7 @@ type CompChannel struct {
 	mu     sync.Mutex
 	cqs    map[C.uintptr_t]*CQ // live CQs on this channel by handle, to turn an event into a *CQ
 	closed bool
-	// pollClosed: PollFD.Close has returned, so no Wait callback still
+	// pollClosed: PollFD.Shutdown has returned, so no Wait callback still
 	// uses c; only then may c be destroyed.
 	pollClosed bool
 	sole       atomic.Bool // len(cqs) == 1, read without mu on the hot path
@@ -172,7 +172,7 @@ var cqEventWaits = sync.Pool{New: func() any {
 }}
 
 func (w *cqEventWait) getEvent(uintptr) bool {
-	// ch.c stays valid here: it is destroyed only after PollFD.Close,
+	// ch.c stays valid here: it is destroyed only after PollFD.Shutdown,
 	// which waits for running callbacks.
 	CountCgoCall()
 	w.errno = C.rnet_get_cq_event(handle(unsafe.Pointer(w.ch.c)), &w.cq)
@@ -199,27 +199,27 @@ func (ch *CompChannel) Close() error {
 	}
 	ch.closed = true
 	ch.mu.Unlock()
-	perr := ch.poll.Close()
+	ch.poll.Shutdown()
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.pollClosed = true
-	if err := ch.destroyIfUnusedLocked(); err != nil {
-		return err
-	}
-	if perr != nil {
-		return &Error{Op: "close", Device: ch.dev, Err: perr}
-	}
-	return nil
+	return ch.destroyIfUnusedLocked()
 }
 
 func (ch *CompChannel) destroyIfUnusedLocked() error {
 	if !ch.pollClosed || len(ch.cqs) != 0 || ch.c == nil {
 		return nil
 	}
+	// The PollFD owns the fd: libibverbs must not close it too.
+	ch.c.fd = -1
+	perr := ch.poll.Close()
 	CountCgoCall()
 	if r, err := C.ibv_destroy_comp_channel(ch.c); r != 0 {
 		return &Error{Op: "ibv_destroy_comp_channel", Device: ch.dev, Errno: retErrno(r, err)}
 	}
 	ch.c = nil
+	if perr != nil {
+		return &Error{Op: "close", Device: ch.dev, Err: perr}
+	}
 	return nil
 }

@@ -18,7 +18,8 @@ import (
 )
 
 // eventfdPoll makes a PollFD over a fresh eventfd, standing in for a C
-// library's channel fd; the eventfd itself plays the library's fd.
+// library's channel fd; the eventfd itself plays the library's fd, which
+// the PollFD owns and closes.
 func eventfdPoll(t testing.TB) (p *PollFD, fd int, try func() bool) {
 	t.Helper()
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
@@ -29,7 +30,7 @@ func eventfdPoll(t testing.TB) (p *PollFD, fd int, try func() bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Close(); unix.Close(fd) })
+	t.Cleanup(func() { p.Close() })
 	var b [8]byte
 	try = func() bool {
 		_, err := unix.Read(fd, b[:])
@@ -108,6 +109,35 @@ func TestPollFDCloseWakesWaiter(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Fatalf("second Close = %v", err)
+	}
+}
+
+// TestPollFDShutdownKeepsFD: Shutdown wakes waiters but leaves the fd open
+// for the library (rdma_cm still writes its commands there); Close closes
+// it, and the PollFD never held a second descriptor.
+func TestPollFDShutdownKeepsFD(t *testing.T) {
+	fds0 := procstat.OpenFDs(t)
+	p, fd, try := eventfdPoll(t)
+	if fds := procstat.OpenFDs(t); fds != fds0+1 {
+		t.Errorf("a PollFD over one fd: %d fds open, want %d", fds, fds0+1)
+	}
+	done := make(chan error)
+	procstat.StartParked(t, func() { done <- p.Wait(context.Background(), try) })
+	p.Shutdown()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Wait = %v, want net.ErrClosed", err)
+	}
+	if err := p.SetDeadline(time.Time{}); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("SetDeadline after Shutdown = %v, want net.ErrClosed", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		t.Errorf("fd after Shutdown: %v, want it open", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+		t.Errorf("fd after Close: %v, want EBADF", err)
 	}
 }
 
