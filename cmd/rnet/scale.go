@@ -205,21 +205,24 @@ func runScaleClient(o scaleOpts, stdout, stderr io.Writer) error {
 		return errors.Join(openErr, err)
 	}
 	res.fill(*rep.Figures)
+	var busyErr error
 	busy := spread(held, o.busy)
 	res.BusyConns, res.BusyBytes = len(busy), o.busyBytes
 	if len(busy) > 0 {
 		fmt.Fprintf(stderr, "rnet scale: %d connections stream %s each\n", len(busy), human(o.busyBytes))
 		secs, err := streamBusy(busy, o.busyBytes)
 		if err != nil {
-			return errors.Join(openErr, err)
+			// The line still says what the idle connections cost.
+			busyErr = err
+		} else {
+			res.BusyMBps = float64(int64(len(busy))*o.busyBytes) / secs / 1e6
 		}
-		res.BusyMBps = float64(int64(len(busy))*o.busyBytes) / secs / 1e6
 	}
 	t := time.Now()
 	closeAll(held, o.parallel)
 	res.CloseSecs = time.Since(t).Seconds()
 	if _, err := call(scaleRequest{Op: "done"}); err != nil {
-		return errors.Join(openErr, err)
+		return errors.Join(openErr, busyErr, err)
 	}
 	if o.json {
 		if err := json.NewEncoder(stdout).Encode(res); err != nil {
@@ -229,7 +232,7 @@ func runScaleClient(o scaleOpts, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, res.scaleLine())
 		fmt.Fprintln(stdout, res.memLine())
 	}
-	return openErr
+	return errors.Join(openErr, busyErr)
 }
 
 // dialControl connects to the server's control port, retrying while the
@@ -369,7 +372,8 @@ func spread(held []net.Conn, n int) []net.Conn {
 
 // streamBusy makes every connection write a header with the byte count,
 // then that many bytes in 64 KiB writes, and wait for the server's count;
-// it returns the seconds from the first write to the last count.
+// it returns the seconds from the first write to the last count, and an
+// error naming the first failure and how many failed.
 func streamBusy(busy []net.Conn, bytes int64) (float64, error) {
 	start := time.Now()
 	errs := make([]error, len(busy))
@@ -379,13 +383,24 @@ func streamBusy(busy []net.Conn, bytes int64) (float64, error) {
 		go func() {
 			defer wg.Done()
 			errs[k] = streamOne(c, bytes)
-			if errs[k] != nil {
-				errs[k] = fmt.Errorf("busy connection %d (local %s): %w", k, c.LocalAddr(), errs[k])
-			}
 		}()
 	}
 	wg.Wait()
-	return time.Since(start).Seconds(), errors.Join(errs...)
+	secs := time.Since(start).Seconds()
+	failed, first := 0, -1
+	for k, err := range errs {
+		if err != nil {
+			failed++
+			if first < 0 {
+				first = k
+			}
+		}
+	}
+	if failed == 0 {
+		return secs, nil
+	}
+	return secs, fmt.Errorf("%d of %d busy connections failed; the first, busy connection %d (local %s): %w",
+		failed, len(busy), first, busy[first].LocalAddr(), errs[first])
 }
 
 func streamOne(c net.Conn, n int64) error {

@@ -218,7 +218,7 @@ func (s *scaleServer) control(ctl net.Conn) error {
 			} else {
 				rep.Figures = &f
 				fmt.Fprintf(s.stderr, "rnet scale: holding %d connections: %s pinned in %d MRs, %d CQs, %d fds, %d threads\n",
-					f.Conns, human(f.PinnedBytes), f.MRs, f.CQs, f.FDs, f.Status.Threads)
+					f.Conns, human(f.Status.PinnedBytes), f.MRs, f.CQs, f.FDs, f.Status.Threads)
 			}
 		case "done":
 			return enc.Encode(rep)
@@ -259,7 +259,7 @@ func (s *scaleServer) measure(conns int, before memInfo, sameMachine bool) (serv
 		return f, nil
 	}
 	var errMR, errCQ error
-	f.MRs, f.PinnedBytes, errMR = rdmaResources("mr")
+	f.MRs, f.MRBytes, errMR = rdmaResources("mr")
 	f.CQs, _, errCQ = rdmaResources("cq")
 	if err := errors.Join(errMR, errCQ); err != nil {
 		f.RDMAError = err.Error()

@@ -37,12 +37,12 @@ HugePages_Total:       0
 }
 
 func TestParseStatus(t *testing.T) {
-	in := "Name:\trnet\nVmRSS:\t  123456 kB\nRssAnon:\t  1 kB\nThreads:\t12\n"
+	in := "Name:\trnet\nVmPin:\t  270336 kB\nVmRSS:\t  123456 kB\nRssAnon:\t  1 kB\nThreads:\t12\n"
 	got, err := parseStatus(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (procStatus{Threads: 12, RSSBytes: 123456 << 10}); got != want {
+	if want := (procStatus{Threads: 12, RSSBytes: 123456 << 10, PinnedBytes: 270336 << 10}); got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 	if _, err := parseStatus(strings.NewReader("Name:\trnet\nThreads:\t12\n")); err == nil {
@@ -57,25 +57,25 @@ func TestParseStatus(t *testing.T) {
 }
 
 // The objects as the lab's rdma tool (iproute2 6.1) prints them with -j:
-// kernel-owned ones carry no pid.
+// kernel-owned ones carry no pid, others their creating thread's id.
 func TestParseRDMAResources(t *testing.T) {
 	mr := `[{"ifindex":0,"ifname":"rxe0","mrn":0,"rkey":"0","lkey":"21b","mrlen":135168,"pdn":4,"pid":201,"comm":"rnet"},` +
 		`{"ifindex":0,"ifname":"rxe0","mrn":1,"rkey":"35f","lkey":"35f","mrlen":131072,"pdn":4,"pid":201,"comm":"rnet"},` +
-		`{"ifindex":0,"ifname":"rxe0","mrn":2,"rkey":"4eb","lkey":"4eb","mrlen":4096,"pdn":4,"pid":201,"comm":"rnet"},` +
+		`{"ifindex":0,"ifname":"rxe0","mrn":2,"rkey":"4eb","lkey":"4eb","mrlen":4096,"pdn":4,"pid":202,"comm":"rnet"},` +
 		`{"ifindex":1,"ifname":"rxe1","mrn":0,"rkey":"0","lkey":"26e","mrlen":135168,"pdn":4,"pid":190,"comm":"rnet"}]` + "\n"
-	n, sum, err := parseRDMAResources([]byte(mr), 201)
-	if err != nil || n != 3 || sum != 135168+131072+4096 {
-		t.Errorf("mr of pid 201: %d objects, %d bytes, %v; want 3, %d", n, sum, err, 135168+131072+4096)
+	all, n, sum, err := parseRDMAResources([]byte(mr), map[int]bool{201: true, 202: true})
+	if err != nil || all != 4 || n != 3 || sum != 135168+131072+4096 {
+		t.Errorf("mr: %d objects, %d of pid 201 with %d bytes, %v; want 4, 3 (of threads 201 and 202), %d", all, n, sum, err, 135168+131072+4096)
 	}
 	cq := `[{"ifindex":0,"ifname":"rxe0","cqn":0,"cqe":1023,"users":2,"poll-ctx":"WORKQUEUE","adaptive-moderation":false,"comm":"ib_core"},` +
 		`{"ifindex":0,"ifname":"rxe0","cqn":3,"cqe":1023,"users":2,"adaptive-moderation":false,"ctxn":2,"pid":201,"comm":"rnet"}]`
-	if n, sum, err := parseRDMAResources([]byte(cq), 201); err != nil || n != 1 || sum != 0 {
-		t.Errorf("cq of pid 201: %d objects, %d bytes, %v; want 1, 0", n, sum, err)
+	if all, n, sum, err := parseRDMAResources([]byte(cq), map[int]bool{201: true}); err != nil || all != 2 || n != 1 || sum != 0 {
+		t.Errorf("cq: %d objects, %d of pid 201 with %d bytes, %v; want 2, 1, 0", all, n, sum, err)
 	}
-	if n, _, err := parseRDMAResources([]byte("[]\n"), 201); err != nil || n != 0 {
-		t.Errorf("no objects: %d, %v", n, err)
+	if all, n, _, err := parseRDMAResources([]byte("[]\n"), map[int]bool{201: true}); err != nil || all != 0 || n != 0 {
+		t.Errorf("no objects: %d, %d, %v", all, n, err)
 	}
-	if _, _, err := parseRDMAResources([]byte("dev rxe0 mrn 0 mrlen 4096 pid 201"), 201); err == nil {
+	if _, _, _, err := parseRDMAResources([]byte("dev rxe0 mrn 0 mrlen 4096 pid 201"), map[int]bool{201: true}); err == nil {
 		t.Error("text output was taken for JSON")
 	}
 }
@@ -97,7 +97,7 @@ func TestEchoMessage(t *testing.T) {
 func TestScaleLines(t *testing.T) {
 	r := ScaleResult{Conns: 1000, OK: 999, OpenSecs: 12.34, BusyMBps: 45.67}
 	r.fill(serverFigures{
-		Conns: 999, PinnedBytes: 999 * 270336, CQs: 999, FDs: 4000, Status: procStatus{Threads: 9, RSSBytes: 999 << 20}, Ends: 1998,
+		Conns: 999, CQs: 999, FDs: 4000, Status: procStatus{Threads: 9, RSSBytes: 999 << 20, PinnedBytes: 999 * 270336}, Ends: 1998,
 		MemBefore: memInfo{MemAvailable: 4 << 30, Slab: 1 << 20, VmallocUsed: 2 << 20, PageTables: 3 << 20},
 		MemAfter:  memInfo{MemAvailable: 4<<30 - 1998*1000, Slab: 1<<20 + 1998*10, VmallocUsed: 2<<20 + 1998*20, PageTables: 3<<20 + 1998*30},
 	})

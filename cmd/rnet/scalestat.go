@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/rnet-dev/rnet/internal/procstat"
 )
 
 // memInfo is the part of /proc/meminfo that moves when connections open:
@@ -71,35 +73,40 @@ func readMeminfo() (memInfo, error) {
 type procStatus struct {
 	Threads  int   `json:"threads"`
 	RSSBytes int64 `json:"rss_bytes"`
+	// PinnedBytes is VmPin: the pages the kernel pinned for this process's
+	// memory registrations, counted as RLIMIT_MEMLOCK counts them.
+	PinnedBytes int64 `json:"pinned_bytes"`
 }
 
 func parseStatus(r io.Reader) (procStatus, error) {
 	var st procStatus
-	var haveThreads, haveRSS bool
+	kbFields := map[string]*int64{"VmRSS": &st.RSSBytes, "VmPin": &st.PinnedBytes}
+	found := 0
 	s := bufio.NewScanner(r)
 	for s.Scan() {
 		name, rest, _ := strings.Cut(s.Text(), ":")
 		f := strings.Fields(rest)
-		switch {
-		case name == "Threads" && len(f) == 1:
+		if name == "Threads" && len(f) == 1 {
 			n, err := strconv.Atoi(f[0])
 			if err != nil {
 				return st, fmt.Errorf("/proc/self/status: %q: %v", s.Text(), err)
 			}
-			st.Threads, haveThreads = n, true
-		case name == "VmRSS" && len(f) == 2 && f[1] == "kB":
+			st.Threads = n
+			found++
+		} else if dst := kbFields[name]; dst != nil && len(f) == 2 && f[1] == "kB" {
 			kb, err := strconv.ParseInt(f[0], 10, 64)
 			if err != nil {
 				return st, fmt.Errorf("/proc/self/status: %q: %v", s.Text(), err)
 			}
-			st.RSSBytes, haveRSS = kb<<10, true
+			*dst = kb << 10
+			found++
 		}
 	}
 	if err := s.Err(); err != nil {
 		return st, err
 	}
-	if !haveThreads || !haveRSS {
-		return st, fmt.Errorf("/proc/self/status: no Threads or VmRSS line")
+	if found != 3 {
+		return st, fmt.Errorf("/proc/self/status: want the Threads, VmRSS and VmPin lines")
 	}
 	return st, nil
 }
@@ -118,40 +125,100 @@ func openFDs() (int, error) {
 	return len(ents), err
 }
 
-// rdmaResource is one object of `rdma -j resource show mr|cq`; kernel-owned
-// objects have no pid (0 here).
+// rdmaResource is one object of `rdma -j resource show mr|cq`. Its pid is
+// the id of the thread that created it (a Go program creates them from any
+// of its threads); kernel-owned objects have none (0 here).
 type rdmaResource struct {
 	Pid   int   `json:"pid"`
 	MRLen int64 `json:"mrlen"`
 }
 
-// parseRDMAResources counts the objects of one process in `rdma -j resource
-// show KIND` output and sums their mrlen (0 for kinds other than mr).
-func parseRDMAResources(out []byte, pid int) (count int, mrBytes int64, err error) {
+// parseRDMAResources counts all objects and this process's objects (those
+// created by one of its threads, tids) in `rdma -j resource show KIND`
+// output, and sums this process's mrlen (0 for kinds other than mr).
+func parseRDMAResources(out []byte, tids map[int]bool) (all, mine int, mrBytes int64, err error) {
 	var objs []rdmaResource
 	if err := json.Unmarshal(bytes.TrimSpace(out), &objs); err != nil {
-		return 0, 0, fmt.Errorf("rdma resource show: not the JSON list expected: %v", err)
+		return 0, 0, 0, fmt.Errorf("rdma resource show: not the JSON list expected: %v", err)
 	}
 	for _, o := range objs {
-		if o.Pid == pid {
-			count++
+		if o.Pid != 0 && tids[o.Pid] {
+			mine++
 			mrBytes += o.MRLen
 		}
 	}
-	return count, mrBytes, nil
+	return len(objs), mine, mrBytes, nil
 }
 
-// rdmaResources runs `rdma -j resource show KIND` (iproute2's rdma tool)
-// and counts this process's objects.
-func rdmaResources(kind string) (count int, mrBytes int64, err error) {
-	out, err := exec.Command("rdma", "-j", "resource", "show", kind).Output()
+func runRDMA(args ...string) ([]byte, error) {
+	out, err := exec.Command("rdma", args...).Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			err = fmt.Errorf("%v: %s", err, bytes.TrimSpace(ee.Stderr))
 		}
-		return 0, 0, fmt.Errorf("rdma -j resource show %s (iproute2's rdma tool): %w", kind, err)
+		return nil, fmt.Errorf("rdma %s (iproute2's rdma tool): %w", strings.Join(args, " "), err)
 	}
-	return parseRDMAResources(out, os.Getpid())
+	return out, nil
+}
+
+// rdmaResources counts this process's objects of one kind (as `rdma
+// resource show` names it: mr, cq) and sums their registered bytes. The
+// kernel's per-object dump of thousands of objects comes in many netlink
+// messages and has been seen to miss some, so a dump counts only when it
+// holds as many objects of the kind as the per-device summary, read before
+// and after it, says there are; it retries a few times.
+func rdmaResources(kind string) (mine int, mrBytes int64, err error) {
+	total := func() (int, error) {
+		out, err := runRDMA("resource", "show")
+		if err != nil {
+			return 0, err
+		}
+		res, err := procstat.ParseResources(string(out))
+		return res[kind], err
+	}
+	var all, want int
+	for range 5 {
+		before, err := total()
+		if err != nil {
+			return 0, 0, err
+		}
+		out, err := runRDMA("-j", "resource", "show", kind)
+		if err != nil {
+			return 0, 0, err
+		}
+		after, err := total()
+		if err != nil {
+			return 0, 0, err
+		}
+		tids, err := threadIDs()
+		if err != nil {
+			return 0, 0, err
+		}
+		if all, mine, mrBytes, err = parseRDMAResources(out, tids); err != nil {
+			return 0, 0, err
+		}
+		if want = after; before == after && all == after {
+			return mine, mrBytes, nil
+		}
+	}
+	return mine, mrBytes, fmt.Errorf("rdma -j resource show %s listed %d objects where rdma resource show counts %d, five times: the count of this process's is a lower bound", kind, all, want)
+}
+
+// threadIDs lists this process's threads (/proc/self/task). The runtime
+// keeps its threads for the life of the process, so the creator of every
+// RDMA object the process holds is among them.
+func threadIDs() (map[int]bool, error) {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil, err
+	}
+	tids := make(map[int]bool, len(ents))
+	for _, e := range ents {
+		if id, err := strconv.Atoi(e.Name()); err == nil {
+			tids[id] = true
+		}
+	}
+	return tids, nil
 }
 
 // bootID names this boot of the machine, so that the server can tell
@@ -199,15 +266,17 @@ type ScaleResult struct {
 // serverFigures is what the server measures of itself with its connections
 // held idle.
 type serverFigures struct {
-	Conns       int        `json:"conns"` // connections it held, echoed
-	PinnedBytes int64      `json:"pinned_bytes"`
-	MRs         int        `json:"mrs"`
-	CQs         int        `json:"cqs"`
-	FDs         int        `json:"fds"`
-	Status      procStatus `json:"status"`
-	Ends        int        `json:"ends"`
-	MemBefore   memInfo    `json:"mem_before"`
-	MemAfter    memInfo    `json:"mem_after"`
+	Conns int `json:"conns"` // connections it held, echoed
+	// MRBytes sums the lengths of its memory regions (Status.PinnedBytes
+	// is what the kernel pinned for them, and what PinnedBytesPerConn uses).
+	MRBytes   int64      `json:"mr_bytes"`
+	MRs       int        `json:"mrs"`
+	CQs       int        `json:"cqs"`
+	FDs       int        `json:"fds"`
+	Status    procStatus `json:"status"`
+	Ends      int        `json:"ends"`
+	MemBefore memInfo    `json:"mem_before"`
+	MemAfter  memInfo    `json:"mem_after"`
 	// HandshakeErrors counts connection requests the listener refused or
 	// dropped.
 	HandshakeErrors int `json:"handshake_errors"`
@@ -221,7 +290,7 @@ func (r *ScaleResult) fill(f serverFigures) {
 	r.Server = f
 	r.Threads, r.CQs, r.Ends = f.Status.Threads, f.CQs, f.Ends
 	if f.Conns > 0 {
-		r.PinnedBytesPerConn = float64(f.PinnedBytes) / float64(f.Conns)
+		r.PinnedBytesPerConn = float64(f.Status.PinnedBytes) / float64(f.Conns)
 		r.FDsPerConn = float64(f.FDs) / float64(f.Conns)
 		r.ServerRSSPerConn = float64(f.Status.RSSBytes) / float64(f.Conns)
 	}
