@@ -48,6 +48,9 @@ const (
 	maxBusyBytes = 1 << 40
 	// How long a connection's echo may take once it is open.
 	scaleEchoLimit = time.Minute
+	// How long a busy connection's stream may take, at the least rate
+	// worth reporting (a few KB/s each in an emulated guest).
+	scaleBusyLimit = 15 * time.Minute
 )
 
 func parseScale(args []string, stderr io.Writer) (scaleOpts, error) {
@@ -404,6 +407,9 @@ func streamBusy(busy []net.Conn, bytes int64) (float64, error) {
 }
 
 func streamOne(c net.Conn, n int64) error {
+	// A server that stops reading fails the run rather than hanging it.
+	c.SetDeadline(time.Now().Add(scaleBusyLimit))
+	defer c.SetDeadline(time.Time{})
 	var hdr [8]byte
 	binary.BigEndian.PutUint64(hdr[:], uint64(n))
 	if _, err := c.Write(hdr[:]); err != nil {
