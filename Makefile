@@ -125,7 +125,8 @@ bench: build-deps
 # itself, streams 4 MiB on 100 of them, and prints the SCALE and SCALE-MEM lines.
 # Each connection costs its guest about 1.7 MiB (both ends: rings, rxe's queues, heaps),
 # so the guest gets 2 GiB plus that, never less than the lab's 4 GiB (19 GiB for 10000:
-# the host needs that much free). Opening runs at 30-65 connections a second under TCG.
+# the host needs that much free). Opening runs at 40-57 connections a second under TCG:
+# 10000 take about 4 minutes, the whole guest run about 11.
 # BENCH_SCALE_ACK_TIMEOUT: with the default 33.5 ms on rxe, 100 streams in the emulated
 # guest make the transport resend, and rxe then fails connections (docs/benchmarks.md);
 # empty measures the default.
