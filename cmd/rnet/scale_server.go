@@ -23,8 +23,11 @@ type scaleServer struct {
 	stderr io.Writer
 	tcp    bool
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	serving sync.WaitGroup // one per connection's serve
+	closing atomic.Bool    // the run is over: errors of closed connections are expected
+	logMu   sync.Mutex     // one line at a time on stderr
 
 	echoed          atomic.Int64
 	handshakeErrors atomic.Int64
@@ -95,7 +98,7 @@ func (s *scaleServer) listen(addr string) (net.Listener, error) {
 		MaxPendingHandshakes: 64,
 		HandshakeError: func(remote net.Addr, err error) {
 			if s.handshakeErrors.Add(1) <= scaleErrorsShown {
-				fmt.Fprintf(s.stderr, "rnet scale: listener refused %s: %v%s\n", remote, err, limitHint(err))
+				s.logf("rnet scale: listener refused %s: %v%s\n", remote, err, limitHint(err))
 			}
 		},
 	}
@@ -111,13 +114,14 @@ func (s *scaleServer) acceptLoop(ln net.Listener) {
 		c, err := ln.Accept()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
-				fmt.Fprintf(s.stderr, "rnet scale: accept, with %d connections held: %v%s\n", s.held(), err, limitHint(err))
+				s.logf("rnet scale: accept, with %d connections held: %v%s\n", s.held(), err, limitHint(err))
 			}
 			return
 		}
 		s.mu.Lock()
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
+		s.serving.Add(1)
 		go s.serve(c)
 	}
 }
@@ -128,9 +132,18 @@ func (s *scaleServer) held() int {
 	return len(s.conns)
 }
 
+func (s *scaleServer) logf(format string, a ...any) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	fmt.Fprintf(s.stderr, format, a...)
+}
+
 func (s *scaleServer) connFailed(c net.Conn, step string, err error) {
+	if s.closing.Load() {
+		return
+	}
 	if s.connErrors.Add(1) <= scaleErrorsShown {
-		fmt.Fprintf(s.stderr, "rnet scale: connection from %s, %s: %v%s\n", c.RemoteAddr(), step, err, limitHint(err))
+		s.logf("rnet scale: connection from %s, %s: %v%s\n", c.RemoteAddr(), step, err, limitHint(err))
 	}
 }
 
@@ -143,6 +156,7 @@ func (s *scaleServer) serve(c net.Conn) {
 		delete(s.conns, c)
 		s.mu.Unlock()
 		c.Close()
+		s.serving.Done()
 	}()
 	var msg [scaleMsgLen]byte
 	if _, err := io.ReadFull(c, msg[:]); err != nil {
@@ -217,7 +231,7 @@ func (s *scaleServer) control(ctl net.Conn) error {
 				rep.Error = err.Error()
 			} else {
 				rep.Figures = &f
-				fmt.Fprintf(s.stderr, "rnet scale: holding %d connections: %s pinned in %d MRs, %d CQs, %d fds, %d threads\n",
+				s.logf("rnet scale: holding %d connections: %s pinned in %d MRs, %d CQs, %d fds, %d threads\n",
 					f.Conns, human(f.Status.PinnedBytes), f.MRs, f.CQs, f.FDs, f.Status.Threads)
 			}
 		case "done":
@@ -263,12 +277,15 @@ func (s *scaleServer) measure(conns int, before memInfo, sameMachine bool) (serv
 	f.CQs, _, errCQ = rdmaResources("cq")
 	if err := errors.Join(errMR, errCQ); err != nil {
 		f.RDMAError = err.Error()
-		fmt.Fprintf(s.stderr, "rnet scale: %v\n", err)
+		s.logf("rnet scale: %v\n", err)
 	}
 	return f, nil
 }
 
+// closeAll closes every connection and waits for their serve goroutines.
 func (s *scaleServer) closeAll() {
+	s.closing.Store(true)
+	defer s.serving.Wait()
 	s.mu.Lock()
 	conns := make([]net.Conn, 0, len(s.conns))
 	for c := range s.conns {
