@@ -145,3 +145,35 @@ func TestRXEErrors(t *testing.T) {
 		t.Errorf("ping without a host: exit %d, want 2", code)
 	}
 }
+
+// TestRXEScale runs rnet scale's server and client as two processes on the
+// lab's pair: every connection echoed, the server's own figures read, the
+// busy connections' bytes counted.
+func TestRXEScale(t *testing.T) {
+	p := rdmatest.Require(t)
+	// Streams side by side in an emulated guest can outlast rxe's short
+	// default ACK timeout, which makes rxe fail connections
+	// (docs/benchmarks.md); this test is about the command.
+	t.Setenv("RNET_ACK_TIMEOUT", "2s")
+	// A fixed port: the control connection takes the next one, and
+	// nothing else in the guest listens there.
+	srv := startCmd(t, "scale", "-s", p.Server.String()+":7571")
+	out, errs, code := rnetCmd(t, "scale", "-c", srv.addr, "-from", p.Client.String(),
+		"-conns", "40", "-parallel", "8", "-busy", "10", "-busy-bytes", "1000000", "--json")
+	if code != 0 {
+		t.Fatalf("rnet scale -c: exit %d: %s", code, errs)
+	}
+	var r ScaleResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if r.Transport != "rdma" || r.OK != 40 || r.Server.Conns != 40 || r.BusyConns != 10 || r.BusyMBps <= 0 {
+		t.Errorf("result %+v", r)
+	}
+	if r.Server.RDMAError != "" || r.Server.CQs < 1 || r.Server.MRs < 1 || r.PinnedBytesPerConn <= 0 || r.Threads < 1 || r.FDsPerConn <= 0 {
+		t.Errorf("server figures %+v", r.Server)
+	}
+	if r.Ends != 80 {
+		t.Errorf("%d connection ends on the server's machine, want 80 (both processes in one guest)", r.Ends)
+	}
+}

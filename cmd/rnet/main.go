@@ -5,12 +5,17 @@
 //	rnet perf -s [addr] [-once] [-tcp]        serve perf and ping clients (default :7471)
 //	rnet perf -c host[:port] [-size N] [-t 10s | -n BYTES] [-from ip] [-tcp] [--json]
 //	rnet ping host[:port] [-size 64] [-n 1000] [-from ip] [-tcp] [--json]
+//	rnet scale -s [addr] [-tcp]                serve one scale client (control on port+1)
+//	rnet scale -c host[:port] [-conns 10000] [-parallel 16] [-busy 100] [-from ip] [--json]
 //
 // perf streams writes of -size bytes to the server for -t (or -n bytes) and
 // reports throughput; a live progress line goes to stderr, the summary to
 // stdout (as one JSON object with --json). ping sends -n messages of -size
 // bytes, each echoed by the server, and reports round-trip percentiles.
 // -tcp runs the same test over TCP, for a baseline on the same addresses.
+// scale opens -conns connections to the server, echoes a checksummed message
+// on each, holds them idle while the server measures its pinned bytes, fds,
+// threads and CQs, streams on -busy of them, and prints a SCALE line.
 //
 // Exit status: 0 success, 1 failure (with a one-line explanation on stderr),
 // 2 bad usage.
@@ -55,6 +60,8 @@ const usage = `usage:
   rnet perf -s [addr] [-once] [-tcp] [--json]
   rnet perf -c host[:port] [-size N] [-t DURATION | -n BYTES] [-from IP] [-tcp] [--json] [-q]
   rnet ping host[:port] [-size N] [-n COUNT] [-from IP] [-tcp] [--json]
+  rnet scale -s [addr] [-tcp]
+  rnet scale -c host[:port] [-conns N] [-parallel N] [-busy N] [-busy-bytes N] [-from IP] [-tcp] [--json]
 Run "rnet COMMAND -h" for a command's flags.
 `
 
@@ -83,6 +90,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		var o pingOpts
 		if o, err = parsePing(args[1:], stderr); err == nil {
 			err = runPing(o, stdout)
+		}
+	case "scale":
+		var o scaleOpts
+		if o, err = parseScale(args[1:], stderr); err == nil {
+			if o.server {
+				err = runScaleServer(o, stdout, stderr)
+			} else {
+				err = runScaleClient(o, stdout, stderr)
+			}
 		}
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)

@@ -177,6 +177,8 @@ func readAck(c net.Conn) (uint64, error) {
 //	RNET_BUSY_POLL_LIMIT  how far the spin may grow on a connection whose
 //	                  waits are short (Config.BusyPollLimit; -1 turns the
 //	                  adaptive spin off).
+//	RNET_ACK_TIMEOUT  how long the transport waits for an acknowledgement
+//	                  before it resends (Config.AckTimeout, a Go duration).
 //	RNET_BUFFER_SIZE  bytes in each of the send and receive rings (rstream
 //	                  uses 1 MiB; rnet's default is rsocket's 128 KiB).
 func rdmaConfig() *rnet.Config {
@@ -185,7 +187,7 @@ func rdmaConfig() *rnet.Config {
 	for _, d := range []struct {
 		name string
 		dst  *time.Duration
-	}{{"RNET_BUSY_POLL", &c.BusyPoll}, {"RNET_BUSY_POLL_LIMIT", &c.BusyPollLimit}} {
+	}{{"RNET_BUSY_POLL", &c.BusyPoll}, {"RNET_BUSY_POLL_LIMIT", &c.BusyPollLimit}, {"RNET_ACK_TIMEOUT", &c.AckTimeout}} {
 		v := os.Getenv(d.name)
 		if v == "" {
 			continue
