@@ -154,6 +154,10 @@ func (e *Engine) RetiredRegions(dst []Region) []Region {
 	return dst
 }
 
+// RecvMovePending reports that the next buffer grant will come from a
+// region of another size, which the engine already holds.
+func (e *Engine) RecvMovePending() bool { return e.recvResize.has }
+
 // RingSizes returns the current sizes of the send and the receive ring.
 func (e *Engine) RingSizes() (send, recv int) { return len(e.sbuf), len(e.rbuf) }
 
