@@ -242,8 +242,10 @@ func (e *Engine) recvData(m Msg) {
 	g.filled += n
 	if g.filled == g.size {
 		e.gqFilled++
-		if n == g.size && !g.old {
-			e.growRecv() // the sender had a whole half to send
+		if !g.old && (n == g.size || e.gqFilled == e.gqLen) {
+			// The sender had a whole half to send, or it has used every
+			// byte it was granted: the ring limits the stream.
+			e.growRecv()
 		}
 	}
 	i := e.msgHead + e.msgCount

@@ -19,8 +19,12 @@ import "errors"
 // moves on to the new ring once every byte granted from the old one has
 // arrived and been read, at which point the old region goes back to the
 // driver. Growth is asked for when a DATA message fills a whole grant of
-// the current ring: the sender had at least a half to send, so our halves
-// cap its transfers. Shrinking is asked for by Quiet. Two limits follow
+// the current ring (the sender had at least a half to send, so our halves
+// cap its transfers), or when the peer fills the last grant it holds (it
+// has nowhere left to write: a C sender whose sends are smaller than a
+// half, which rsocket splits into transfers from 2 KiB up, shows it this
+// way). A reader that does not keep up makes the ring grow too, up to its
+// maximum, as a sender with little to send leaves it small. Shrinking is asked for by Quiet. Two limits follow
 // from the protocol: a peer keeps the grants it holds, so a retired region
 // is released only once the peer has filled them (an idle peer holding
 // both halves of a large ring keeps it pinned); and a connection that was
@@ -213,7 +217,7 @@ func (e *Engine) growSend() {
 }
 
 // growRecv is called when a DATA message filled a whole grant of the
-// current ring.
+// current ring, or the last grant the peer held.
 func (e *Engine) growRecv() {
 	if cur := len(e.rbuf); cur < e.cfg.RecvBufferSize && !e.recvResize.grow && !e.cfg.IWARP {
 		e.wantRecvRing(min(e.cfg.RecvBufferSize, growthFactor*cur))
