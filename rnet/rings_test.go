@@ -76,8 +76,8 @@ func quietTicks(t *testing.T, c *Conn, what string, cond func(Stats) bool) {
 // grants it holds. Every byte is checked; sizes are read from Stats.
 func testRingsGrowAndShrink(t *testing.T, a, b *Conn) {
 	idle, max := ring.DefaultIdleBufSize, ring.DefaultBufSize
-	if s := a.Stats(); s.SendRingSize != idle || s.RecvRingSize != idle {
-		t.Fatalf("rings start at send %d receive %d, want %d", s.SendRingSize, s.RecvRingSize, idle)
+	if s, r := a.Stats().SendRingSize, b.Stats().RecvRingSize; s != idle || r != idle {
+		t.Fatalf("rings start at send %d receive %d, want %d", s, r, idle)
 	}
 	// Writes larger than the largest ring: each finds the ring too small
 	// until it is at its maximum, however fast the peer reads.
