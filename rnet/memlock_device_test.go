@@ -54,11 +54,12 @@ const (
 	memlockListening   = "RNET_MEMLOCK_LISTENING "
 )
 
-// lowMemlock is a locked-memory limit too low for one connection end even
-// with its rings at their idle size (about 40 KiB with the default
-// Config). The 64 KiB that container runtimes set is now enough for one
-// idle connection, which then cannot grow its rings.
-const lowMemlock = 32 << 10
+// lowMemlock is a locked-memory limit too low for even the first region of
+// a connection end (its send region, 20 KiB with the default Config, whose
+// rings start at 16 KiB). The 64 KiB that container runtimes set is now
+// enough for one idle connection end (40 KiB), which then cannot grow its
+// rings.
+const lowMemlock = 16 << 10
 
 // TestRXELockedMemoryLimit runs one side of a connection in a process whose
 // locked-memory limit is lowMemlock, and without
@@ -97,7 +98,7 @@ func lowLimitListen(t *testing.T, pair rdmatest.Pair, iwarp bool) {
 		c, err := d.Dial("rdma", addr)
 		if err == nil {
 			c.Close()
-			t.Error("a listener with a 32 KiB locked-memory limit accepted a connection")
+			t.Error("a listener with a 16 KiB locked-memory limit accepted a connection")
 		}
 		dialErr = err
 	})
@@ -113,7 +114,7 @@ func lowLimitListen(t *testing.T, pair rdmatest.Pair, iwarp bool) {
 		}
 		needed := expectedPinned(iwarp)
 		for _, want := range []string{"rejected by the peer: the listener could not register memory (locked-memory limit",
-			"RLIMIT_MEMLOCK is 32 KiB there", "a connection pins " + verbs.FormatBytes(uint64(needed))} {
+			"RLIMIT_MEMLOCK is 16 KiB there", "a connection pins " + verbs.FormatBytes(uint64(needed))} {
 			if !strings.Contains(dialErr.Error(), want) {
 				t.Errorf("dial error %q lacks %q", dialErr, want)
 			}
@@ -377,7 +378,7 @@ func childListen(t *testing.T, local, dialer netip.Addr, iwarp bool) {
 	t.Logf("HandshakeError(%v, %v)", f.remote, f.err)
 	var lm *LockedMemoryError
 	if !errors.Is(f.err, ErrLockedMemory) || !errors.As(f.err, &lm) || lm.Soft != lowMemlock || lm.Needed != expectedPinned(iwarp) {
-		t.Errorf("HandshakeError err = %v, want a *LockedMemoryError for 32 KiB needing %d", f.err, expectedPinned(iwarp))
+		t.Errorf("HandshakeError err = %v, want a *LockedMemoryError for 16 KiB needing %d", f.err, expectedPinned(iwarp))
 	}
 	var oe *net.OpError
 	if !errors.As(f.err, &oe) || oe.Op != "accept" || oe.Source.String() != ln.Addr().String() {
@@ -386,7 +387,7 @@ func childListen(t *testing.T, local, dialer netip.Addr, iwarp bool) {
 	if a, ok := f.remote.(*Addr); !ok || a.Addr() != dialer {
 		t.Errorf("HandshakeError remote = %v, want the dialer's address %v", f.remote, dialer)
 	}
-	if !strings.Contains(f.err.Error(), "RLIMIT_MEMLOCK is 32 KiB") || !strings.Contains(f.err.Error(), "ulimit -l") {
+	if !strings.Contains(f.err.Error(), "RLIMIT_MEMLOCK is 16 KiB") || !strings.Contains(f.err.Error(), "ulimit -l") {
 		t.Errorf("HandshakeError text %q does not name the limit and the fix", f.err)
 	}
 	if err := ln.Close(); err != nil {
