@@ -254,16 +254,20 @@ func hostileCases() []hostileCase {
 		{"IOMapSGL", ring.ErrUnexpectedIOMap, func(t *testing.T, p *fakePeer) {
 			p.msg(ring.MakeMsg(ring.MsgIOMapSGL, 0), 0, nil)
 		}},
-		// An SGL update advertises a half of the sender's rbuf (ours)
-		// that the rnet side may write next.
-		{"SGLWrongLength", ring.ErrBadSGL, func(t *testing.T, p *fakePeer) {
+		// An SGL update advertises space in the sender's memory (ours)
+		// that the rnet side may write next. On RoCE any region, key and
+		// length up to ring.MaxBufSize is taken (a receiver may move its
+		// ring, and a bad key only fails the writes into the peer's own
+		// memory); only a length no receiver can mean is refused.
+		{"SGLZeroLength", ring.ErrBadSGL, func(t *testing.T, p *fakePeer) {
 			h := p.half(1)
-			h.Length = 12345
+			h.Length = 0
 			p.sgl(1, h, sgl(fakeCredits), 16)
 		}},
-		{"SGLForeignMemory", ring.ErrBadSGL, func(t *testing.T, p *fakePeer) {
-			// Points the rnet side's next transfer at memory of our choosing.
-			p.sgl(1, ring.RemoteSGE{Addr: 0x1000, Key: 0x1234, Length: fakeRbuf / 2}, sgl(fakeCredits), 16)
+		{"SGLHugeLength", ring.ErrBadSGL, func(t *testing.T, p *fakePeer) {
+			h := p.half(1)
+			h.Length = ring.MaxBufSize + 1
+			p.sgl(1, h, sgl(fakeCredits), 16)
 		}},
 		{"SGLTruncated", ring.ErrBadSGL, func(t *testing.T, p *fakePeer) {
 			p.sgl(1, p.half(1), sgl(fakeCredits), 8)

@@ -18,6 +18,7 @@ import (
 // and completions already there when it is armed leave none. The test
 // plays the peer by adding completions for the receives the engine posted.
 type armedQP struct {
+	noRegions
 	mu       sync.Mutex
 	posted   []uint64 // receive IDs, in the order posted
 	cq       []wr.Completion

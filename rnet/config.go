@@ -12,12 +12,26 @@ import (
 // which are rsocket's built-in values, so that rnet and C peers size their
 // rings alike. Zero in any field means its default.
 type Config struct {
-	// SendBufferSize is the registered send ring, where written bytes wait
-	// until the peer has them. Default 128 KiB; range 64 B to 1 GiB.
+	// SendBufferSize is the most the registered send ring, where written
+	// bytes wait until the peer has them, grows to (see IdleBufferSize).
+	// Default 128 KiB; range 64 B to 1 GiB.
 	SendBufferSize int
-	// RecvBufferSize is the registered receive ring the peer writes into,
-	// advertised in two halves. Default 128 KiB; range 64 B to 1 GiB.
+	// RecvBufferSize is the most the registered receive ring the peer
+	// writes into, advertised in two halves, grows to. Default 128 KiB;
+	// range 64 B to 1 GiB.
 	RecvBufferSize int
+	// IdleBufferSize is the size both rings start at and shrink back to
+	// after a quiet keepalive period, so that an idle connection pins
+	// little memory. A ring grows, four times at a step up to its maximum,
+	// when the stream fills it: a Write that finds the send ring full, or
+	// the peer filling a whole half of the receive ring in one transfer. A
+	// receive ring moves only when the peer has used the space it was
+	// granted, so one that was never busy never grows, and a peer that goes
+	// idle holding grants of a large ring keeps it until it uses them. On
+	// iWARP the receive ring stays at RecvBufferSize. Default 16 KiB; range
+	// 64 B to 1 GiB; a value at least a ring's maximum keeps that ring
+	// fixed.
+	IdleBufferSize int
 	// SendQueueSize is the send queue depth, 4 of which carry control
 	// messages. Default 384; range 16 to 65534, lowered to what the device
 	// allows.
@@ -126,6 +140,7 @@ func (c *Config) settings() settings {
 			SendQueueSize:   cfg.SendQueueSize,
 			RecvQueueSize:   cfg.RecvQueueSize,
 			InlineThreshold: cfg.InlineThreshold,
+			IdleBufferSize:  cfg.IdleBufferSize,
 		},
 		busyPoll:         orDefault(cfg.BusyPoll, 10*time.Microsecond),
 		busyPollLimit:    orDefault(cfg.BusyPollLimit, defaultBusyPollLimit),

@@ -166,8 +166,10 @@ type conn struct {
 	fatal     error // a failure the engine cannot see (a failed post, a removed device)
 	drainBuf  []byte
 	polls     uint64
-	spins     uint64 // waits that busy-polled (Stats.Spins)
-	parks     uint64 // waits that parked (Stats.Parks)
+	// retiredRegions is serveRegionsLocked's reusable list.
+	retiredRegions []ring.Region
+	spins          uint64 // waits that busy-polled (Stats.Spins)
+	parks          uint64 // waits that parked (Stats.Parks)
 
 	readMu, writeMu sync.Mutex
 

@@ -16,6 +16,7 @@ import (
 // valid keepalives: every step completes a full batch of the receives
 // posted so far, as a hostile peer at line rate would, and every send.
 type floodQP struct {
+	noRegions
 	mu       sync.Mutex
 	recvs    []uint64 // posted receives, oldest first
 	sends    []uint64 // posted sends, oldest first

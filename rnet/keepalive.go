@@ -41,9 +41,13 @@ func (c *conn) tick() {
 	if c.closing {
 		return
 	}
-	switch {
-	case c.fatal != nil:
+	if c.fatal != nil {
 		return // nothing left to keep alive
+	}
+	// Rings that moved no byte since the last tick shrink back (the step
+	// below registers the smaller regions).
+	c.eng.Quiet()
+	switch {
 	case c.set.keepAlive > 0:
 		c.keepaliveLocked()
 	default:

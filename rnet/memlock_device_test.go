@@ -33,6 +33,11 @@ func TestPinnedPerConnDefault(t *testing.T) {
 	if got := pinnedPerConn(defaultSettingsLayout()); got != 264<<10 {
 		t.Errorf("a default connection end pins %d bytes, want 264 KiB", got)
 	}
+	// With its rings at their idle size: 20 KiB of send region (16 KiB and
+	// the control slots), 16 KiB of receive ring, a page of target SGL.
+	if got := pinnedIdle(defaultSettingsLayout()); got != 40<<10 {
+		t.Errorf("an idle default connection end pins %d bytes, want 40 KiB", got)
+	}
 	iwarp := (*Config)(nil).settings().ring
 	iwarp.IWARP = true
 	if got := pinnedPerConn(iwarp.Layout()); got != 268<<10 {
@@ -49,8 +54,15 @@ const (
 	memlockListening   = "RNET_MEMLOCK_LISTENING "
 )
 
+// lowMemlock is a locked-memory limit too low for even the first region of
+// a connection end (its send region, 20 KiB with the default Config, whose
+// rings start at 16 KiB). The 64 KiB that container runtimes set is now
+// enough for one idle connection end (40 KiB), which then cannot grow its
+// rings.
+const lowMemlock = 16 << 10
+
 // TestRXELockedMemoryLimit runs one side of a connection in a process whose
-// locked-memory limit is 64 KiB, as container runtimes set it, and without
+// locked-memory limit is lowMemlock, and without
 // CAP_IPC_LOCK (as uid 65534 when the test runs as root): a dial from there
 // fails with ErrLockedMemory and says which limit and how to raise it; a
 // listener there refuses, its HandshakeError hook says why, and an rnet
@@ -86,7 +98,7 @@ func lowLimitListen(t *testing.T, pair rdmatest.Pair, iwarp bool) {
 		c, err := d.Dial("rdma", addr)
 		if err == nil {
 			c.Close()
-			t.Error("a listener with a 64 KiB locked-memory limit accepted a connection")
+			t.Error("a listener with a 16 KiB locked-memory limit accepted a connection")
 		}
 		dialErr = err
 	})
@@ -102,7 +114,7 @@ func lowLimitListen(t *testing.T, pair rdmatest.Pair, iwarp bool) {
 		}
 		needed := expectedPinned(iwarp)
 		for _, want := range []string{"rejected by the peer: the listener could not register memory (locked-memory limit",
-			"RLIMIT_MEMLOCK is 64 KiB there", "a connection pins " + verbs.FormatBytes(uint64(needed))} {
+			"RLIMIT_MEMLOCK is 16 KiB there", "a connection pins " + verbs.FormatBytes(uint64(needed))} {
 			if !strings.Contains(dialErr.Error(), want) {
 				t.Errorf("dial error %q lacks %q", dialErr, want)
 			}
@@ -288,7 +300,7 @@ func childWarmUp(t *testing.T, local netip.Addr) {
 }
 
 // childDial dials twice: under a limit that lets the first region in and
-// refuses the second (which must be released), then under 64 KiB.
+// refuses the second (which must be released), then under lowMemlock.
 func childDial(t *testing.T, local netip.Addr, raddr string, iwarp bool) {
 	needed := expectedPinned(iwarp)
 	cfg := (*Config)(nil).settings().ring
@@ -296,7 +308,7 @@ func childDial(t *testing.T, local netip.Addr, raddr string, iwarp bool) {
 	page := os.Getpagesize()
 	first := (cfg.Layout().SendRegion + page - 1) / page * page
 	childWarmUp(t, local)
-	for _, limit := range []uint64{uint64(first + page), 64 << 10} {
+	for _, limit := range []uint64{uint64(first + page), lowMemlock} {
 		setMemlock(t, limit)
 		gor0, fds0 := procstat.GoroutineIDs(), countFDs(t)
 		d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(local, 0)}, Timeout: time.Minute}
@@ -314,7 +326,7 @@ func childDial(t *testing.T, local netip.Addr, raddr string, iwarp bool) {
 			t.Errorf("limit %s: %+v, want the limit and Needed %d", verbs.FormatBytes(limit), lm, needed)
 		}
 		wantPinned := "0 B already pinned"
-		if limit > 64<<10 {
+		if limit > lowMemlock {
 			wantPinned = verbs.FormatBytes(uint64(first)) + " already pinned" // the send ring got in
 		}
 		for _, want := range []string{"ibv_reg_mr ", "RLIMIT_MEMLOCK is " + verbs.FormatBytes(limit), wantPinned,
@@ -335,10 +347,10 @@ func childDial(t *testing.T, local netip.Addr, raddr string, iwarp bool) {
 	}
 }
 
-// childListen listens under a 64 KiB limit and waits for its HandshakeError
+// childListen listens under lowMemlock and waits for its HandshakeError
 // hook to report the dialer's request refused for the limit.
 func childListen(t *testing.T, local, dialer netip.Addr, iwarp bool) {
-	setMemlock(t, 64<<10)
+	setMemlock(t, lowMemlock)
 	childWarmUp(t, local)
 	gor0, fds0 := procstat.GoroutineIDs(), countFDs(t)
 	type failure struct {
@@ -365,8 +377,8 @@ func childListen(t *testing.T, local, dialer netip.Addr, iwarp bool) {
 	}
 	t.Logf("HandshakeError(%v, %v)", f.remote, f.err)
 	var lm *LockedMemoryError
-	if !errors.Is(f.err, ErrLockedMemory) || !errors.As(f.err, &lm) || lm.Soft != 64<<10 || lm.Needed != expectedPinned(iwarp) {
-		t.Errorf("HandshakeError err = %v, want a *LockedMemoryError for 64 KiB needing %d", f.err, expectedPinned(iwarp))
+	if !errors.Is(f.err, ErrLockedMemory) || !errors.As(f.err, &lm) || lm.Soft != lowMemlock || lm.Needed != expectedPinned(iwarp) {
+		t.Errorf("HandshakeError err = %v, want a *LockedMemoryError for 16 KiB needing %d", f.err, expectedPinned(iwarp))
 	}
 	var oe *net.OpError
 	if !errors.As(f.err, &oe) || oe.Op != "accept" || oe.Source.String() != ln.Addr().String() {
@@ -375,7 +387,7 @@ func childListen(t *testing.T, local, dialer netip.Addr, iwarp bool) {
 	if a, ok := f.remote.(*Addr); !ok || a.Addr() != dialer {
 		t.Errorf("HandshakeError remote = %v, want the dialer's address %v", f.remote, dialer)
 	}
-	if !strings.Contains(f.err.Error(), "RLIMIT_MEMLOCK is 64 KiB") || !strings.Contains(f.err.Error(), "ulimit -l") {
+	if !strings.Contains(f.err.Error(), "RLIMIT_MEMLOCK is 16 KiB") || !strings.Contains(f.err.Error(), "ulimit -l") {
 		t.Errorf("HandshakeError text %q does not name the limit and the fix", f.err)
 	}
 	if err := ln.Close(); err != nil {

@@ -3,6 +3,7 @@ package rnet
 import (
 	"net"
 
+	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -33,6 +34,13 @@ type queuePair interface {
 	shutdown()
 	// destroy frees every device resource, once nothing waits or steps.
 	destroy() error
+	// addRegion registers size bytes of new memory for a ring of the
+	// engine, in the queue pair's own protection domain, with the access
+	// kind needs (see ring.RegionKind).
+	addRegion(kind ring.RegionKind, size int) (ring.Region, error)
+	// removeRegion deregisters and frees a region addRegion (or setup)
+	// made, once the engine has retired it.
+	removeRegion(r ring.Region) error
 	localAddr() net.Addr
 	remoteAddr() net.Addr
 }

@@ -30,7 +30,7 @@ type verbsQP struct {
 	cc       *verbs.CompChannel
 	cq       *verbs.CQ
 	qp       *verbs.QP
-	mrs      []*verbs.MR // send, recv, target
+	mrs      []*verbs.MR // send, recv, target at setup; then as rings move
 	device   string
 	// accepting says this is the listening side (for testHookSetupStep).
 	accepting bool

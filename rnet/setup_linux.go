@@ -71,12 +71,14 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	}
 	// Only the receive ring and the target SGL are remotely writable, and
 	// nothing is remotely readable: the peer can never see our send ring.
+	// The rings start small (see ring.Config.IdleBufferSize); larger ones
+	// are registered as the connection needs them (see regions_linux.go).
 	for _, r := range []struct {
 		size   int
 		access verbs.Access
 	}{
-		{layout.SendRegion, verbs.AccessLocalWrite},
-		{layout.RecvRegion, verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
+		{layout.SendRegion, regionAccess(ring.RegionSend)},
+		{layout.RecvRegion, regionAccess(ring.RegionRecv)},
 		{layout.TargetRegion, verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
 	} {
 		mr, err := q.pd.RegisterMR(r.size, r.access)
@@ -132,10 +134,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 			cfg.InlineThreshold = ring.NoInline
 		}
 	}
-	region := func(mr *verbs.MR) ring.Region {
-		return ring.Region{Buf: mr.Bytes(), Addr: mr.Addr(), LKey: mr.LKey(), RKey: mr.RKey()}
-	}
-	return ring.New(cfg, region(q.mrs[0]), region(q.mrs[1]), region(q.mrs[2]))
+	return ring.New(cfg, mrRegion(q.mrs[0]), mrRegion(q.mrs[1]), mrRegion(q.mrs[2]))
 }
 
 // postInitialRecvs puts the engine's first receives on the queue: they must
@@ -155,10 +154,22 @@ func connParam(eng *ring.Engine, iwarp bool, t transportSettings) cm.ConnParam {
 	return p
 }
 
-// pinnedPerConn is the memory one connection end registers, and so pins:
-// each region rounded up to whole pages, as it is mapped and registered.
+// pinnedPerConn is the most memory one connection end registers, and so
+// pins, with both rings at their maximum: each region rounded up to whole
+// pages, as it is mapped and registered. (A ring that moves holds its old
+// region a little longer; an idle connection pins much less, see
+// pinnedIdle.)
 func pinnedPerConn(l ring.Layout) int {
-	page := os.Getpagesize()
-	pages := func(n int) int { return (n + page - 1) / page * page }
+	return pages(l.MaxSendRegion) + pages(l.MaxRecvRegion) + pages(l.TargetRegion)
+}
+
+// pinnedIdle is what a connection end pins with both rings at their idle
+// size.
+func pinnedIdle(l ring.Layout) int {
 	return pages(l.SendRegion) + pages(l.RecvRegion) + pages(l.TargetRegion)
+}
+
+func pages(n int) int {
+	page := os.Getpagesize()
+	return (n + page - 1) / page * page
 }

@@ -1,6 +1,7 @@
 package rnet
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"runtime"
@@ -130,9 +131,33 @@ func (q *simQP) shutdown() {
 	<-q.eventsDone
 }
 
-func (q *simQP) destroy() error       { return nil }
-func (q *simQP) localAddr() net.Addr  { return q.laddr }
-func (q *simQP) remoteAddr() net.Addr { return q.raddr }
+func (q *simQP) destroy() error { return nil }
+
+// addRegion registers a ring's new region with the simulated device: the
+// peer can write it only if it is a receive ring.
+func (q *simQP) addRegion(kind ring.RegionKind, size int) (ring.Region, error) {
+	return q.ep.Register(make([]byte, size), kind == ring.RegionRecv), nil
+}
+
+// removeRegion deregisters it: the peer's writes into it then fail with a
+// remote access error, as on a device.
+func (q *simQP) removeRegion(r ring.Region) error {
+	if !q.ep.Deregister(r) {
+		return errors.New("simQP: region not registered")
+	}
+	return nil
+}
+
+// noRegions is the region half of a queuePair for test doubles that cannot
+// register memory: every ring stays at its first size.
+type noRegions struct{}
+
+func (noRegions) addRegion(ring.RegionKind, int) (ring.Region, error) {
+	return ring.Region{}, errors.New("test double: no memory registration")
+}
+func (noRegions) removeRegion(ring.Region) error { return nil }
+func (q *simQP) localAddr() net.Addr             { return q.laddr }
+func (q *simQP) remoteAddr() net.Addr            { return q.raddr }
 
 func newSimQP(ep *simfabric.Endpoint, local, remote string) *simQP {
 	return &simQP{

@@ -40,6 +40,21 @@ type Stats struct {
 	// park.
 	Spins uint64
 	Parks uint64
+
+	// SendRingSize and RecvRingSize are the sizes of the rings now, not
+	// counters: they start at Config.IdleBufferSize, grow up to
+	// SendBufferSize and RecvBufferSize while the connection is busy, and
+	// shrink back once it is quiet.
+	SendRingSize int
+	RecvRingSize int
+	// RingGrowths and RingShrinks count the moves of either ring to a
+	// larger or a smaller region.
+	RingGrowths uint64
+	RingShrinks uint64
+	// RegionsDeclined counts the larger or smaller regions that could not
+	// be registered (the locked-memory limit, say): the ring stayed as it
+	// was, and the connection went on.
+	RegionsDeclined uint64
 }
 
 // Stats: see Conn.Stats.
@@ -47,7 +62,7 @@ func (c *conn) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.eng.Stats()
-	return Stats{
+	st := Stats{
 		BytesWritten:          s.BytesWritten,
 		BytesRead:             s.BytesRead,
 		BytesSent:             s.BytesSent,
@@ -67,7 +82,12 @@ func (c *conn) Stats() Stats {
 		CQPolls:               c.polls,
 		Spins:                 c.spins,
 		Parks:                 c.parks,
+		RingGrowths:           s.SendRingGrowths + s.RecvRingGrowths,
+		RingShrinks:           s.SendRingShrinks + s.RecvRingShrinks,
+		RegionsDeclined:       s.RegionsDeclined,
 	}
+	st.SendRingSize, st.RecvRingSize = c.eng.RingSizes()
+	return st
 }
 
 // effectiveConfig is the Config this connection runs with: every default
@@ -94,6 +114,7 @@ func (c *conn) effectiveConfig() Config {
 	return Config{
 		SendBufferSize:   rc.SendBufferSize,
 		RecvBufferSize:   rc.RecvBufferSize,
+		IdleBufferSize:   rc.IdleBufferSize,
 		SendQueueSize:    rc.SendQueueSize,
 		RecvQueueSize:    rc.RecvQueueSize,
 		InlineThreshold:  inline,

@@ -1,6 +1,9 @@
 package rnet
 
-import "github.com/rnet-dev/rnet/internal/verbs"
+import (
+	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/verbs"
+)
 
 // What a step does in its first crossing besides posting and polling.
 const (
@@ -54,6 +57,61 @@ func (c *conn) flushLocked() { c.stepLocked(false, 0) }
 // folded into the first round's crossing. cut says it stopped at
 // maxStepRounds with completions left in the CQ.
 func (c *conn) stepLocked(poll bool, flags verbs.StepFlags) (moved, cut bool) {
+	moved, cut = c.stepRoundsLocked(poll, flags)
+	if c.eng.RegionWork() && c.serveRegionsLocked() {
+		// A new region may make a buffer grant due, or let the send ring
+		// move and take the writer's bytes: post what it freed.
+		m, _ := c.stepRoundsLocked(false, 0)
+		moved = moved || m
+	}
+	c.signalLocked()
+	c.pushIfBlockedLocked()
+	return moved, cut
+}
+
+// serveRegionsLocked registers the regions the engine wants and
+// deregisters the ones it retired, and reports whether it added any. A
+// registration that fails (the locked-memory limit, say) leaves the ring
+// as it is: the connection goes on at its current size.
+func (c *conn) serveRegionsLocked() (added bool) {
+	for {
+		kind, size, ok := c.eng.RegionWanted()
+		if !ok {
+			break
+		}
+		r, err := c.qp.addRegion(kind, size)
+		if hook := testHookAddRegion; hook != nil && err == nil {
+			if err = hook(kind, size); err != nil {
+				c.qp.removeRegion(r)
+			}
+		}
+		if err != nil {
+			c.eng.DeclineRegion(kind) // counted in Stats.RegionsDeclined
+			continue
+		}
+		if err := c.eng.AddRegion(kind, r); err != nil {
+			c.qp.removeRegion(r) // unreachable: it is what RegionWanted asked for
+			continue
+		}
+		added = true
+	}
+	c.retiredRegions = c.eng.RetiredRegions(c.retiredRegions[:0])
+	for i, r := range c.retiredRegions {
+		// A region that fails to deregister stays in the queue pair's
+		// list, and teardown tries again.
+		c.qp.removeRegion(r)
+		c.retiredRegions[i] = ring.Region{}
+	}
+	return added
+}
+
+// testHookAddRegion, set only by tests before any connection exists,
+// fails the registration of a ring's new region, as a locked-memory limit
+// would.
+var testHookAddRegion func(kind ring.RegionKind, size int) error
+
+// stepRoundsLocked is stepLocked without serving regions or waking anyone.
+func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bool) {
 	for round := 1; ; round++ {
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
 		switch {
@@ -114,8 +172,6 @@ func (c *conn) stepLocked(poll bool, flags verbs.StepFlags) (moved, cut bool) {
 			break
 		}
 	}
-	c.signalLocked()
-	c.pushIfBlockedLocked()
 	return moved, cut
 }
 

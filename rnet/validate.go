@@ -43,6 +43,7 @@ func (c *Config) validate() error {
 	}{
 		{"SendBufferSize", c.SendBufferSize, ring.MinBufSize, ring.MaxBufSize, " bytes", false},
 		{"RecvBufferSize", c.RecvBufferSize, ring.MinBufSize, ring.MaxBufSize, " bytes", false},
+		{"IdleBufferSize", c.IdleBufferSize, ring.MinBufSize, ring.MaxBufSize, " bytes", false},
 		{"SendQueueSize", c.SendQueueSize, ring.MinQueueSize, ring.MaxQueueSize, "", false},
 		{"RecvQueueSize", c.RecvQueueSize, ring.MinQueueSize, ring.MaxQueueSize, "", false},
 		{"InlineThreshold", c.InlineThreshold, 1, ring.MaxInlineThreshold, " bytes", true},

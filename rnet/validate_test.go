@@ -23,6 +23,8 @@ func TestConfigOutOfRange(t *testing.T) {
 		{Config{SendBufferSize: 63}, "SendBufferSize"},
 		{Config{SendBufferSize: -1}, "SendBufferSize"},
 		{Config{RecvBufferSize: 2 << 30}, "RecvBufferSize"},
+		{Config{IdleBufferSize: 32}, "IdleBufferSize"},
+		{Config{IdleBufferSize: -1}, "IdleBufferSize"},
 		{Config{SendQueueSize: 15}, "SendQueueSize"},
 		{Config{RecvQueueSize: 1 << 20}, "RecvQueueSize"},
 		{Config{InlineThreshold: 1 << 16}, "InlineThreshold"},
@@ -51,6 +53,7 @@ func TestConfigOutOfRange(t *testing.T) {
 		{KeepAlive: -1, HandshakeTimeout: -1, InlineThreshold: -1, BusyPoll: -1, BusyPollLimit: -1, Linger: -1},
 		{KeepAlive: time.Second, HandshakeTimeout: 100 * time.Millisecond},
 		{SendBufferSize: 64, RecvBufferSize: 1 << 30, SendQueueSize: 16, RecvQueueSize: 65534, InlineThreshold: 65535},
+		{IdleBufferSize: 64}, {IdleBufferSize: 1 << 30},
 		{BusyPoll: time.Minute},
 	} {
 		if err := good.validate(); err != nil {
@@ -66,7 +69,8 @@ func TestSimConfigReportsEffectiveValues(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	got := a.Config()
-	want := Config{SendBufferSize: 128 << 10, RecvBufferSize: 128 << 10, SendQueueSize: 64, RecvQueueSize: 384,
+	want := Config{SendBufferSize: 128 << 10, RecvBufferSize: 128 << 10, IdleBufferSize: 16 << 10,
+		SendQueueSize: 64, RecvQueueSize: 384,
 		InlineThreshold: -1, BusyPoll: 10 * time.Microsecond, BusyPollLimit: defaultBusyPollLimit,
 		KeepAlive: -1, Linger: 10 * time.Second, HandshakeTimeout: 10 * time.Second}
 	if got != want {

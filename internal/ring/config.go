@@ -38,7 +38,9 @@ const (
 
 // Defaults, as rsocket's built-in values (/etc/rdma/rsocket/* absent).
 const (
-	DefaultBufSize         = 128 << 10
+	DefaultBufSize = 128 << 10
+	// DefaultIdleBufSize is the size rings start at and shrink back to.
+	DefaultIdleBufSize     = 16 << 10
 	DefaultQueueSize       = 384
 	DefaultInlineThreshold = 64
 )
@@ -85,6 +87,14 @@ type Config struct {
 	// max_inline_data the device granted. 0 = 64; NoInline = none. In
 	// iWARP mode it is raised to at least MsgWordSize, like rsocket.
 	InlineThreshold int
+	// IdleBufferSize is the size both rings start at and shrink back to
+	// once the connection goes quiet; SendBufferSize and RecvBufferSize
+	// are then the most they grow to (see the package documentation,
+	// "Rings that grow"). 0 = 16 KiB. Clamped to [MinBufSize, MaxBufSize]
+	// and rounded down to an even number; a value at least a ring's
+	// maximum keeps that ring fixed. The receive ring of an iWARP
+	// connection is always fixed at RecvBufferSize.
+	IdleBufferSize int
 	// IWARP selects rsocket's message-send mode for devices without RDMA
 	// WRITE WITH IMMEDIATE: each message becomes a plain RDMA WRITE plus a
 	// 4-byte inline SEND carrying the message word in host byte order.
@@ -96,6 +106,7 @@ type Config struct {
 func (c Config) Normalize() Config {
 	c.SendBufferSize = clampDefault(c.SendBufferSize, DefaultBufSize, MinBufSize, MaxBufSize)
 	c.RecvBufferSize = clampDefault(c.RecvBufferSize, DefaultBufSize, MinBufSize, MaxBufSize) &^ 1
+	c.IdleBufferSize = clampDefault(c.IdleBufferSize, DefaultIdleBufSize, MinBufSize, MaxBufSize) &^ 1
 	c.SendQueueSize = clampDefault(c.SendQueueSize, DefaultQueueSize, MinQueueSize, MaxQueueSize)
 	c.RecvQueueSize = clampDefault(c.RecvQueueSize, DefaultQueueSize, MinQueueSize, MaxQueueSize)
 	switch {
@@ -137,22 +148,46 @@ func clampDefault(v, def, lo, hi int) int {
 	return min(max(v, lo), hi)
 }
 
+// InitialSendRing is the size the send ring starts at: IdleBufferSize, or
+// SendBufferSize if that is smaller.
+func (c Config) InitialSendRing() int {
+	c = c.Normalize()
+	return min(c.IdleBufferSize, c.SendBufferSize)
+}
+
+// InitialRecvRing is the size the receive ring starts at: IdleBufferSize,
+// or RecvBufferSize if that is smaller or the transport is iWARP.
+func (c Config) InitialRecvRing() int {
+	c = c.Normalize()
+	if c.IWARP {
+		return c.RecvBufferSize
+	}
+	return min(c.IdleBufferSize, c.RecvBufferSize)
+}
+
 // Layout is what a driver allocates, registers and creates for one
 // connection of a Config.
 type Layout struct {
-	// SendRegion is the size of the send region: sbuf, then CtrlSlots
-	// control slots, then (iWARP) SendQueueSize message words. LOCAL_WRITE only.
+	// SendRegion is the size of the first send region: the initial send
+	// ring, then CtrlSlots control slots, then (iWARP) SendQueueSize
+	// message words. LOCAL_WRITE only. Later send regions (see
+	// Engine.RegionWanted) have the same shape.
 	SendRegion int
-	// RecvRegion is the size of the receive region: rbuf, then (iWARP) one
-	// message word per posted receive. LOCAL_WRITE|REMOTE_WRITE.
+	// RecvRegion is the size of the first receive region: the initial
+	// rbuf, then (iWARP) one message word per posted receive.
+	// LOCAL_WRITE|REMOTE_WRITE.
 	RecvRegion int
+	// MaxSendRegion and MaxRecvRegion are the largest the two regions grow
+	// to, with the rings at SendBufferSize and RecvBufferSize.
+	MaxSendRegion int
+	MaxRecvRegion int
 	// TargetRegion is the size of the target SGL the peer writes SGL updates
 	// into: 2 entries of 16 bytes (no iomap). LOCAL_WRITE|REMOTE_WRITE.
 	TargetRegion int
 
 	// Offsets inside the regions, for tests and diagnostics.
-	CtrlOffset    int // control slots in the send region
-	SendMsgOffset int // iWARP message words in the send region
+	CtrlOffset    int // control slots in the first send region
+	SendMsgOffset int // iWARP message words in the first send region
 	RecvMsgOffset int // iWARP message words in the receive region
 
 	// Queue pair and CQ capabilities to request.
@@ -166,9 +201,10 @@ type Layout struct {
 // Layout returns the memory and queue sizes for c (normalised first).
 func (c Config) Layout() Layout {
 	c = c.Normalize()
+	sendRing, recvRing := c.InitialSendRing(), c.InitialRecvRing()
 	l := Layout{
-		CtrlOffset:    c.SendBufferSize,
-		SendMsgOffset: c.SendBufferSize + CtrlSlots*CtrlSlotSize,
+		CtrlOffset:    sendRing,
+		SendMsgOffset: sendRing + CtrlSlots*CtrlSlotSize,
 		RecvMsgOffset: c.RecvBufferSize,
 		SendDepth:     c.SendQueueSize,
 		RecvDepth:     c.RecvQueueSize + RecvHeadroom,
@@ -176,12 +212,23 @@ func (c Config) Layout() Layout {
 		MaxRecvSGE:    1,
 		TargetRegion:  TargetSGLEntries * RemoteSGESize,
 	}
-	l.SendRegion = l.SendMsgOffset
-	l.RecvRegion = c.RecvBufferSize
+	l.SendRegion = c.sendRegionSize(sendRing)
+	l.MaxSendRegion = c.sendRegionSize(c.SendBufferSize)
+	l.RecvRegion = recvRing
 	if c.IWARP {
-		l.SendRegion += c.SendQueueSize * MsgWordSize
 		l.RecvRegion += l.RecvDepth * MsgWordSize
 	}
+	l.MaxRecvRegion = max(l.RecvRegion, c.RecvBufferSize)
 	l.CQDepth = l.SendDepth + l.RecvDepth
 	return l
+}
+
+// sendRegionSize is the size of a send region whose ring is ring bytes:
+// the ring, the control slots and (iWARP) the message words.
+func (c Config) sendRegionSize(ring int) int {
+	n := ring + CtrlSlots*CtrlSlotSize
+	if c.IWARP {
+		n += c.SendQueueSize * MsgWordSize
+	}
+	return n
 }

@@ -48,9 +48,19 @@
 //
 // Register the receive region and the target region with
 // LOCAL_WRITE|REMOTE_WRITE and the send region with LOCAL_WRITE only. Never
-// grant REMOTE_READ: rsocket never issues RDMA READ. With a single memory
-// region for rbuf, a peer can write anywhere in it; what the engine does
-// guarantee is that it only ever reads bytes a peer announced inside the half
-// of rbuf it had been granted, and that it never reads outside its regions,
-// whatever the peer claims.
+// grant REMOTE_READ: rsocket never issues RDMA READ. A peer can write
+// anywhere in a registered receive region; what the engine does guarantee
+// is that it only ever reads bytes a peer announced inside the half it had
+// been granted, and that it never reads outside its regions, whatever the
+// peer claims.
+//
+// # Rings that grow
+//
+// Both rings start at Config.IdleBufferSize and move to larger regions
+// when busy and back to small ones when quiet (regions.go). The engine
+// cannot register memory: after each step the driver serves RegionWanted
+// with AddRegion (or DeclineRegion), deregisters what RetiredRegions
+// returns, and calls Quiet from a timer. Give each region its own
+// registration, in the connection's own protection domain, so that no key
+// the peer ever saw reaches another connection's memory.
 package ring

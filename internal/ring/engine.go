@@ -41,11 +41,18 @@ const (
 	closeDisconnect
 )
 
-// grant is a half of rbuf advertised to the peer and not yet filled.
+// grant is a half of a receive ring advertised to the peer, from the
+// moment it is advertised until every byte the peer wrote into it is read.
 type grant struct {
-	off  uint32 // where the peer writes next
-	left uint32 // bytes it may still write
+	off    uint32 // start of the half in its ring
+	size   uint32 // bytes granted
+	filled uint32 // bytes the peer announced in it
+	old    bool   // in the retired ring (rxOld), not the current one
 }
+
+// maxGrants bounds the grants alive at once: both halves of the current
+// ring and of the retired one.
+const maxGrants = 4
 
 // Engine is the state of one rsocket stream connection. See the package
 // documentation for the contract with the driver. The zero value is not
@@ -53,8 +60,8 @@ type grant struct {
 type Engine struct {
 	cfg    Config
 	layout Layout
-	send   Region
-	recv   Region
+	send   Region // the current send region: sbuf, control slots, message words
+	recv   Region // the first receive region (iWARP: the only one)
 	target Region
 
 	established bool
@@ -75,10 +82,12 @@ type Engine struct {
 	// Send ring. Byte counters only grow; position = counter % len(sbuf).
 	// tail <= posted <= head: [tail,posted) is in flight, [posted,head)
 	// written but not yet sent.
-	sbuf    []byte
-	sTail   uint64
-	sPosted uint64
-	sHead   uint64
+	sbuf        []byte
+	sendCtrlOff int // control slots in the send region
+	sendMsgOff  int // iWARP message words in the send region
+	sTail       uint64
+	sPosted     uint64
+	sHead       uint64
 	// sStart: the bytes at sPosted were written while nothing was unsent
 	// or unacknowledged, and the writer was not held back (sBacklog), so
 	// the transfer that starts them is cut to StartTransfer, but only at a
@@ -121,16 +130,26 @@ type Engine struct {
 	peerShutdown     bool
 	peerDisconnected bool
 
-	// Receive ring.
+	// Receive ring: the current one (rbuf, in region rxReg) and perhaps a
+	// retired one (rxOld) whose grants are still being filled or read.
+	rxReg       Region
 	rbuf        []byte
 	half        uint32
-	rbufOff     uint32 // where Read copies from
-	rbufAvail   uint32 // bytes read back but not yet advertised (rbuf_bytes_avail)
-	rbufFreeOff uint32 // the next half to advertise
-	grants      [2]grant
-	nGrants     int
-	remoteSGE   int    // the peer's target SGL entry we write next
-	unread      uint64 // bytes received, not yet read
+	rbufAvail   uint32 // bytes of rbuf read back but not yet advertised (rbuf_bytes_avail)
+	rbufFreeOff uint32 // the next half of rbuf to advertise
+	rxOld       Region
+	rxOldLive   bool
+	// Grants alive, oldest first: the peer fills them in order, and Read
+	// empties them in the same order. [gqHead, gqHead+gqFilled) are full;
+	// the rest are the peer's to fill. readOff is how much of the oldest
+	// Read has copied.
+	gq        [maxGrants]grant
+	gqHead    int
+	gqLen     int
+	gqFilled  int
+	readOff   uint32
+	remoteSGE int    // the peer's target SGL entry we write next
+	unread    uint64 // bytes received, not yet read
 
 	// Receive-side credits.
 	rseqNo      uint16 // DATA messages fully consumed
@@ -148,6 +167,15 @@ type Engine struct {
 	recvPosted uint64
 	recvDone   uint64
 	recvToPost int
+
+	// Regions the rings move to (see regions.go).
+	sendResize resize
+	recvResize resize
+	retired    [8]Region
+	nRetired   int
+	// Byte counters at the last Quiet, to tell whether anything moved.
+	quietWritten  uint64
+	quietReceived uint64
 
 	stats Stats
 }
@@ -176,6 +204,13 @@ type Stats struct {
 	SendCompletions  uint64
 	RecvCompletions  uint64
 	ErrorCompletions uint64 // of these, how many carried an error status
+
+	// Ring moves (see RegionWanted): to a larger region or a smaller one.
+	SendRingGrowths uint64
+	SendRingShrinks uint64
+	RecvRingGrowths uint64
+	RecvRingShrinks uint64
+	RegionsDeclined uint64 // regions the driver could not provide
 }
 
 // New builds an engine over caller-owned memory. The regions must be at
@@ -194,7 +229,7 @@ func New(cfg Config, send, recv, target Region) (*Engine, error) {
 		return nil, err
 	}
 	clear(target.Buf[:l.TargetRegion])
-	half := uint32(cfg.RecvBufferSize / 2)
+	half := uint32(cfg.InitialRecvRing() / 2)
 	e := &Engine{
 		cfg:    cfg,
 		layout: l,
@@ -203,20 +238,23 @@ func New(cfg Config, send, recv, target Region) (*Engine, error) {
 		recv:   recv,
 		target: target,
 
-		sbuf: send.Buf[:cfg.SendBufferSize],
+		sbuf:        send.Buf[:l.CtrlOffset],
+		sendCtrlOff: l.CtrlOffset,
+		sendMsgOff:  l.SendMsgOffset,
 
 		mailboxNext: 1, // the peer advertises its second half first
 		sqAvail:     cfg.SendQueueSize - CtrlSlots,
 		inflight:    make([]sendRecord, cfg.SendQueueSize),
 
-		rbuf: recv.Buf[:2*half],
-		half: half,
+		rxReg: recv,
+		rbuf:  recv.Buf[:2*half],
+		half:  half,
 		// The first half is granted in our private data; the second is
 		// free and gets advertised by the first credit update.
 		rbufAvail:   half,
 		rbufFreeOff: half,
-		grants:      [2]grant{{off: 0, left: half}},
-		nGrants:     1,
+		gq:          [maxGrants]grant{{off: 0, size: half}},
+		gqLen:       1,
 		remoteSGE:   1,
 
 		rseqComp:   uint16(cfg.RecvQueueSize / 2),
@@ -387,7 +425,7 @@ func (e *Engine) creditsDue() bool {
 	if e.peerShutdown || e.readClosed {
 		return false
 	}
-	return e.rbufAvail >= e.half && e.nGrants < len(e.grants) || int16(e.rseqNo-e.rseqComp) >= 0
+	return e.bufferGrantDue() || int16(e.rseqNo-e.rseqComp) >= 0
 }
 
 // repostBatch is how many consumed receives may wait for the driver's next
@@ -444,7 +482,14 @@ func (e *Engine) Readable() bool {
 func (e *Engine) ReadableBytes() int { return int(e.unread) }
 
 // SendSpace is the free space in sbuf: how much Write would take now.
-func (e *Engine) SendSpace() int { return len(e.sbuf) - int(e.sHead-e.sTail) }
+// Once a larger region is there the ring takes nothing until it has moved
+// (see regions.go).
+func (e *Engine) SendSpace() int {
+	if e.sendResize.has && e.sendResize.grow {
+		return 0
+	}
+	return len(e.sbuf) - int(e.sHead-e.sTail)
+}
 
 // Writable reports that Write would not return (0, nil): there is at least
 // SendLowWater bytes of space (or sbuf is empty), or Write would fail.
@@ -479,6 +524,9 @@ func (e *Engine) Complete(wcs []wr.Completion) error {
 		} else {
 			e.completeSend(wc)
 		}
+	}
+	if e.sendResize.has && e.sendDrained() {
+		e.moveSendRing()
 	}
 	return e.err
 }

@@ -47,12 +47,42 @@ func (e *Engine) CheckInvariants() error {
 	if bytes != e.sPosted-e.sTail {
 		return fmt.Errorf("sbuf bytes in flight: %d records, counters %d", bytes, e.sPosted-e.sTail)
 	}
-	var granted uint64
-	for i := 0; i < e.nGrants; i++ {
-		granted += uint64(e.grants[i].left)
+	// The current ring: every byte is free, granted and not yet filled,
+	// or filled and not yet read. Grants alive hold every unread byte.
+	var cur, unread uint64
+	oldSeen, curSeen := false, false
+	for i := 0; i < e.gqLen; i++ {
+		g := e.gq[(e.gqHead+i)%maxGrants]
+		read := uint32(0)
+		if i == 0 {
+			read = e.readOff
+		}
+		switch {
+		case g.filled > g.size || read > g.filled:
+			return fmt.Errorf("grant %d: size %d filled %d read %d", i, g.size, g.filled, read)
+		case i < e.gqFilled && g.filled != g.size:
+			return fmt.Errorf("grant %d counted full with %d of %d", i, g.filled, g.size)
+		case i > e.gqFilled && g.filled != 0:
+			return fmt.Errorf("grant %d filled %d before the one ahead of it", i, g.filled)
+		case g.old && curSeen:
+			return fmt.Errorf("grant %d of the retired ring after one of the current", i)
+		}
+		oldSeen = oldSeen || g.old
+		curSeen = curSeen || !g.old
+		if !g.old {
+			cur += uint64(g.size - read)
+		}
+		unread += uint64(g.filled - read)
 	}
-	if uint64(e.rbufAvail)+granted+e.unread != uint64(len(e.rbuf)) {
-		return fmt.Errorf("rbuf: avail %d + granted %d + unread %d != %d", e.rbufAvail, granted, e.unread, len(e.rbuf))
+	switch {
+	case e.gqFilled > e.gqLen || e.gqLen > maxGrants:
+		return fmt.Errorf("grants: %d alive, %d full", e.gqLen, e.gqFilled)
+	case oldSeen != e.rxOldLive:
+		return fmt.Errorf("retired ring live %v, its grants alive %v", e.rxOldLive, oldSeen)
+	case uint64(e.rbufAvail)+cur != uint64(len(e.rbuf)):
+		return fmt.Errorf("rbuf: avail %d + granted or unread %d != %d", e.rbufAvail, cur, len(e.rbuf))
+	case unread != e.unread:
+		return fmt.Errorf("grants hold %d unread bytes, counter %d", unread, e.unread)
 	}
 	var queued uint64
 	for i := 0; i < e.msgCount; i++ {

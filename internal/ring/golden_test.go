@@ -167,6 +167,9 @@ func TestImmRejects(t *testing.T) {
 // newTestEngine builds an engine over plain memory with fixed addresses.
 func newTestEngine(t testing.TB, cfg Config) *Engine {
 	t.Helper()
+	if cfg.IdleBufferSize == 0 {
+		cfg.IdleBufferSize = MaxBufSize // the goldens are for fixed rings
+	}
 	l := cfg.Layout()
 	e, err := New(cfg,
 		Region{Buf: make([]byte, l.SendRegion), Addr: 0x10000, LKey: 1},

@@ -20,6 +20,10 @@ type side struct {
 	wcs   []wr.Completion
 	sends []wr.Send
 	recvs []wr.Recv
+	// declineRegions makes the side refuse every region its engine
+	// wants, as a driver at its locked-memory limit does.
+	declineRegions bool
+	retired        []ring.Region
 }
 
 func newSide(t testing.TB, name string, ep *simfabric.Endpoint, cfg ring.Config) *side {
@@ -75,7 +79,40 @@ func (s *side) service(max int) (bool, error) {
 	if perr := s.ep.PostSend(s.sends); perr != nil {
 		return true, fmt.Errorf("%s: post send: %w", s.name, perr)
 	}
-	return n > 0 || len(s.recvs) > 0 || len(s.sends) > 0, err
+	moved, rerr := s.serveRegions()
+	if rerr != nil {
+		return true, rerr
+	}
+	return moved || n > 0 || len(s.recvs) > 0 || len(s.sends) > 0, err
+}
+
+// serveRegions registers the regions the engine wants and deregisters the
+// ones it retired, as the rnet driver does after each step.
+func (s *side) serveRegions() (bool, error) {
+	if !s.eng.RegionWork() {
+		return false, nil
+	}
+	for {
+		kind, size, ok := s.eng.RegionWanted()
+		if !ok {
+			break
+		}
+		if s.declineRegions {
+			s.eng.DeclineRegion(kind)
+			continue
+		}
+		r := s.ep.Register(make([]byte, size), kind == ring.RegionRecv)
+		if err := s.eng.AddRegion(kind, r); err != nil {
+			return true, fmt.Errorf("%s: add %v region of %d bytes: %w", s.name, kind, size, err)
+		}
+	}
+	s.retired = s.eng.RetiredRegions(s.retired[:0])
+	for _, r := range s.retired {
+		if !s.ep.Deregister(r) {
+			return true, fmt.Errorf("%s: retired region at %#x was not registered", s.name, r.Addr)
+		}
+	}
+	return true, nil
 }
 
 func (s *side) check(t testing.TB) {

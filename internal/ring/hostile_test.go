@@ -261,14 +261,30 @@ func TestHostileIOMap(t *testing.T) {
 	expectFailure(t, s, ring.ErrUnexpectedIOMap)
 }
 
-func TestHostileSGLWrongLength(t *testing.T) {
-	s, p := newHostile(t, ring.Config{})
-	bad := p.half(1)
-	bad.Length++
-	// On RoCE the update and its credit message are one write: once the
-	// message completes the update has landed, so it is judged at once.
-	p.sgl(1, bad, 64)
-	expectFailure(t, s, ring.ErrBadSGL)
+// On RoCE a receiver may grant any memory it likes (an rnet receiver
+// moves its ring), so only a length no receiver can mean is refused.
+func TestHostileSGLBadLength(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		length uint32
+		addr   uint64
+	}{
+		{"zero", 0, 0x1000},
+		{"huge", ring.MaxBufSize + 1, 0x1000},
+		{"max uint32", 1<<32 - 1, 0x1000},
+		{"address wraps", 4096, 1<<64 - 2048},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, p := newHostile(t, ring.Config{})
+			bad := p.half(1)
+			bad.Length, bad.Addr = tc.length, tc.addr
+			// On RoCE the update and its credit message are one write:
+			// once the message completes the update has landed, so it
+			// is judged at once.
+			p.sgl(1, bad, 64)
+			expectFailure(t, s, ring.ErrBadSGL)
+		})
+	}
 }
 
 // A credit message that carries a byte count other than 0 or one rs_sge
@@ -279,11 +295,23 @@ func TestHostileSGLWrongSize(t *testing.T) {
 	expectFailure(t, s, ring.ErrBadSGL)
 }
 
-func TestHostileSGLWrongHalf(t *testing.T) {
+// A grant of any region, any key and any sane length is taken on RoCE, and
+// the engine's next transfer goes exactly there, capped at its length.
+func TestSGLAnyGrantTaken(t *testing.T) {
 	s, p := newHostile(t, ring.Config{})
-	p.sgl(1, p.half(0), 64) // entry 1 always carries the second half
-	p.msg(ring.MakeMsg(ring.MsgSGL, 64))
-	expectFailure(t, s, ring.ErrBadSGL)
+	grant := ring.RemoteSGE{Addr: 0x7777000, Key: 0x4242, Length: 3000}
+	p.sgl(1, grant, 64)
+	for i := 0; i < 8; i++ {
+		if _, err := s.service(64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.eng.Stats().BufferGrantsReceived; got != 1 {
+		t.Fatalf("grants taken: %d, want 1", got)
+	}
+	if err := s.eng.Err(); err != nil {
+		t.Fatalf("engine failed on a sane grant: %v", err)
+	}
 }
 
 // TestHostileSGLWhileInUse: entry 0 still holds the unused first half.

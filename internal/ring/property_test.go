@@ -22,7 +22,9 @@ func randomConfig(r *rand.Rand) ring.Config {
 		SendQueueSize:   pick(16, 17, 24, 64, 0),
 		RecvQueueSize:   pick(16, 20, 33, 64, 0),
 		InlineThreshold: pick(ring.NoInline, 8, 16, 64, 200),
-		IWARP:           r.IntN(4) == 0,
+		// Rings that start small grow and shrink (see regions.go).
+		IdleBufferSize: pick(64, 256, 1000, 4096, ring.MaxBufSize, 0),
+		IWARP:          r.IntN(4) == 0,
 	}
 }
 
@@ -194,6 +196,12 @@ func (p *propertyRun) act() (bool, error) {
 		return got > 0, in.verify(in.rbuf[:got])
 	case k < 9: // driver loop
 		return s.service(1 + r.IntN(64))
+	case r.IntN(20) == 0:
+		// The driver's tick: rings shrink after a quiet spell. Not
+		// progress in itself.
+		s.eng.Quiet()
+		s.declineRegions = r.IntN(4) == 0
+		return false, nil
 	default:
 		return p.f.Step(), nil
 	}

@@ -32,15 +32,23 @@ func (e *Engine) Read(p []byte) (int, error) {
 		if rest := len(p) - n; rest < int(k) {
 			k = uint32(rest) // not min in uint32: len(p) may exceed 4 GiB
 		}
-		// A message never crosses a half (transfers are capped by the
-		// target entry), so it never wraps around the end of rbuf.
-		copy(p[n:], e.rbuf[e.rbufOff:e.rbufOff+k])
-		n += int(k)
-		e.rbufOff += k
-		if e.rbufOff == uint32(len(e.rbuf)) {
-			e.rbufOff = 0
+		// A message never spans two grants (transfers are capped by the
+		// target entry), and the oldest grant holds the oldest bytes.
+		g := &e.gq[e.gqHead]
+		buf := e.rbuf
+		if g.old {
+			buf = e.rxOld.Buf
 		}
-		e.rbufAvail += k
+		at := g.off + e.readOff
+		copy(p[n:], buf[at:at+k])
+		n += int(k)
+		e.readOff += k
+		if !g.old {
+			e.rbufAvail += k
+		}
+		if e.readOff == g.size {
+			e.popGrant()
+		}
 		e.unread -= uint64(k)
 		if k == left {
 			e.msgHead++
@@ -64,6 +72,20 @@ func (e *Engine) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// popGrant drops the oldest grant, filled and read, and releases the
+// retired ring with its last grant.
+func (e *Engine) popGrant() {
+	old := e.gq[e.gqHead].old
+	e.gq[e.gqHead] = grant{}
+	e.gqHead = (e.gqHead + 1) % maxGrants
+	e.gqLen--
+	e.gqFilled--
+	e.readOff = 0
+	if old && (e.gqLen == 0 || !e.gq[e.gqHead].old) {
+		e.releaseOldRing()
+	}
 }
 
 // PostRecvs appends the receives to post: all RecvQueueSize+RecvHeadroom before
@@ -193,13 +215,17 @@ func (e *Engine) recvData(m Msg) {
 		return
 	}
 	n := m.Data()
-	if n > 0 && (e.nGrants == 0 || n > e.grants[0].left) {
+	var g *grant
+	if n > 0 {
 		var left uint32
-		if e.nGrants > 0 {
-			left = e.grants[0].left
+		if e.gqFilled < e.gqLen {
+			g = &e.gq[(e.gqHead+e.gqFilled)%maxGrants]
+			left = g.size - g.filled
 		}
-		e.fail(protoErr(ErrDataOverrun, m, fmt.Sprintf("%d bytes, %d left in the granted half", n, left)))
-		return
+		if n > left {
+			e.fail(protoErr(ErrDataOverrun, m, fmt.Sprintf("%d bytes, %d left in the granted half", n, left)))
+			return
+		}
 	}
 	e.recvDataSeq++
 	e.stats.MessagesReceived++
@@ -213,13 +239,14 @@ func (e *Engine) recvData(m Msg) {
 		e.fail(protoErr(ErrCreditOverrun, m, "message queue full"))
 		return
 	}
-	g := &e.grants[0]
-	g.off += n
-	g.left -= n
-	if g.left == 0 {
-		e.grants[0] = e.grants[1]
-		e.grants[1] = grant{}
-		e.nGrants--
+	g.filled += n
+	if g.filled == g.size {
+		e.gqFilled++
+		if !g.old && (n == g.size || e.gqFilled == e.gqLen) {
+			// The sender had a whole half to send, or it has used every
+			// byte it was granted: the ring limits the stream.
+			e.growRecv()
+		}
 	}
 	i := e.msgHead + e.msgCount
 	if i >= len(e.msgs) {

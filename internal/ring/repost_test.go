@@ -12,7 +12,8 @@ import (
 // a quarter of the spare receives are used or a credit update is due.
 func TestRepostDue(t *testing.T) {
 	f := simfabric.New(1, simfabric.Options{})
-	w, rd := connect(t, f, ring.Config{}, ring.Config{})
+	fixed := ring.Config{IdleBufferSize: ring.MaxBufSize} // halves of the default size
+	w, rd := connect(t, f, fixed, fixed)
 	deliver := func() {
 		t.Helper()
 		if _, err := w.service(len(w.wcs)); err != nil {

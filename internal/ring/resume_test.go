@@ -16,7 +16,7 @@ import (
 // in flight, as before, restarted small after each stall: 31 transfers.
 func TestStalledStreamResumesWithFullTransfers(t *testing.T) {
 	f := simfabric.New(1, simfabric.Options{})
-	cfg := ring.Config{SendBufferSize: 128 << 10, RecvBufferSize: 128 << 10}
+	cfg := ring.Config{SendBufferSize: 128 << 10, RecvBufferSize: 128 << 10, IdleBufferSize: ring.MaxBufSize}
 	w, rd := connect(t, f, cfg, cfg)
 	st := &stream{salt: 3, total: 1 << 20}
 	st.wbuf = make([]byte, 1<<16)

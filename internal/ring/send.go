@@ -20,6 +20,11 @@ func (e *Engine) Write(p []byte) (int, error) {
 		return 0, ErrPeerDisconnected
 	}
 	n := min(len(p), e.SendSpace())
+	if n < len(p) {
+		e.growSend() // see regions.go
+	} else if n > 0 && e.sendResize.ring != 0 && !e.sendResize.grow {
+		e.wantSendRing(len(e.sbuf)) // busy again: no shrink
+	}
 	if n == 0 {
 		if len(p) > 0 {
 			e.sBacklog = true
@@ -210,7 +215,7 @@ func (e *Engine) postCredits(dst []wr.Send) []wr.Send {
 		// not back on the queue yet (granting now could invite RNR).
 		return dst
 	}
-	withBuf := e.rbufAvail >= e.half && e.nGrants < len(e.grants)
+	withBuf := e.bufferGrantDue()
 	if !withBuf && int16(e.rseqNo-e.rseqComp) < 0 {
 		return dst
 	}
@@ -233,16 +238,19 @@ func (e *Engine) postCredits(dst []wr.Send) []wr.Send {
 		return append(dst, e.msgSend(sendCtrl, uint32(msg)))
 	}
 
+	if e.recvMoveReady() {
+		e.moveRecvRing() // see regions.go
+	}
 	slot := int(e.ctrlSlotSeq % CtrlSlots)
 	e.ctrlSlotSeq++
-	off := e.layout.CtrlOffset + slot*CtrlSlotSize
+	off := e.sendCtrlOff + slot*CtrlSlotSize
 	var order binary.ByteOrder = binary.LittleEndian
 	if e.peerBigEndian {
 		order = binary.BigEndian
 	}
 	putRemoteSGE(e.send.Buf[off:], RemoteSGE{
-		Addr:   e.recv.Addr + uint64(e.rbufFreeOff),
-		Key:    e.recv.RKey,
+		Addr:   e.rxReg.Addr + uint64(e.rbufFreeOff),
+		Key:    e.rxReg.RKey,
 		Length: e.half,
 	}, order)
 	w := wr.Send{
@@ -256,8 +264,8 @@ func (e *Engine) postCredits(dst []wr.Send) []wr.Send {
 		RKey:       e.peerTarget.Key,
 	}
 
-	e.grants[e.nGrants] = grant{off: e.rbufFreeOff, left: e.half}
-	e.nGrants++
+	e.gq[(e.gqHead+e.gqLen)%maxGrants] = grant{off: e.rbufFreeOff, size: e.half}
+	e.gqLen++
 	e.rbufAvail -= e.half
 	e.rbufFreeOff += e.half
 	if e.rbufFreeOff >= uint32(len(e.rbuf)) {
@@ -321,7 +329,7 @@ func (e *Engine) msgSend(kind sendKind, msg uint32) wr.Send {
 		return wr.Send{ID: e.pushSend(kind, 0), Op: wr.OpWriteImm, Imm: msg, Signaled: true}
 	}
 	id := e.pushSend(kind, 0)
-	off := e.layout.SendMsgOffset + int(id%uint64(e.cfg.SendQueueSize))*MsgWordSize
+	off := e.sendMsgOff + int(id%uint64(e.cfg.SendQueueSize))*MsgWordSize
 	binary.NativeEndian.PutUint32(e.send.Buf[off:], msg)
 	return wr.Send{
 		ID:       id,

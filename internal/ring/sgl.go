@@ -17,6 +17,15 @@ import (
 // copies an update into tgt when it takes it and zeroes the mailbox entry,
 // so that a later non-zero entry is always a fresh write it can check.
 //
+// What an update may say differs by transport. On RoCE and InfiniBand any
+// grant of 1 to MaxBufSize bytes is taken, whatever its address and key:
+// a receiver may grant from any region it likes (an rnet receiver moves
+// its ring to larger or smaller regions, see regions.go), and the address
+// and key name the peer's own memory, which our writes reach only through
+// its protection domain, so a bad grant can hurt nobody but the peer. On
+// iWARP an update must name the half rsocket would advertise next, for the
+// reason below.
+//
 // When to read the mailbox is the subtle part: the peer may already be
 // writing the next update while we process an older credit message, and an
 // entry read mid-DMA shows a torn value. On RoCE and InfiniBand the update
@@ -34,7 +43,8 @@ import (
 
 // takeLandedSGLUpdate takes the update that the credit message m carried
 // (RoCE and InfiniBand, where the two travel in one RDMA WRITE WITH
-// IMMEDIATE). It has landed, so it is judged at once; later updates may be
+// IMMEDIATE). It has landed, so it is judged at once (any grant of a sane
+// length, see above); later updates may be
 // landing while we read, so the mailbox is not searched for them: each is
 // taken when its own message completes.
 func (e *Engine) takeLandedSGLUpdate(m Msg) {
@@ -44,16 +54,15 @@ func (e *Engine) takeLandedSGLUpdate(m Msg) {
 		e.fail(protoErr(ErrUnexpectedSGL, m, fmt.Sprintf("entry %d rewritten with %d bytes still unused", i, e.tgt[i].Length)))
 		return
 	}
-	if want := e.expectedSGE(i); s != want {
-		detail := fmt.Sprintf("entry %d = {addr %#x key %#x len %d}, want {addr %#x key %#x len %d}",
-			i, s.Addr, s.Key, s.Length, want.Addr, want.Key, want.Length)
+	if s.Length == 0 || s.Length > MaxBufSize || s.Addr+uint64(s.Length) < s.Addr {
 		if s == (RemoteSGE{}) {
 			if o := e.mailbox(i ^ 1); o != (RemoteSGE{}) {
 				e.fail(protoErr(ErrUnexpectedSGL, m, fmt.Sprintf("entry %d written out of order", i^1)))
 				return
 			}
 		}
-		e.fail(protoErr(ErrBadSGL, m, detail))
+		e.fail(protoErr(ErrBadSGL, m, fmt.Sprintf("entry %d = {addr %#x key %#x len %d}, want 1 to %d bytes",
+			i, s.Addr, s.Key, s.Length, MaxBufSize)))
 		return
 	}
 	e.tgt[i] = s

@@ -122,6 +122,42 @@ func (e *Endpoint) Register(buf []byte, remoteWrite bool) ring.Region {
 	return ring.Region{Buf: buf, Addr: r.addr, LKey: r.lkey, RKey: r.rkey}
 }
 
+// Deregister forgets a region Register returned, as ibv_dereg_mr does:
+// from then on the peer's RDMA WRITEs into it fail with a remote access
+// error, and local work requests that name it fail too. It reports whether
+// the region was registered.
+func (e *Endpoint) Deregister(r ring.Region) bool {
+	f := e.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range e.regions {
+		if e.regions[i].addr == r.Addr && e.regions[i].lkey == r.LKey {
+			e.regions = append(e.regions[:i], e.regions[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// HasRegion reports whether a region registered at addr is still there.
+func (e *Endpoint) HasRegion(addr uint64) bool {
+	e.f.mu.Lock()
+	defer e.f.mu.Unlock()
+	for i := range e.regions {
+		if e.regions[i].addr == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// Regions returns how many regions are registered.
+func (e *Endpoint) Regions() int {
+	e.f.mu.Lock()
+	defer e.f.mu.Unlock()
+	return len(e.regions)
+}
+
 // local finds the bytes of a local SGE; lkey is checked unless inline.
 func (e *Endpoint) local(s wr.SGE, inline bool) ([]byte, bool) {
 	for i := range e.regions {

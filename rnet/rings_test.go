@@ -1,0 +1,146 @@
+package rnet
+
+import (
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// streamPattern is the byte at offset i of a checked stream.
+func streamPattern(i, salt uint64) byte { return byte((i + salt) * 0x9e3779b97f4a7c15 >> 56) }
+
+// streamChecked writes total patterned bytes on w in writes of writeSize
+// and reads them on r in reads of up to readSize, checking every byte.
+func streamChecked(t *testing.T, w io.Writer, r io.Reader, total, writeSize, readSize int, salt uint64) {
+	t.Helper()
+	werr := make(chan error, 1)
+	go func() {
+		buf := make([]byte, writeSize)
+		for off := 0; off < total; {
+			n := min(writeSize, total-off)
+			for i := range buf[:n] {
+				buf[i] = streamPattern(uint64(off+i), salt)
+			}
+			if _, err := w.Write(buf[:n]); err != nil {
+				werr <- err
+				return
+			}
+			off += n
+		}
+		werr <- nil
+	}()
+	buf := make([]byte, readSize)
+	for off := 0; off < total; {
+		n, err := r.Read(buf[:min(readSize, total-off)])
+		for i, c := range buf[:n] {
+			if want := streamPattern(uint64(off+i), salt); c != want {
+				t.Fatalf("byte %d: got %#x, want %#x", off+i, c, want)
+			}
+		}
+		off += n
+		if err != nil {
+			t.Fatalf("read at %d of %d: %v", off, total, err)
+		}
+	}
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// driveUntil steps c's engine, polling its completions, until cond holds.
+func driveUntil(t *testing.T, c *Conn, what string, cond func(Stats) bool) {
+	t.Helper()
+	waitUntil(t, what, func() bool {
+		c.conn.mu.Lock()
+		c.conn.driveLocked()
+		c.conn.mu.Unlock()
+		return cond(c.Stats())
+	})
+}
+
+// quietTicks runs the connection's tick, which tells the engine of a quiet
+// spell, until cond holds: the first tick after traffic only notes it.
+func quietTicks(t *testing.T, c *Conn, what string, cond func(Stats) bool) {
+	t.Helper()
+	waitUntil(t, what, func() bool {
+		c.conn.tick()
+		return cond(c.Stats())
+	})
+}
+
+// testRingsGrowAndShrink streams bulk data from a to b, which grows a's
+// send ring and b's receive ring to the maximum, then lets both go quiet:
+// a's send ring shrinks at once, b's receive ring once a has used the
+// grants it holds. Every byte is checked; sizes are read from Stats.
+func testRingsGrowAndShrink(t *testing.T, a, b *Conn) {
+	idle, max := ring.DefaultIdleBufSize, ring.DefaultBufSize
+	if s, r := a.Stats().SendRingSize, b.Stats().RecvRingSize; s != idle || r != idle {
+		t.Fatalf("rings start at send %d receive %d, want %d", s, r, idle)
+	}
+	// Writes larger than the largest ring: each finds the ring too small
+	// until it is at its maximum, however fast the peer reads.
+	streamChecked(t, a, b, 16<<20, 2*max, 64<<10, 1)
+	// The last move may wait for the stream's last completions.
+	driveUntil(t, a, "the writer's send ring to reach its maximum", func(s Stats) bool { return s.SendRingSize == max })
+	if s := b.Stats(); s.RecvRingSize != max || s.RingGrowths == 0 {
+		t.Fatalf("reader after a bulk stream: receive ring %d, growths %d; want %d", s.RecvRingSize, s.RingGrowths, max)
+	}
+
+	quietTicks(t, a, "the quiet writer's send ring to shrink", func(s Stats) bool { return s.SendRingSize == idle })
+	quietTicks(t, b, "the quiet reader to ask for a small receive ring", func(s Stats) bool {
+		return recvShrinkPending(b)
+	})
+	shrinks := b.Stats().RingShrinks
+	// The writer holds both halves of the large ring: a trickle fills
+	// them, and the next grant comes from the small ring.
+	streamChecked(t, a, b, 512<<10, 1000, 1000, 2)
+	if s := b.Stats(); s.RingShrinks <= shrinks {
+		t.Fatalf("reader's receive ring did not shrink: %+v", s)
+	}
+	if s := a.Stats(); s.RegionsDeclined != 0 || b.Stats().RegionsDeclined != 0 {
+		t.Fatalf("regions declined: writer %d reader %d", s.RegionsDeclined, b.Stats().RegionsDeclined)
+	}
+}
+
+// recvShrinkPending reports that c's engine holds a smaller receive region
+// for its next grant.
+func recvShrinkPending(c *Conn) bool {
+	c.conn.mu.Lock()
+	defer c.conn.mu.Unlock()
+	return c.conn.eng.RecvMovePending()
+}
+
+func TestSimRingsGrowAndShrink(t *testing.T) {
+	a, b := simPipe(t, nil)
+	defer a.Close()
+	defer b.Close()
+	testRingsGrowAndShrink(t, a, b)
+	for _, c := range []*Conn{a, b} {
+		// Send, receive, target, and perhaps a ring still to move to.
+		if n := c.conn.qp.(*simQP).ep.Regions(); n < 3 || n > 5 {
+			t.Errorf("%d regions registered", n)
+		}
+	}
+}
+
+// A connection whose larger regions cannot be registered goes on at its
+// first size.
+func TestSimRingsRegistrationRefused(t *testing.T) {
+	testHookAddRegion = func(kind ring.RegionKind, size int) error {
+		return fmt.Errorf("refused %v region of %d bytes", kind, size)
+	}
+	defer func() { testHookAddRegion = nil }()
+	a, b := simPipe(t, nil)
+	defer a.Close()
+	defer b.Close()
+	streamChecked(t, a, b, 4<<20, 64<<10, 64<<10, 3)
+	sa, sb := a.Stats(), b.Stats()
+	if sa.SendRingSize != ring.DefaultIdleBufSize || sb.RecvRingSize != ring.DefaultIdleBufSize {
+		t.Fatalf("rings moved: send %d receive %d", sa.SendRingSize, sb.RecvRingSize)
+	}
+	if sa.RegionsDeclined == 0 || sb.RegionsDeclined == 0 {
+		t.Fatalf("declined: writer %d reader %d", sa.RegionsDeclined, sb.RegionsDeclined)
+	}
+}
