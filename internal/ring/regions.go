@@ -24,8 +24,8 @@ import "errors"
 // has nowhere left to write: a C sender whose sends are smaller than a
 // half, which rsocket splits into transfers from 2 KiB up, shows it this
 // way). A reader that does not keep up makes the ring grow too, up to its
-// maximum, as a sender with little to send leaves it small. Shrinking is asked for by Quiet. Two limits follow
-// from the protocol: a peer keeps the grants it holds, so a retired region
+// maximum, as a sender with little to send leaves it small. Shrinking is
+// asked for by Quiet. Two limits follow from the protocol: a peer keeps the grants it holds, so a retired region
 // is released only once the peer has filled them (an idle peer holding
 // both halves of a large ring keeps it pinned); and a connection that was
 // never busy never grows.
