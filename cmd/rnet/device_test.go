@@ -148,7 +148,8 @@ func TestRXEErrors(t *testing.T) {
 
 // TestRXEScale runs rnet scale's server and client as two processes on the
 // lab's pair: every connection echoed, the server's own figures read, the
-// busy connections' bytes counted.
+// busy connections' bytes counted, and everything the server held released
+// once it has closed them.
 func TestRXEScale(t *testing.T) {
 	p := rdmatest.Require(t)
 	// Streams side by side in an emulated guest can outlast rxe's short
@@ -176,4 +177,15 @@ func TestRXEScale(t *testing.T) {
 	if r.Ends != 80 {
 		t.Errorf("%d connection ends on the server's machine, want 80 (both processes in one guest)", r.Ends)
 	}
+	lines, err := srv.wait()
+	release := ""
+	for _, line := range lines {
+		if strings.HasPrefix(line, "SCALE-RELEASE ") {
+			release = line
+		}
+	}
+	if err != nil || !strings.HasPrefix(release, "SCALE-RELEASE released=true ") {
+		t.Errorf("rnet scale -s: exit %v, release line %q; want released=true", err, release)
+	}
+	t.Log(release)
 }

@@ -51,6 +51,18 @@ func startCmd(t *testing.T, args ...string) *child {
 	return nil
 }
 
+// wait waits for the child to exit on its own and returns the lines it
+// printed after "listening on" and its exit status.
+func (c *child) wait() (lines []string, err error) {
+	c.once.Do(func() {
+		for line := range c.lines {
+			lines = append(lines, line)
+		}
+		err = <-c.done
+	})
+	return lines, err
+}
+
 // stop kills the child (if it still runs) and reaps it.
 func (c *child) stop() {
 	c.once.Do(func() {

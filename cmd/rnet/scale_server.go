@@ -47,6 +47,10 @@ func newScaleServer(stderr io.Writer, tcp bool) *scaleServer {
 
 func runScaleServer(o scaleOpts, stdout, stderr io.Writer) error {
 	s := newScaleServer(stderr, o.tcp)
+	base, err := takeHoldings(o.tcp)
+	if err != nil {
+		return err
+	}
 	ln, err := s.listen(o.addr)
 	if err != nil {
 		return err
@@ -57,7 +61,10 @@ func runScaleServer(o scaleOpts, stdout, stderr io.Writer) error {
 		return fmt.Errorf("control listener on %s (TCP, the RDMA port + 1): %w", o.ctlAddr, err)
 	}
 	fmt.Fprintf(stdout, "rnet scale: listening on %s (%s), control on %s (tcp)\n", ln.Addr(), netName(o.tcp), ctlLn.Addr())
-	return s.run(ln, ctlLn)
+	if err := s.run(ln, ctlLn); err != nil {
+		return err
+	}
+	return checkReleased(base, o.tcp, stdout)
 }
 
 // run serves one client: connections on ln, its requests on ctlLn's first

@@ -214,3 +214,34 @@ func TestScaleOpenFailureNamesConnection(t *testing.T) {
 		t.Errorf("error %v, want it to name connection 0 and the echo check", err)
 	}
 }
+
+// TestScaleReleaseCheck: the server's release check passes once what it
+// opened is closed, and names what is left over otherwise.
+func TestScaleReleaseCheck(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	base, err := takeHoldings(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := takeHoldings(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.releasedFrom(base) {
+		t.Errorf("an open listener: %s against %s counts as released", now, base)
+	}
+	ln.Close()
+	var out bytes.Buffer
+	if err := checkReleased(base, true, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "SCALE-RELEASE released=true fds=") {
+		t.Errorf("release line %q", out.String())
+	}
+}
