@@ -3,8 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"net"
 	"runtime"
 	"time"
+
+	"github.com/rnet-dev/rnet/rnet"
 )
 
 // holdings is what the scale server holds that its connections add to:
@@ -23,6 +26,20 @@ func (h holdings) String() string {
 func (h holdings) releasedFrom(base holdings) bool {
 	return h.FDs <= base.FDs && h.Goroutines <= base.Goroutines &&
 		h.QPs <= base.QPs && h.CQs <= base.CQs && h.MRs <= base.MRs
+}
+
+// warmUpRDMA listens on addr's host, any port, and closes the listener
+// again, which leaves librdmacm's per-device contexts open.
+func warmUpRDMA(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	ln, err := rnet.Listen("rdma", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return err
+	}
+	return ln.Close()
 }
 
 func takeHoldings(tcp bool) (holdings, error) {

@@ -47,6 +47,13 @@ func newScaleServer(stderr io.Writer, tcp bool) *scaleServer {
 
 func runScaleServer(o scaleOpts, stdout, stderr io.Writer) error {
 	s := newScaleServer(stderr, o.tcp)
+	if !o.tcp {
+		// The RDMA libraries keep a context per device open for the life
+		// of the process once first used: open them before the baseline.
+		if err := warmUpRDMA(o.addr); err != nil {
+			return err
+		}
+	}
 	base, err := takeHoldings(o.tcp)
 	if err != nil {
 		return err
