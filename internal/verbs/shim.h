@@ -45,6 +45,7 @@ struct rnet_wc {
 	uint32_t imm; // host order
 	uint32_t byte_len;
 	uint32_t vendor_err;
+	uint32_t qp_num;
 };
 
 // Offsets and sizes for the layout checks (post_linux.go, TestLayoutMatchesC).
@@ -74,6 +75,7 @@ enum {
 	RNET_OFF_WC_IMM = offsetof(struct rnet_wc, imm),
 	RNET_OFF_WC_BYTE_LEN = offsetof(struct rnet_wc, byte_len),
 	RNET_OFF_WC_VENDOR_ERR = offsetof(struct rnet_wc, vendor_err),
+	RNET_OFF_WC_QP_NUM = offsetof(struct rnet_wc, qp_num),
 };
 
 // The most work requests one crossing builds on the C stack.
@@ -186,6 +188,7 @@ static inline int rnet_poll_cq(struct ibv_cq *cq, struct rnet_wc *out, int n)
 			o->imm = (wc[i].wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc[i].imm_data) : 0;
 			o->byte_len = wc[i].byte_len;
 			o->vendor_err = wc[i].vendor_err;
+			o->qp_num = wc[i].qp_num;
 		}
 		total += got;
 		if (got < want)

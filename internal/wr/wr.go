@@ -88,6 +88,9 @@ type Completion struct {
 	Imm       uint32
 	ByteLen   uint32
 	VendorErr uint32
+	// QPNum is the queue pair the completion belongs to: a CQ that many
+	// queue pairs share (a poll group's) is demultiplexed by it.
+	QPNum uint32
 }
 
 // WCOpcode is a work completion opcode (enum ibv_wc_opcode).
