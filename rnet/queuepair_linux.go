@@ -6,9 +6,7 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/cm"
@@ -16,9 +14,9 @@ import (
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
-// verbsQP is a queuePair on a real device: an rdma_cm id, an RC queue pair,
-// one CQ on a completion channel, and the three registered regions the
-// engine works in.
+// verbsQP is a queuePair on a real device: an rdma_cm id, an RC queue pair
+// whose completions go to a poll group's CQ (see pollgroup.go), and the
+// three registered regions the engine works in.
 type verbsQP struct {
 	// ch is the id's own event channel, for the handshake; once
 	// established the id moves to establishedEvents (attached) and ch is
@@ -27,8 +25,9 @@ type verbsQP struct {
 	attached bool
 	id       *cm.ID
 	pd       *verbs.PD
-	cc       *verbs.CompChannel
-	cq       *verbs.CQ
+	member   *groupMember // the poll group's place for this queue pair
+	groupCQ  *verbs.CQ    // the group's CQ, which the queue pair completes into
+	post     memberPost   // q.postAndPoll, bound once
 	qp       *verbs.QP
 	mrs      []*verbs.MR // send, recv, target at setup; then as rings move
 	device   string
@@ -37,7 +36,6 @@ type verbsQP struct {
 
 	laddr, raddr net.Addr
 
-	kicked         atomic.Bool
 	eventsDone     chan struct{}
 	eventsStop     chan struct{} // closed by shutdown: ends a retry's wait
 	startOnce      sync.Once
@@ -45,35 +43,20 @@ type verbsQP struct {
 	shutdownOnce   sync.Once
 }
 
+// step posts on the queue pair and takes the completions the group has
+// for it; flags are the group's business (its dispatcher arms the CQ).
 func (q *verbsQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-	return q.qp.Step(q.cq, flags, recvs, sends, out, tries)
+	return q.member.step(q.post, recvs, sends, out, tries)
 }
 
-func (q *verbsQP) wait() (parked bool, err error) {
-	if q.kicked.Swap(false) {
-		q.cc.SetDeadline(time.Time{})
-		return false, nil
-	}
-	parked, err = q.cc.WaitReady(context.Background())
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		// kick's way in: a past deadline on the channel's fd.
-		q.cc.SetDeadline(time.Time{})
-		q.kicked.Store(false)
-		return parked, nil
-	}
-	return parked, err
+// postAndPoll posts and polls the group's CQ in one crossing.
+func (q *verbsQP) postAndPoll(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+	return q.qp.Step(q.groupCQ, 0, recvs, sends, out, tries)
 }
 
-// kick sets the flag before the deadline, and wait clears the deadline before
-// the flag, so a kick racing with a wait either finds the wait parked or is
-// seen by its caller's next look at the connection.
-func (q *verbsQP) kick() {
-	if !q.kicked.Swap(true) {
-		q.cc.SetDeadline(aLongTimeAgo)
-	}
-}
+func (q *verbsQP) wait() (parked bool, err error) { return q.member.wait() }
 
-var aLongTimeAgo = time.Unix(1, 0)
+func (q *verbsQP) kick() { q.member.kick() }
 
 func (q *verbsQP) start(h eventHandler) {
 	q.startOnce.Do(func() {
@@ -128,7 +111,7 @@ func (q *verbsQP) shutdown() {
 		if q.eventsStop != nil {
 			close(q.eventsStop)
 		}
-		q.cc.Close()
+		q.member.stop()
 		if q.ch != nil {
 			q.ch.Close()
 		}
@@ -138,9 +121,10 @@ func (q *verbsQP) shutdown() {
 	})
 }
 
-// destroy frees everything in dependency order: the QP before its CQ, the
-// CQ before its channel, memory regions and PD before the id that owns the
-// device context, and the id before its event channel.
+// destroy frees everything in dependency order: the QP before it leaves its
+// poll group (the last member frees the group's CQ), memory regions and PD
+// before the id that owns the device context, and the id before its event
+// channel.
 func (q *verbsQP) destroy() error {
 	var errs []error
 	keep := func(err error) {
@@ -151,11 +135,9 @@ func (q *verbsQP) destroy() error {
 	if q.qp != nil {
 		keep(q.qp.Close())
 	}
-	if q.cq != nil {
-		keep(q.cq.Close())
-	}
-	if q.cc != nil {
-		keep(q.cc.Close())
+	if q.member != nil {
+		keep(pollGroups.leave(q.member))
+		q.member = nil
 	}
 	for _, mr := range q.mrs {
 		keep(mr.Close())

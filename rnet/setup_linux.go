@@ -95,18 +95,11 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 			return nil, err
 		}
 	}
-	if q.cc, err = ctx.NewCompChannel(); err != nil {
+	if q.member, err = pollGroups.join(ctx, info.MaxCQE, layout.CQDepth, q.accepting); err != nil {
 		return nil, err
 	}
-	if err := setupStep(q.accepting, "comp channel"); err != nil {
-		return nil, err
-	}
-	if q.cq, err = ctx.NewCQ(layout.CQDepth, q.cc); err != nil {
-		return nil, err
-	}
-	if err := setupStep(q.accepting, "cq"); err != nil {
-		return nil, err
-	}
+	q.groupCQ = q.member.g.cq.(*verbsCQ).cq
+	q.post = q.postAndPoll
 	inline := cfg.InlineThreshold
 	if inline < 0 {
 		inline = 0
@@ -114,7 +107,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	if cfg.IWARP {
 		inline = max(inline, ring.MsgWordSize)
 	}
-	if q.qp, err = q.id.CreateQP(q.pd, q.cq, q.cq, verbs.QPCaps{
+	if q.qp, err = q.id.CreateQP(q.pd, q.groupCQ, q.groupCQ, verbs.QPCaps{
 		MaxSendWR:     uint32(layout.SendDepth),
 		MaxRecvWR:     uint32(layout.RecvDepth),
 		MaxSendSGE:    uint32(layout.MaxSendSGE),
@@ -123,6 +116,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	}); err != nil {
 		return nil, err
 	}
+	q.member.attach(q.qp.Num())
 	if err := setupStep(q.accepting, "qp"); err != nil {
 		return nil, err
 	}

@@ -181,3 +181,40 @@ func (qp *QP) stepLocked(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Se
 		return 0, &Error{Op: "ibv_req_notify_cq", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
 	}
 }
+
+// Step is QP.Step for a CQ that many queue pairs share, without posting:
+// what flags ask (StepTakeEvent needs cq to be the only CQ on its
+// channel), then up to tries polls, in one crossing.
+func (cq *CQ) Step(flags StepFlags, out []wr.Completion, tries int) (int, error) {
+	if flags&StepTakeEvent != 0 && (cq.ch == nil || !cq.ch.sole.Load()) {
+		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Err: ErrSharedChannel}
+	}
+	cq.mu.RLock()
+	defer cq.mu.RUnlock()
+	if cq.c == nil {
+		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Err: errClosed}
+	}
+	var wp *C.struct_rnet_wc
+	if len(out) > 0 {
+		wp = (*C.struct_rnet_wc)(unsafe.Pointer(&out[0]))
+	}
+	var ch C.uintptr_t
+	if flags&StepTakeEvent != 0 {
+		ch = handle(unsafe.Pointer(cq.ch.c))
+	}
+	CountCgoCall()
+	r := int64(C.rnet_step(0, handle(unsafe.Pointer(cq.c)), ch, C.int(flags), nil, 0, nil, 0, wp, C.int(min(len(out), 1<<30)), C.int(min(max(tries, 1), 1<<30))))
+	if r >= 0 {
+		return int(r), nil
+	}
+	r = -r
+	stage, code := r>>40, C.int(r&(1<<40-1))
+	switch stage {
+	case 3:
+		return 0, pollError(cq.dev, int(code>>8))
+	case 5:
+		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
+	default:
+		return 0, &Error{Op: "ibv_req_notify_cq", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
+	}
+}

@@ -66,6 +66,9 @@ func (cq *CQ) Ptr() unsafe.Pointer                   { return nil }
 func (cq *CQ) Poll(out []wr.Completion) (int, error) { return 0, unsupported("ibv_poll_cq") }
 func (cq *CQ) ReqNotify(solicitedOnly bool) error    { return unsupported("ibv_req_notify_cq") }
 func (cq *CQ) Close() error                          { return nil }
+func (cq *CQ) Step(flags StepFlags, out []wr.Completion, tries int) (int, error) {
+	return 0, unsupported("ibv_poll_cq")
+}
 
 func WrapQP(p unsafe.Pointer, caps QPCaps, destroy func() error) *QP { return &QP{} }
 
