@@ -6,19 +6,19 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
 
-// A Read that parks on a device costs one crossing into C: the one that,
-// after the wakeup, takes the event, arms the CQ again, posts and polls.
+// A Read that parks on a device costs one crossing into C: the one in which
+// its poll group's dispatcher, woken by the event, takes it, arms the CQ
+// again (the Read still waits) and polls, handing the message to the Read.
 // The arm it leaves behind stands for the next wait, so that wait needs no
-// crossing before it parks; only the connection's first wait crosses to arm
-// (round 0 here, which is not counted). The receive the message used goes
-// back with a later crossing (see ring.Engine.RepostDue), not one of its
-// own. The peer's Write costs one more, and nothing else crosses while the
-// reader waits.
+// crossing before it parks; only the first wait crosses to arm (round 0
+// here, which is not counted). The receive the message used goes back with
+// a later crossing (see ring.Engine.RepostDue), not one of its own. The
+// peer's Write costs one more, and nothing else crosses while the reader
+// waits.
 // (Until the event moved into the post-and-poll crossing, a park took four:
 // the channel was also read once before parking, in vain, and once after
 // the wakeup; and the repost took a fifth. Until the arm stayed, it took
@@ -28,10 +28,14 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 	defer client.Close()
 	defer server.Close()
 	buf := make([]byte, 16)
+	member := server.conn.qp.(*verbsQP).member
+	parking := make(chan struct{}, 1)
+	member.mu.Lock()
+	member.parking = parking
+	member.mu.Unlock()
 	const rounds = 5
 	exact := 0 // measured rounds that parked once and crossed twice
 	for round := range rounds {
-		base := procstat.NetpollWaiters()
 		before, parks := verbs.CgoCalls(), server.Stats().Parks
 		got := make(chan error, 1)
 		go func() {
@@ -41,7 +45,7 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 			}
 			got <- err
 		}()
-		procstat.WaitParked(t, base+1)
+		<-parking
 		if _, err := client.Write([]byte{byte(round)}); err != nil {
 			t.Fatal(err)
 		}

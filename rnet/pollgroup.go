@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
@@ -16,9 +17,14 @@ import (
 // group's CQ, whose events come on the group's one channel. Completions are
 // handed to their connection by queue pair number, into the member's
 // inbox, in the order the CQ gave them. The group's dispatcher goroutine
-// parks in the netpoller on the channel while the CQ is quiet; a member
-// that steps its engine polls the CQ itself when nobody else is polling
-// it, so a spinning Read catches its reply without a wakeup in between.
+// parks in the netpoller on the channel; a member that steps its engine
+// polls the CQ itself, so a spinning Read catches its reply without a
+// wakeup in between.
+//
+// The CQ is armed only while a member waits: a member that is about to
+// park arms it (unless it is armed already), and the dispatcher arms it
+// again after an event only if a member still waits. So a busy group whose
+// connections are stepping, not waiting, takes no event per completion.
 //
 // The group's CQ must never overflow, since an overflow fails every queue
 // pair on it: each member reserves room for every completion its queue
@@ -62,6 +68,13 @@ type pollGroup struct {
 	pollMu sync.Mutex
 	buf    []wr.Completion
 	err    error // the CQ failed: every member fails with it
+	// armed says the CQ was armed and no event has been taken since:
+	// a completion not yet polled then leaves an event. Guarded by pollMu.
+	armed bool
+	// waiters counts members in wait; the dispatcher re-arms while it is
+	// not 0. A member counts itself before it looks at armed under pollMu,
+	// so the two never both skip the arm.
+	waiters atomic.Int32
 
 	// mu guards members, reserved and closed; a dispatch holds it for
 	// reading.
@@ -100,34 +113,18 @@ func (g *pollGroup) reserve(depth int) (*groupMember, bool) {
 	return &groupMember{
 		g:     g,
 		depth: depth,
-		inbox: make([]wr.Completion, depth),
+		inbox: make([]wr.Completion, min(depth, inboxFirst)),
 		wake:  make(chan struct{}, 1),
 	}, true
 }
 
-// dispatch is the group's goroutine: it arms the CQ, polls it until empty,
-// handing each completion to its member, and parks until the next event.
-// Arming before polling means a completion that lands after the poll
-// leaves an event, whoever polls in between.
+// dispatch is the group's goroutine: it parks until the channel has an
+// event, then takes it and polls the CQ until empty, handing each
+// completion to its member, arming the CQ again in the first crossing if a
+// member waits.
 func (g *pollGroup) dispatch() {
 	defer close(g.done)
-	flags := stepArm
 	for {
-		for {
-			g.pollMu.Lock()
-			n, err := g.cq.poll(flags, g.buf, 1)
-			flags = 0
-			if err != nil {
-				g.failLocked(err)
-				g.pollMu.Unlock()
-				return
-			}
-			g.deliverLocked(g.buf[:n])
-			g.pollMu.Unlock()
-			if n < len(g.buf) {
-				break
-			}
-		}
 		if err := g.cq.waitReady(); err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				g.pollMu.Lock()
@@ -136,8 +133,50 @@ func (g *pollGroup) dispatch() {
 			}
 			return
 		}
-		flags = stepTakeEventAndArm
+		g.pollMu.Lock()
+		flags := verbs.StepTakeEvent
+		if g.waiters.Load() > 0 {
+			flags |= verbs.StepArm
+		}
+		g.armed = flags&verbs.StepArm != 0
+		err := g.drainLocked(flags)
+		g.pollMu.Unlock()
+		if err != nil {
+			return
+		}
 	}
+}
+
+// drainLocked polls the CQ until it is empty, doing what flags ask in the
+// first crossing, and hands each completion to its member. Called with
+// pollMu held; a poll error fails the group.
+func (g *pollGroup) drainLocked(flags verbs.StepFlags) error {
+	if g.err != nil {
+		return g.err
+	}
+	for {
+		n, err := g.cq.poll(flags, g.buf, 1)
+		flags = 0
+		if err != nil {
+			g.failLocked(err)
+			return err
+		}
+		g.deliverLocked(g.buf[:n])
+		if n < len(g.buf) {
+			return nil
+		}
+	}
+}
+
+// armForWaiter makes sure the CQ is armed for a member about to park,
+// which counted itself in waiters first.
+func (g *pollGroup) armForWaiter() {
+	g.pollMu.Lock()
+	if !g.armed && g.err == nil {
+		g.armed = true
+		g.drainLocked(verbs.StepArm)
+	}
+	g.pollMu.Unlock()
 }
 
 // deliverLocked hands each completion to the member whose queue pair it
@@ -176,20 +215,10 @@ func (g *pollGroup) failLocked(err error) {
 // last member to leave closes the group and frees its CQ.
 func (g *pollGroup) leave(m *groupMember) error {
 	g.pollMu.Lock()
-	if m.attached && g.err == nil {
+	if m.attached {
 		// Poll out what the gone queue pair left in the CQ, so that a
 		// later queue pair given the same number never receives it.
-		for {
-			n, err := g.cq.poll(0, g.buf, 1)
-			if err != nil {
-				g.failLocked(err)
-				break
-			}
-			g.deliverLocked(g.buf[:n])
-			if n < len(g.buf) {
-				break
-			}
-		}
+		g.drainLocked(0)
 	}
 	g.mu.Lock()
 	if m.attached && g.members[m.qpNum] == m {
@@ -220,8 +249,9 @@ type groupMember struct {
 	qpNum    uint32 // set by attach
 	attached bool   // set by attach, under g.mu
 
-	// mu guards the inbox (a ring of depth entries: the queue pair never
-	// has more completions outstanding), kicked, stopped and err.
+	// mu guards the inbox (a ring that grows up to depth entries: the
+	// queue pair never has more completions outstanding), kicked, stopped
+	// and err.
 	mu      sync.Mutex
 	inbox   []wr.Completion
 	head, n int
@@ -229,6 +259,9 @@ type groupMember struct {
 	stopped bool
 	err     error
 	wake    chan struct{} // one pending wakeup for wait
+	// parking, if a test sets it (under mu), is signalled each time
+	// wait is about to park.
+	parking chan struct{}
 }
 
 // attach makes m receive the completions of queue pair qpNum.
@@ -244,7 +277,7 @@ func (m *groupMember) attach(qpNum uint32) {
 // inbox was empty.
 func (m *groupMember) deliver(wc *wr.Completion) {
 	m.mu.Lock()
-	if m.n == len(m.inbox) {
+	if m.n == len(m.inbox) && !m.growInbox() {
 		// More completions than work requests posted: the device broke
 		// its contract. Fail this connection alone.
 		m.err = errInboxOverflow
@@ -259,6 +292,23 @@ func (m *groupMember) deliver(wc *wr.Completion) {
 	if first {
 		notify(m.wake)
 	}
+}
+
+// inboxFirst is the inbox's first size: an idle connection has few
+// completions outstanding, and a busy one grows its inbox once.
+const inboxFirst = 16
+
+// growInbox doubles the inbox, up to the member's depth.
+func (m *groupMember) growInbox() bool {
+	if len(m.inbox) >= m.depth {
+		return false
+	}
+	bigger := make([]wr.Completion, min(2*len(m.inbox), m.depth))
+	for i := range m.n {
+		bigger[i] = m.inbox[(m.head+i)%len(m.inbox)]
+	}
+	m.inbox, m.head = bigger, 0
+	return true
 }
 
 var errInboxOverflow = errors.New("rdma: more completions than work requests posted on the queue pair")
@@ -292,12 +342,17 @@ func (m *groupMember) take(out []wr.Completion) (int, error) {
 
 // step posts with post and returns the completions dispatched to m, up to
 // len(out). When none are waiting it polls the group's CQ in post's
-// crossing, unless another goroutine is polling it (and will hand over
-// what it finds). flags are the group's business: its CQ is armed by the
-// dispatcher.
+// crossing, after whoever polls it now has handed over what they found:
+// a step that finds nothing has seen everything completed before it. A
+// spinning step (tries > 1) does not wait for that, it comes again. flags
+// are the group's business (see armForWaiter).
 func (m *groupMember) step(post memberPost, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	g := m.g
-	if len(out) > 0 && m.pending() == 0 && g.pollMu.TryLock() {
+	if len(out) > 0 && m.pending() == 0 && g.lockPoll(tries > 1) {
+		if g.err != nil {
+			g.pollMu.Unlock()
+			return m.take(out)
+		}
 		k, err := post(recvs, sends, g.buf, tries)
 		if err == nil {
 			g.deliverLocked(g.buf[:k])
@@ -323,6 +378,16 @@ func (g *pollGroup) isClosed() bool {
 	return g.closed
 }
 
+// lockPoll takes pollMu, or reports false: a spinning step takes it only
+// if it is free, since it comes again anyway.
+func (g *pollGroup) lockPoll(spinning bool) bool {
+	if spinning {
+		return g.pollMu.TryLock()
+	}
+	g.pollMu.Lock()
+	return true
+}
+
 func (m *groupMember) pending() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -330,21 +395,23 @@ func (m *groupMember) pending() int {
 }
 
 // wait parks the goroutine (not in the netpoller: the dispatcher is
-// there) until a completion is dispatched to m or kick is called. After
-// stop it returns net.ErrClosed.
+// there) until a completion is dispatched to m or kick is called, arming
+// the group's CQ first if nobody has. After stop it returns net.ErrClosed.
 func (m *groupMember) wait() (parked bool, err error) {
+	if done, err := m.ready(); done {
+		return false, err
+	}
+	g := m.g
+	g.waiters.Add(1)
+	g.armForWaiter()
 	m.mu.Lock()
-	if m.stopped {
-		m.mu.Unlock()
-		return false, net.ErrClosed
-	}
-	if m.n > 0 || m.kicked || m.err != nil {
-		m.kicked = false
-		m.mu.Unlock()
-		return false, nil
-	}
+	parking := m.parking
 	m.mu.Unlock()
+	if parking != nil {
+		notify(parking)
+	}
 	<-m.wake
+	g.waiters.Add(-1)
 	m.mu.Lock()
 	m.kicked = false
 	stopped := m.stopped
@@ -353,6 +420,20 @@ func (m *groupMember) wait() (parked bool, err error) {
 		return true, net.ErrClosed
 	}
 	return true, nil
+}
+
+// ready reports whether wait must return at once, and with what.
+func (m *groupMember) ready() (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return true, net.ErrClosed
+	}
+	if m.n > 0 || m.kicked || m.err != nil {
+		m.kicked = false
+		return true, nil
+	}
+	return false, nil
 }
 
 // kick makes the current or next wait return.
