@@ -85,6 +85,8 @@ func (q *armedQP) wait() (bool, error) {
 	}
 }
 
+func (q *armedQP) collected() bool { return false }
+
 func (q *armedQP) kick() {
 	select {
 	case q.kicked <- struct{}{}:

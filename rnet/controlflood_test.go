@@ -49,6 +49,8 @@ func (q *floodQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, 
 }
 
 // wait finds a completion at once: the flood never lets up.
+func (q *floodQP) collected() bool { return false }
+
 func (q *floodQP) wait() (bool, error) {
 	select {
 	case <-q.stop:

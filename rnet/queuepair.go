@@ -18,6 +18,10 @@ type queuePair interface {
 	// CQ), posts recvs, then sends, then polls up to len(out) completions,
 	// polling again while none came up to tries polls: one crossing into C.
 	step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error)
+	// collected reports that completions are waiting which step hands
+	// over without polling (a poll group's dispatcher polled them), so a
+	// step that has nothing to post need not cross into C.
+	collected() bool
 	// wait parks the calling goroutine, never an OS thread, until the armed
 	// CQ may hold a completion no step has polled, or kick is called; it
 	// may wake spuriously. parked says it did not return at once. After

@@ -54,6 +54,8 @@ func (q *verbsQP) postAndPoll(recvs []wr.Recv, sends []wr.Send, out []wr.Complet
 	return q.qp.Step(q.groupCQ, 0, recvs, sends, out, tries)
 }
 
+func (q *verbsQP) collected() bool { return q.member.pending() > 0 }
+
 func (q *verbsQP) wait() (parked bool, err error) { return q.member.wait() }
 
 func (q *verbsQP) kick() { q.member.kick() }
@@ -136,8 +138,8 @@ func (q *verbsQP) destroy() error {
 		keep(q.qp.Close())
 	}
 	if q.member != nil {
+		// The member stays: a late kick (the linger timer's) is harmless.
 		keep(pollGroups.leave(q.member))
-		q.member = nil
 	}
 	for _, mr := range q.mrs {
 		keep(mr.Close())

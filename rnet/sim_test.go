@@ -101,6 +101,8 @@ func (q *simQP) wait() (parked bool, err error) {
 	}
 }
 
+func (q *simQP) collected() bool { return false }
+
 func (q *simQP) kick() {
 	select {
 	case q.kicked <- struct{}{}:

@@ -116,7 +116,7 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
 		switch {
 		case c.fatal != nil:
-		case poll || c.eng.RepostDue():
+		case poll && !c.qp.collected() || c.eng.RepostDue():
 			// Receives go first: the engine only grants credits for
 			// receives that are back on the queue.
 			c.recvs = c.eng.PostRecvs(c.recvs)
@@ -124,8 +124,9 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 		default:
 			// A crossing only to repost receives can wait (see
 			// Engine.RepostDue): they go with this round's sends if
-			// there are any, else with the next crossing. No credit
-			// update is due, so PostSends does not miss one.
+			// there are any, else with the next crossing (a poll that
+			// finds its completions already collected makes none). No
+			// credit update is due, so PostSends does not miss one.
 			c.sends = c.eng.PostSends(c.sends)
 			if len(c.sends) > 0 {
 				c.recvs = c.eng.PostRecvs(c.recvs)

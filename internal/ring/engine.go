@@ -389,9 +389,11 @@ func (e *Engine) Finished() bool { return e.finished() }
 
 // Flushed reports that nothing is queued and nothing is in flight, so
 // closing the queue pair loses nothing. Queued data that can never be sent
-// (the connection finished) does not count.
+// (the connection finished) does not count. A control message counts until
+// its completion: the peer has then received it, so a DISCONNECT reaches
+// the peer before the connection manager's disconnect can overtake it.
 func (e *Engine) Flushed() bool {
-	if e.inflightLen != 0 {
+	if e.inflightLen != 0 || e.ctrlInFlight != 0 {
 		return false
 	}
 	if e.finished() {
