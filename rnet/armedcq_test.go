@@ -86,6 +86,7 @@ func (q *armedQP) wait() (bool, error) {
 }
 
 func (q *armedQP) collected() bool { return false }
+func (q *armedQP) collectAll()     {}
 
 func (q *armedQP) kick() {
 	select {

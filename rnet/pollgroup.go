@@ -168,6 +168,15 @@ func (g *pollGroup) drainLocked(flags verbs.StepFlags) error {
 	}
 }
 
+// collectAll polls the CQ until it is empty, handing each completion to
+// its member: after it, a member's inbox holds everything its queue pair
+// completed before.
+func (g *pollGroup) collectAll() {
+	g.pollMu.Lock()
+	g.drainLocked(0)
+	g.pollMu.Unlock()
+}
+
 // armForWaiter makes sure the CQ is armed for a member about to park,
 // which counted itself in waiters first.
 func (g *pollGroup) armForWaiter() {
@@ -398,6 +407,13 @@ func (m *groupMember) pending() int {
 // there) until a completion is dispatched to m or kick is called, arming
 // the group's CQ first if nobody has. After stop it returns net.ErrClosed.
 func (m *groupMember) wait() (parked bool, err error) {
+	// A wakeup left from a delivery that a step has already taken would
+	// end this wait at once, for nothing: drop it before looking, so that
+	// any delivery after the look leaves a new one.
+	select {
+	case <-m.wake:
+	default:
+	}
 	if done, err := m.ready(); done {
 		return false, err
 	}

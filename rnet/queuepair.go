@@ -22,6 +22,10 @@ type queuePair interface {
 	// over without polling (a poll group's dispatcher polled them), so a
 	// step that has nothing to post need not cross into C.
 	collected() bool
+	// collectAll makes sure step's next polls hand over every completion
+	// that is in the CQ now: with a poll group, step may hand over what
+	// was collected without polling, so a drain calls this first.
+	collectAll()
 	// wait parks the calling goroutine, never an OS thread, until the armed
 	// CQ may hold a completion no step has polled, or kick is called; it
 	// may wake spuriously. parked says it did not return at once. After

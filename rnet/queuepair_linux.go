@@ -56,6 +56,8 @@ func (q *verbsQP) postAndPoll(recvs []wr.Recv, sends []wr.Send, out []wr.Complet
 
 func (q *verbsQP) collected() bool { return q.member.pending() > 0 }
 
+func (q *verbsQP) collectAll() { q.member.g.collectAll() }
+
 func (q *verbsQP) wait() (parked bool, err error) { return q.member.wait() }
 
 func (q *verbsQP) kick() { q.member.kick() }

@@ -102,6 +102,7 @@ func (q *simQP) wait() (parked bool, err error) {
 }
 
 func (q *simQP) collected() bool { return false }
+func (q *simQP) collectAll()     {}
 
 func (q *simQP) kick() {
 	select {

@@ -41,6 +41,7 @@ func (c *conn) stepMovedLocked() bool {
 // the CQ is empty: for news that must come after everything that arrived
 // before it, once the peer can send no more (its disconnect).
 func (c *conn) drainLocked() {
+	c.qp.collectAll()
 	for {
 		if _, cut := c.stepLocked(true, 0); !cut {
 			return
