@@ -52,11 +52,14 @@ type EndpointStats struct {
 }
 
 // Endpoint is one side of a simulated RC connection: a queue pair, its
-// CQ and its registered memory. Its methods are safe for concurrent use.
+// CQ (its own, or a shared one: see PairOn) and its registered memory. Its
+// methods are safe for concurrent use.
 type Endpoint struct {
 	f        *Fabric
 	peer     *Endpoint
 	caps     Caps
+	qpNum    uint32
+	shared   *CQ // the CQ it completes into, nil for its own
 	regions  []region
 	nextAddr uint64
 
@@ -70,6 +73,8 @@ type Endpoint struct {
 	landing       queue[landing] // inbound payloads, in delivery order
 	inbound       byteFIFO       // their bytes
 
+	// sendCQ and recvCQ are its own CQ. With a shared CQ, recvCQ stays
+	// empty and sendCQ holds the send completions not visible yet.
 	sendCQ queue[cqEntry]
 	recvCQ queue[cqEntry]
 	// cqLen counts the entries of sendCQ and recvCQ, so that polling an
@@ -86,6 +91,10 @@ type Endpoint struct {
 
 // Peer returns the other end of the connection.
 func (e *Endpoint) Peer() *Endpoint { return e.peer }
+
+// QPNum returns the endpoint's queue pair number, unique in its fabric: the
+// QPNum of its completions.
+func (e *Endpoint) QPNum() uint32 { return e.qpNum }
 
 // Notify returns a channel that receives a value (capacity 1, never
 // closed) when completions may be available. A waiter should drain PollCQ
@@ -292,7 +301,8 @@ func (e *Endpoint) PostRecv(wrs []wr.Recv) error {
 }
 
 // PollCQ copies up to len(out) visible completions into out, oldest first,
-// and returns how many. Payloads delivered so far land in memory first.
+// and returns how many. Payloads delivered so far land in memory first. An
+// endpoint on a shared CQ has none of its own: poll the CQ instead.
 func (e *Endpoint) PollCQ(out []wr.Completion) int {
 	if e.cqLen.Load() == 0 {
 		return 0 // what has landed unannounced can wait for the next poll
@@ -411,12 +421,22 @@ func (e *Endpoint) completeSend(id uint64, opc wr.WCOpcode, status wr.WCStatus, 
 	}
 	vis := max(e.lastSendVis, f.now+f.delay(f.opts.MaxCompletionDelay))
 	e.lastSendVis = vis
-	e.cqSeq++
-	e.sendCQ.push(cqEntry{wc: wr.Completion{ID: id, Status: status, Opcode: opc}, visibleAt: vis, seq: e.cqSeq})
-	e.cqLen.Add(1)
 	if status != wr.WCSuccess {
 		f.stats.Errors++
 	}
+	wc := wr.Completion{ID: id, Status: status, Opcode: opc, QPNum: e.qpNum}
+	if e.shared != nil && vis <= f.now {
+		// Nothing earlier waits in sendCQ: lastSendVis is past now
+		// while anything does.
+		e.shared.push(e, wc, true)
+		return
+	}
+	e.cqSeq++
+	e.sendCQ.push(cqEntry{wc: wc, visibleAt: vis, seq: e.cqSeq})
+	if e.shared != nil {
+		return // Step shows it in the shared CQ when it becomes visible
+	}
+	e.cqLen.Add(1)
 	if vis <= f.now {
 		e.signal()
 	}
@@ -428,12 +448,17 @@ func (e *Endpoint) addRecvCompletion(wc wr.Completion, flush bool) {
 		wc.Status, e.inject = e.inject, wr.WCSuccess
 		defer e.enterError()
 	}
-	e.cqSeq++
-	e.recvCQ.push(cqEntry{wc: wc, visibleAt: f.now, seq: e.cqSeq})
-	e.cqLen.Add(1)
+	wc.QPNum = e.qpNum
 	if wc.Status != wr.WCSuccess {
 		f.stats.Errors++
 	}
+	if e.shared != nil {
+		e.shared.push(e, wc, false)
+		return
+	}
+	e.cqSeq++
+	e.recvCQ.push(cqEntry{wc: wc, visibleAt: f.now, seq: e.cqSeq})
+	e.cqLen.Add(1)
 	e.signal()
 }
 

@@ -83,6 +83,7 @@ type Fabric struct {
 	now     int64
 	eps     []*Endpoint
 	nextKey uint32
+	lastQP  uint32 // the last queue pair number given
 	stats   Stats
 }
 
@@ -100,19 +101,33 @@ func New(seed uint64, opts Options) *Fabric {
 	}
 }
 
-// Pair creates two connected endpoints with the given capabilities.
-func (f *Fabric) Pair(a, b Caps) (*Endpoint, *Endpoint) {
+// Pair creates two connected endpoints with the given capabilities, each
+// with its own CQ.
+func (f *Fabric) Pair(a, b Caps) (*Endpoint, *Endpoint) { return f.PairOn(a, b, nil, nil) }
+
+// PairOn is Pair for endpoints that complete into the shared CQs cqA and
+// cqB (made by f.NewCQ; they may be the same); a nil CQ gives its endpoint
+// its own, as Pair does.
+func (f *Fabric) PairOn(a, b Caps, cqA, cqB *CQ) (*Endpoint, *Endpoint) {
+	for _, cq := range []*CQ{cqA, cqB} {
+		if cq != nil && cq.f != f {
+			panic("simfabric: a CQ of another fabric")
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ea, eb := f.newEndpoint(a), f.newEndpoint(b)
+	ea, eb := f.newEndpoint(a, cqA), f.newEndpoint(b, cqB)
 	ea.peer, eb.peer = eb, ea
 	return ea, eb
 }
 
-func (f *Fabric) newEndpoint(c Caps) *Endpoint {
+func (f *Fabric) newEndpoint(c Caps, cq *CQ) *Endpoint {
+	f.lastQP++
 	e := &Endpoint{
-		f:    f,
-		caps: c.withDefaults(),
+		f:      f,
+		caps:   c.withDefaults(),
+		qpNum:  f.lastQP,
+		shared: cq,
 		// Distinct address spaces make an address used on the wrong side
 		// fail instead of silently hitting memory.
 		nextAddr: uint64(len(f.eps)+1) << 40,
@@ -149,6 +164,12 @@ func (f *Fabric) Step() bool {
 		}
 	}
 	for _, e := range f.eps {
+		if e.shared != nil {
+			if !e.dead && e.showVisibleSends(f.now) {
+				progress = true
+			}
+			continue
+		}
 		if e.becameVisible(f.now) {
 			progress = true
 			e.signal()

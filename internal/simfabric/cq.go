@@ -1,0 +1,159 @@
+package simfabric
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/rnet-dev/rnet/internal/wr"
+)
+
+// ErrCQOverflow is what CQ.Poll returns, for good, once more completions
+// came than the CQ holds: a device's CQ then goes to an error state.
+var ErrCQOverflow = errors.New("simfabric: completion queue overflow")
+
+// CQOptions configure a completion queue that endpoints share.
+type CQOptions struct {
+	// Entries is how many completions the CQ holds (ibv_create_cq's cqe);
+	// default 32767. One completion more is an overflow.
+	Entries int
+	// Armed makes Notify fire as a device's completion channel does: once,
+	// for the first completion added after Arm. Otherwise it fires after
+	// every completion added, like an endpoint's own Notify.
+	Armed bool
+}
+
+// CQ is a completion queue that many endpoints complete into, as a poll
+// group's CQ on a device: each completion names its queue pair in QPNum.
+// Completions of one endpoint come out in the order its own CQ would give
+// them; those of different endpoints in the order they were generated.
+//
+// Payloads land in an endpoint's memory when the CQ is polled, before the
+// endpoint's completions are returned, on whichever goroutine polls: the
+// goroutine that then hands a completion to the endpoint's owner must order
+// that hand-over (a mutex, a channel), as it must for Options.DirectLanding.
+type CQ struct {
+	f      *Fabric
+	opts   CQOptions
+	queue  queue[sharedEntry] // under f.mu
+	length atomic.Int64       // entries in queue, read without the lock
+	failed atomic.Bool        // overflowed: every poll fails
+	armed  bool               // under f.mu; Armed only
+	notify chan struct{}
+	polled uint64 // completions returned, under f.mu
+}
+
+// sharedEntry is one completion in a shared CQ, with the endpoint it
+// belongs to (for landing its payloads and counting its send queue).
+type sharedEntry struct {
+	ep   *Endpoint
+	wc   wr.Completion
+	send bool
+}
+
+// NewCQ returns a completion queue for PairOn.
+func (f *Fabric) NewCQ(opts CQOptions) *CQ {
+	if opts.Entries <= 0 {
+		opts.Entries = 32767
+	}
+	return &CQ{f: f, opts: opts, notify: make(chan struct{}, 1)}
+}
+
+// Size returns how many completions the CQ holds.
+func (q *CQ) Size() int { return q.opts.Entries }
+
+// Notify returns a channel that receives a value (capacity 1, never
+// closed) when completions may be available; with CQOptions.Armed only
+// after Arm. A waiter should drain Poll after each wake-up.
+func (q *CQ) Notify() <-chan struct{} { return q.notify }
+
+// Arm asks for one notification, for the next completion added, as
+// ibv_req_notify_cq does: completions already in the CQ leave none. It does
+// nothing unless the CQ was made with CQOptions.Armed.
+func (q *CQ) Arm() {
+	if !q.opts.Armed {
+		return
+	}
+	q.f.mu.Lock()
+	q.armed = true
+	q.f.mu.Unlock()
+}
+
+// Polled returns how many completions Poll has returned.
+func (q *CQ) Polled() uint64 {
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	return q.polled
+}
+
+func (q *CQ) signal() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+// push adds e's completion; called with f.mu held.
+func (q *CQ) push(e *Endpoint, wc wr.Completion, send bool) {
+	if q.failed.Load() {
+		return
+	}
+	if q.queue.len() >= q.opts.Entries {
+		q.failed.Store(true)
+		q.signal() // the waiter polls and learns of it
+		return
+	}
+	q.queue.push(sharedEntry{ep: e, wc: wc, send: send})
+	q.length.Add(1)
+	if !q.opts.Armed || q.armed {
+		q.armed = false
+		q.signal()
+	}
+}
+
+// Poll copies up to len(out) completions into out, oldest first, and
+// returns how many. The payloads of their endpoints land in memory first.
+// Completions of an endpoint killed since are dropped.
+func (q *CQ) Poll(out []wr.Completion) (int, error) {
+	if q.length.Load() == 0 && !q.failed.Load() {
+		return 0, nil // lock-free, as a device's poll of an empty CQ
+	}
+	f := q.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if q.failed.Load() {
+		return 0, ErrCQOverflow
+	}
+	n := 0
+	for n < len(out) && q.queue.len() > 0 {
+		ent := q.queue.pop()
+		q.length.Add(-1)
+		e := ent.ep
+		if e.dead {
+			continue
+		}
+		if ent.send {
+			e.sendsInFlight--
+		}
+		e.land()
+		out[n] = ent.wc
+		n++
+		e.stats.Completions++
+		if ent.wc.Status != wr.WCSuccess {
+			e.stats.ErrorCompletion++
+		}
+	}
+	q.polled += uint64(n)
+	return n, nil
+}
+
+// showVisibleSends moves e's send completions that have become visible
+// into its shared CQ, in order; called with f.mu held.
+func (e *Endpoint) showVisibleSends(now int64) bool {
+	moved := false
+	for e.sendCQ.len() > 0 && e.sendCQ.front().visibleAt <= now {
+		ent := e.sendCQ.pop()
+		e.shared.push(e, ent.wc, true)
+		moved = true
+	}
+	return moved
+}
