@@ -220,13 +220,17 @@ func (g *pollGroup) failLocked(err error) {
 	g.mu.RUnlock()
 }
 
-// leave ends m's membership: its queue pair must be destroyed already. The
-// last member to leave closes the group and frees its CQ.
-func (g *pollGroup) leave(m *groupMember) error {
+// leave ends m's membership. destroyQP, if not nil, destroys m's queue
+// pair first, with the poll lock held: a device may give its number to the
+// next queue pair at once (siw does), and that one cannot attach before
+// the CQ is drained of what the gone one left in it.
+func (g *pollGroup) leave(m *groupMember, destroyQP func() error) error {
 	g.pollMu.Lock()
+	var err error
+	if destroyQP != nil {
+		err = destroyQP()
+	}
 	if m.attached {
-		// Poll out what the gone queue pair left in the CQ, so that a
-		// later queue pair given the same number never receives it.
 		g.drainLocked(0)
 	}
 	g.mu.Lock()
@@ -242,11 +246,11 @@ func (g *pollGroup) leave(m *groupMember) error {
 	g.mu.Unlock()
 	g.pollMu.Unlock()
 	if !last {
-		return nil
+		return err
 	}
 	g.cq.shutdown()
 	<-g.done
-	return g.cq.destroy()
+	return errors.Join(err, g.cq.destroy())
 }
 
 // groupMember is one connection's place in a poll group: the completions
@@ -273,13 +277,16 @@ type groupMember struct {
 	parking chan struct{}
 }
 
-// attach makes m receive the completions of queue pair qpNum.
+// attach makes m receive the completions of queue pair qpNum. It waits
+// for a leave in progress to drain the CQ (see leave).
 func (m *groupMember) attach(qpNum uint32) {
 	g := m.g
+	g.pollMu.Lock()
 	g.mu.Lock()
 	m.qpNum, m.attached = qpNum, true
 	g.members[qpNum] = m
 	g.mu.Unlock()
+	g.pollMu.Unlock()
 }
 
 // deliver appends one completion to the inbox and wakes the waiter if the

@@ -49,20 +49,20 @@ func (r *groupRegistry) join(ctx *verbs.Context, maxCQE, depth int, accepting bo
 	m, ok := g.reserve(depth)
 	if !ok {
 		// Unreachable: the CQ holds at least depth.
-		g.leave(&groupMember{g: g})
+		g.leave(&groupMember{g: g}, nil)
 		return nil, &verbs.Error{Op: "ibv_create_cq", Device: ctx.Name(), Err: errInboxOverflow}
 	}
 	r.byDevice[key] = append(r.byDevice[key], g)
 	return m, nil
 }
 
-// leave ends m's membership, once its queue pair is destroyed, and frees
-// its group if m was the last member.
-func (r *groupRegistry) leave(m *groupMember) error {
+// leave destroys m's queue pair with destroyQP (if not nil) and ends its
+// membership, freeing its group if m was the last member.
+func (r *groupRegistry) leave(m *groupMember, destroyQP func() error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g := m.g
-	err := g.leave(m)
+	err := g.leave(m, destroyQP)
 	if g.isClosed() {
 		for key, gs := range r.byDevice {
 			for i, x := range gs {

@@ -136,12 +136,17 @@ func (q *verbsQP) destroy() error {
 			errs = append(errs, err)
 		}
 	}
+	var closeQP func() error
 	if q.qp != nil {
-		keep(q.qp.Close())
+		closeQP = q.qp.Close
 	}
-	if q.member != nil {
-		// The member stays: a late kick (the linger timer's) is harmless.
-		keep(pollGroups.leave(q.member))
+	switch {
+	case q.member != nil:
+		// The group destroys the QP (see pollGroup.leave). The member
+		// stays: a late kick (the linger timer's) is harmless.
+		keep(pollGroups.leave(q.member, closeQP))
+	case closeQP != nil:
+		keep(closeQP())
 	}
 	for _, mr := range q.mrs {
 		keep(mr.Close())

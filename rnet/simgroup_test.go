@@ -1,0 +1,280 @@
+package rnet
+
+import (
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
+)
+
+// Poll groups over the simulated fabric: the portable half of pollgroup.go
+// (dispatch by queue pair number, members polling the shared CQ, leaving)
+// driven by whole Conns on machines without RDMA.
+
+// simGroupCQ is a poll group's sharedCQ over a simulated fabric's CQ: its
+// channel is the CQ's Notify, which (with simfabric.CQOptions.Armed) fires
+// only for a completion added after an arm, as a device's does.
+type simGroupCQ struct {
+	cq        *simfabric.CQ
+	stop      chan struct{}
+	stopOnce  sync.Once
+	destroyed chan struct{}
+}
+
+func newSimGroupCQ(cq *simfabric.CQ) *simGroupCQ {
+	return &simGroupCQ{cq: cq, stop: make(chan struct{}), destroyed: make(chan struct{})}
+}
+
+// poll takes a leftover event (waitReady took the one that woke it: a
+// channel's token cannot be peeked), arms, then polls. Any event left
+// before the arm belongs to completions this poll returns.
+func (c *simGroupCQ) poll(flags verbs.StepFlags, out []wr.Completion, tries int) (int, error) {
+	if flags&verbs.StepTakeEvent != 0 {
+		select {
+		case <-c.cq.Notify():
+		default:
+		}
+	}
+	if flags&verbs.StepArm != 0 {
+		c.cq.Arm()
+	}
+	return pollTries(c.cq, out, tries)
+}
+
+// pollTries polls cq into out, again while it finds nothing, up to tries
+// polls.
+func pollTries(cq *simfabric.CQ, out []wr.Completion, tries int) (int, error) {
+	n, err := cq.Poll(out)
+	for t := tries; n == 0 && err == nil && t > 1; t-- {
+		n, err = cq.Poll(out)
+	}
+	return n, err
+}
+
+func (c *simGroupCQ) waitReady() error {
+	select {
+	case <-c.cq.Notify():
+		return nil
+	case <-c.stop:
+		return net.ErrClosed
+	}
+}
+
+func (c *simGroupCQ) shutdown() { c.stopOnce.Do(func() { close(c.stop) }) }
+
+func (c *simGroupCQ) destroy() error {
+	close(c.destroyed) // a second destroy is a bug: let it panic
+	return nil
+}
+
+func (c *simGroupCQ) size() int { return c.cq.Size() }
+
+// simGroupQP is simQP whose completions go through a poll group: its
+// endpoint completes into the group's shared CQ, and step, wait and kick
+// are its groupMember's, as verbsQP's are on a device.
+type simGroupQP struct {
+	*simQP
+	f      *simfabric.Fabric
+	cq     *simfabric.CQ
+	member *groupMember
+	post   memberPost // q.postAndPoll, bound once
+}
+
+// step is the member's step, with simQP's yield after a spinning step that
+// moved something (see simQP.step): the peer it readied runs on this P.
+func (q *simGroupQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+	n, err := q.member.step(q.post, recvs, sends, out, tries)
+	moved := n > 0 || len(recvs) > 0 || len(sends) > 0
+	if tries > 1 && (moved || q.readiedPeer) {
+		q.readiedPeer = false
+		runtime.Gosched()
+	} else if tries == 1 && moved {
+		q.readiedPeer = true
+	}
+	return n, err
+}
+
+// postAndPoll posts on the member's own endpoint and polls the group's CQ.
+func (q *simGroupQP) postAndPoll(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+	if len(recvs) > 0 {
+		if err := q.ep.PostRecv(recvs); err != nil {
+			return 0, err
+		}
+	}
+	if len(sends) > 0 {
+		if err := q.ep.PostSend(sends); err != nil {
+			return 0, err
+		}
+	}
+	if len(out) == 0 {
+		return 0, nil
+	}
+	return pollTries(q.cq, out, tries)
+}
+
+func (q *simGroupQP) wait() (bool, error) { return q.member.wait() }
+func (q *simGroupQP) kick()               { q.member.kick() }
+func (q *simGroupQP) collected() bool     { return q.member.pending() > 0 }
+func (q *simGroupQP) collectAll()         { q.member.g.collectAll() }
+
+func (q *simGroupQP) shutdown() {
+	q.member.stop()
+	q.simQP.shutdown()
+}
+
+// destroy destroys the queue pair (the endpoint vanishes: nothing of it
+// completes any more, and what its peer sends fails), then leaves the
+// group, in verbsQP.destroy's order.
+func (q *simGroupQP) destroy() error {
+	q.f.Kill(q.ep)
+	return q.member.g.leave(q.member, nil)
+}
+
+// simGroupNet is n connected pairs of Conns over one simulated fabric,
+// whose client ends all share one poll group and server ends another (or
+// the same one).
+type simGroupNet struct {
+	f                    *simfabric.Fabric
+	clientCQ, serverCQ   *simGroupCQ
+	clientGr, serverGr   *pollGroup
+	clients, servers     []*Conn
+	clientQPs, serverQPs []*simGroupQP
+}
+
+// simGroupOptions shape a simGroupNet.
+type simGroupOptions struct {
+	cfg       *Config
+	oneGroup  bool // both ends of every pair in one group
+	armedCQ   bool // CQ events only after an arm, as on a device
+	cqEntries int  // default: room for every member
+}
+
+// simGroupPipes makes n connected pairs of Conns whose client ends share a
+// poll group, and whose server ends share another, or the same one.
+func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
+	tb.Helper()
+	set := o.cfg.settings()
+	layout := set.ring.Layout()
+	caps := simfabric.Caps{SendDepth: layout.SendDepth, RecvDepth: layout.RecvDepth, MaxInline: 256}
+	f := simfabric.New(1, simfabric.Options{Auto: true, DirectLanding: true})
+	entries := o.cqEntries
+	if entries == 0 {
+		entries = 2 * n * layout.CQDepth
+	}
+	newGroup := func() (*simGroupCQ, *pollGroup) {
+		cq := newSimGroupCQ(f.NewCQ(simfabric.CQOptions{Entries: entries, Armed: o.armedCQ}))
+		return cq, newPollGroup(cq)
+	}
+	sn := &simGroupNet{f: f}
+	sn.clientCQ, sn.clientGr = newGroup()
+	sn.serverCQ, sn.serverGr = sn.clientCQ, sn.clientGr
+	if !o.oneGroup {
+		sn.serverCQ, sn.serverGr = newGroup()
+	}
+	// Every member reserves before any Conn starts, so that no group sees
+	// its last member leave (and closes) while the others are still
+	// joining.
+	type pairPlan struct{ mc, ms *groupMember }
+	plans := make([]pairPlan, n)
+	for i := range plans {
+		var ok1, ok2 bool
+		plans[i].mc, ok1 = sn.clientGr.reserve(layout.CQDepth)
+		plans[i].ms, ok2 = sn.serverGr.reserve(layout.CQDepth)
+		if !ok1 || !ok2 {
+			tb.Fatalf("pair %d: the poll group's CQ of %d entries has no room for %d more", i, entries, layout.CQDepth)
+		}
+	}
+	newEngine := func(ep *simfabric.Endpoint) *ring.Engine {
+		eng, err := ring.New(set.ring,
+			ep.Register(make([]byte, layout.SendRegion), false),
+			ep.Register(make([]byte, layout.RecvRegion), true),
+			ep.Register(make([]byte, layout.TargetRegion), true))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := ep.PostRecv(eng.PostRecvs(nil)); err != nil {
+			tb.Fatal(err)
+		}
+		return eng
+	}
+	newQP := func(ep *simfabric.Endpoint, cq *simGroupCQ, m *groupMember, local, remote string) *simGroupQP {
+		q := &simGroupQP{simQP: newSimQP(ep, local, remote), f: f, cq: cq.cq, member: m}
+		q.post = q.postAndPoll
+		m.attach(ep.QPNum())
+		return q
+	}
+	for i, p := range plans {
+		a, b := f.PairOn(caps, caps, sn.clientCQ.cq, sn.serverCQ.cq)
+		ea, eb := newEngine(a), newEngine(b)
+		pa, pb := ea.LocalConnData(), eb.LocalConnData()
+		if err := ea.Establish(pb[:]); err != nil {
+			tb.Fatal(err)
+		}
+		if err := eb.Establish(pa[:]); err != nil {
+			tb.Fatal(err)
+		}
+		client := fmt.Sprintf("10.0.%d.%d:40000", i/250, i%250+1)
+		qa := newQP(a, sn.clientCQ, p.mc, client, "10.1.0.1:7471")
+		qb := newQP(b, sn.serverCQ, p.ms, "10.1.0.1:7471", client)
+		qa.peer, qb.peer = qb.simQP, qa.simQP
+		sn.clientQPs = append(sn.clientQPs, qa)
+		sn.serverQPs = append(sn.serverQPs, qb)
+		sn.clients = append(sn.clients, newConn(qa, ea, set))
+		sn.servers = append(sn.servers, newConn(qb, eb, set))
+	}
+	return sn
+}
+
+// closeAll closes every Conn, concurrently, as a server's connections end.
+func (sn *simGroupNet) closeAll() {
+	var wg sync.WaitGroup
+	for _, cs := range [][]*Conn{sn.clients, sn.servers} {
+		for _, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.Close()
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// groups returns the net's poll groups with their CQs: two, or one.
+func (sn *simGroupNet) groups() ([]*pollGroup, []*simGroupCQ) {
+	if sn.serverGr == sn.clientGr {
+		return []*pollGroup{sn.clientGr}, []*simGroupCQ{sn.clientCQ}
+	}
+	return []*pollGroup{sn.clientGr, sn.serverGr}, []*simGroupCQ{sn.clientCQ, sn.serverCQ}
+}
+
+// checkGroupsGone checks, once every Conn is closed, that each group's
+// dispatcher has returned and its CQ was destroyed, and that no completion
+// was dispatched to nobody: a queue pair number that found no member means
+// a completion lost to its connection.
+func (sn *simGroupNet) checkGroupsGone(t *testing.T) {
+	t.Helper()
+	gs, cqs := sn.groups()
+	for i, g := range gs {
+		for _, ch := range []chan struct{}{g.done, cqs[i].destroyed} {
+			select {
+			case <-ch:
+			case <-time.After(time.Minute): // a hang detector only
+				t.Fatalf("poll group %d: dispatcher or CQ still there a minute after its last member left", i)
+			}
+		}
+		g.mu.RLock()
+		strays, closed := g.strays, g.closed
+		g.mu.RUnlock()
+		if strays != 0 || !closed {
+			t.Errorf("poll group %d: %d completions for no member, closed %v", i, strays, closed)
+		}
+	}
+}
