@@ -67,6 +67,7 @@ func cLayout() map[string]uintptr {
 		"Completion.Imm":       C.RNET_OFF_WC_IMM,
 		"Completion.ByteLen":   C.RNET_OFF_WC_BYTE_LEN,
 		"Completion.VendorErr": C.RNET_OFF_WC_VENDOR_ERR,
+		"Completion.QPNum":     C.RNET_OFF_WC_QP_NUM,
 	}
 }
 

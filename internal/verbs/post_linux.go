@@ -38,6 +38,7 @@ var (
 	_ = [1]int{}[unsafe.Offsetof(wr.Completion{}.Imm)-C.RNET_OFF_WC_IMM]
 	_ = [1]int{}[unsafe.Offsetof(wr.Completion{}.ByteLen)-C.RNET_OFF_WC_BYTE_LEN]
 	_ = [1]int{}[unsafe.Offsetof(wr.Completion{}.VendorErr)-C.RNET_OFF_WC_VENDOR_ERR]
+	_ = [1]int{}[unsafe.Offsetof(wr.Completion{}.QPNum)-C.RNET_OFF_WC_QP_NUM]
 	_ = [1]int{}[StepArm-C.RNET_STEP_ARM]
 	_ = [1]int{}[C.RNET_STEP_ARM-StepArm]
 	_ = [1]int{}[StepTakeEvent-C.RNET_STEP_TAKE_EVENT]

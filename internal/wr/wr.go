@@ -88,6 +88,7 @@ type Completion struct {
 	Imm       uint32
 	ByteLen   uint32
 	VendorErr uint32
+	QPNum     uint32 // the local QP the work request was on
 }
 
 // WCOpcode is a work completion opcode (enum ibv_wc_opcode).
