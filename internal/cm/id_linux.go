@@ -363,6 +363,15 @@ func (id *ID) Context() (*verbs.Context, error) {
 // granted, e.g. its max_inline_data. The QP belongs to the id: closing it,
 // or the id, calls rdma_destroy_qp.
 func (id *ID) CreateQP(pd *verbs.PD, send, recv *verbs.CQ, caps verbs.QPCaps) (*verbs.QP, error) {
+	return id.CreateQPOnSRQ(pd, send, recv, nil, caps)
+}
+
+// CreateQPOnSRQ is CreateQP for a QP that takes its receives from srq (nil:
+// from a receive queue of its own, as CreateQP). With an SRQ the QP has no
+// receive queue, so caps.MaxRecvWR and MaxRecvSGE are ignored and granted as
+// 0; its receive completions still go to recv, with its QP number. The SRQ
+// must stay open until the QP is destroyed, and need not be in pd.
+func (id *ID) CreateQPOnSRQ(pd *verbs.PD, send, recv *verbs.CQ, srq *verbs.SRQ, caps verbs.QPCaps) (*verbs.QP, error) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.c == nil {
@@ -375,6 +384,12 @@ func (id *ID) CreateQP(pd *verbs.PD, send, recv *verbs.CQ, caps verbs.QPCaps) (*
 	if ppd == nil || psend == nil || precv == nil {
 		return nil, id.errf("rdma_create_qp", syscall.EINVAL, errClosed)
 	}
+	var psrq *C.struct_ibv_srq
+	if srq != nil {
+		if psrq = (*C.struct_ibv_srq)(srq.Ptr()); psrq == nil {
+			return nil, id.errf("rdma_create_qp", syscall.EINVAL, errClosed)
+		}
+	}
 	cc := C.struct_ibv_qp_cap{
 		max_send_wr:     C.uint32_t(caps.MaxSendWR),
 		max_recv_wr:     C.uint32_t(caps.MaxRecvWR),
@@ -383,7 +398,7 @@ func (id *ID) CreateQP(pd *verbs.PD, send, recv *verbs.CQ, caps verbs.QPCaps) (*
 		max_inline_data: C.uint32_t(caps.MaxInlineData),
 	}
 	verbs.CountCgoCall()
-	if r := C.rnet_create_qp(id.c, (*C.struct_ibv_pd)(ppd), (*C.struct_ibv_cq)(psend), (*C.struct_ibv_cq)(precv), &cc); r != 0 {
+	if r := C.rnet_create_qp(id.c, (*C.struct_ibv_pd)(ppd), (*C.struct_ibv_cq)(psend), (*C.struct_ibv_cq)(precv), psrq, &cc); r != 0 {
 		return nil, id.errf("rdma_create_qp", syscall.Errno(r), nil)
 	}
 	granted := verbs.QPCaps{

@@ -105,15 +105,20 @@ static inline int rnet_create_id(struct rdma_event_channel *ch, struct rdma_cm_i
 
 static inline void rnet_set_handle(struct rdma_cm_id *id, uintptr_t handle) { id->context = (void *)handle; }
 
-static inline int rnet_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_qp_cap *cap)
+// rnet_create_qp makes the id's RC QP; with srq (else NULL) its receives
+// come from that shared receive queue and it has no receive queue of its own.
+static inline int rnet_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_srq *srq, struct ibv_qp_cap *cap)
 {
 	struct ibv_qp_init_attr attr;
 	memset(&attr, 0, sizeof(attr));
 	attr.send_cq = scq;
 	attr.recv_cq = rcq;
+	attr.srq = srq;
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 1; // as rsocket: every send completes, which returns its buffer space
 	attr.cap = *cap;
+	if (srq)
+		attr.cap.max_recv_wr = attr.cap.max_recv_sge = 0;
 	errno = 0;
 	if (rdma_create_qp(id, pd, &attr))
 		return errno ? errno : EIO;

@@ -55,3 +55,6 @@ func (id *ID) Close() error                     { return nil }
 func (id *ID) CreateQP(pd *verbs.PD, send, recv *verbs.CQ, caps verbs.QPCaps) (*verbs.QP, error) {
 	return nil, unsupported("rdma_create_qp")
 }
+func (id *ID) CreateQPOnSRQ(pd *verbs.PD, send, recv *verbs.CQ, srq *verbs.SRQ, caps verbs.QPCaps) (*verbs.QP, error) {
+	return nil, unsupported("rdma_create_qp")
+}

@@ -78,6 +78,9 @@ func queryDevice(c *C.struct_ibv_context, name string) (DeviceInfo, error) {
 		MaxCQE:    int(attr.max_cqe),
 		MaxMR:     int(attr.max_mr),
 		MaxMRSize: uint64(attr.max_mr_size),
+		MaxSRQ:    int(attr.max_srq),
+		MaxSRQWR:  int(attr.max_srq_wr),
+		MaxSRQSGE: int(attr.max_srq_sge),
 	}
 	// node_guid is big-endian in memory; keep its bytes as they are.
 	guid := uint64(attr.node_guid)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <poll.h>
 #include <infiniband/verbs.h>
 
 // Mirrors of internal/wr's Go types (checked at compile time in post_linux.go
@@ -132,23 +133,19 @@ static inline int rnet_post_send(struct ibv_qp *qp, const struct rnet_send_wr *i
 	return 0;
 }
 
-// rnet_post_recv is rnet_post_send for receive WRs (0 or 1 SGE each).
-static inline int rnet_post_recv(struct ibv_qp *qp, const struct rnet_recv_wr *in, int n)
+// rnet_build_recv fills wr and sge from n (<= RNET_MAX_BATCH) receive WRs
+// (0 or 1 SGE each) as one chain. It returns 0, or EINVAL << 8 when a WR is
+// malformed (index 0: nothing of the batch is posted).
+static inline int rnet_build_recv(struct ibv_recv_wr *wr, struct ibv_sge *sge, const struct rnet_recv_wr *in, int n)
 {
-	struct ibv_recv_wr wr[RNET_MAX_BATCH];
-	struct ibv_sge sge[RNET_MAX_BATCH];
-	struct ibv_recv_wr *bad_wr = NULL;
-	int i, ret;
+	int i;
 
-	if (n <= 0)
-		return 0;
 	if (n > RNET_MAX_BATCH)
 		return EINVAL << 8;
 	for (i = 0; i < n; i++) {
 		const struct rnet_recv_wr *w = &in[i];
-		if (w->num_sge < 0 || w->num_sge > 1) {
-			return EINVAL << 8; // index 0: nothing of the batch was posted
-		}
+		if (w->num_sge < 0 || w->num_sge > 1)
+			return EINVAL << 8;
 		sge[i].addr = w->sge.addr;
 		sge[i].length = w->sge.length;
 		sge[i].lkey = w->sge.lkey;
@@ -157,13 +154,50 @@ static inline int rnet_post_recv(struct ibv_qp *qp, const struct rnet_recv_wr *i
 		wr[i].sg_list = w->num_sge ? &sge[i] : NULL;
 		wr[i].num_sge = (int)w->num_sge;
 	}
-	ret = ibv_post_recv(qp, wr, &bad_wr);
-	if (ret) {
-		if (ret < 0)
-			ret = ret == -1 ? (errno ? errno : EINVAL) : -ret;
-		return ret << 8 | (bad_wr ? (int)(bad_wr - wr) : 0);
-	}
 	return 0;
+}
+
+// rnet_post_result turns ibv_post_recv's or ibv_post_srq_recv's return value
+// into rnet_post_send's form.
+static inline int rnet_post_result(int ret, const struct ibv_recv_wr *wr, const struct ibv_recv_wr *bad_wr)
+{
+	if (!ret)
+		return 0;
+	if (ret < 0)
+		ret = ret == -1 ? (errno ? errno : EINVAL) : -ret;
+	return ret << 8 | (bad_wr ? (int)(bad_wr - wr) : 0);
+}
+
+// rnet_post_recv is rnet_post_send for receive WRs (0 or 1 SGE each).
+static inline int rnet_post_recv(struct ibv_qp *qp, const struct rnet_recv_wr *in, int n)
+{
+	struct ibv_recv_wr wr[RNET_MAX_BATCH];
+	struct ibv_sge sge[RNET_MAX_BATCH];
+	struct ibv_recv_wr *bad_wr = NULL;
+	int r;
+
+	if (n <= 0)
+		return 0;
+	if ((r = rnet_build_recv(wr, sge, in, n)) != 0)
+		return r;
+	return rnet_post_result(ibv_post_recv(qp, wr, &bad_wr), wr, bad_wr);
+}
+
+// rnet_post_srq_recv is rnet_post_recv for a shared receive queue, taken as
+// a handle like the other hot-path functions (see below).
+static inline int rnet_post_srq_recv(uintptr_t srq, const struct rnet_recv_wr *in, int n)
+{
+	struct ibv_recv_wr wr[RNET_MAX_BATCH];
+	struct ibv_sge sge[RNET_MAX_BATCH];
+	struct ibv_recv_wr *bad_wr = NULL;
+	int r;
+
+	if (n <= 0)
+		return 0;
+	if ((r = rnet_build_recv(wr, sge, in, n)) != 0)
+		return r;
+	errno = 0;
+	return rnet_post_result(ibv_post_srq_recv((struct ibv_srq *)srq, wr, &bad_wr), wr, bad_wr);
 }
 
 // rnet_poll_cq polls up to n completions into out and returns how many it
@@ -311,5 +345,100 @@ static inline const char *rnet_device_name(struct ibv_context *ctx)
 }
 
 static inline int rnet_qp_num(struct ibv_qp *qp) { return (int)qp->qp_num; }
+
+
+// rnet_create_srq creates an SRQ in pd; attr holds the sizes asked for and,
+// on return, those granted (ibv_create_srq writes them back).
+static inline struct ibv_srq *rnet_create_srq(struct ibv_pd *pd, struct ibv_srq_attr *attr)
+{
+	struct ibv_srq_init_attr init;
+	struct ibv_srq *srq;
+
+	memset(&init, 0, sizeof(init));
+	init.attr = *attr;
+	errno = 0;
+	srq = ibv_create_srq(pd, &init);
+	if (srq)
+		*attr = init.attr;
+	return srq;
+}
+
+// rnet_set_srq_limit arms the SRQ's limit: when fewer than limit receives
+// are left, the device raises IBV_EVENT_SRQ_LIMIT_REACHED once and disarms.
+static inline int rnet_set_srq_limit(struct ibv_srq *srq, uint32_t limit)
+{
+	struct ibv_srq_attr attr;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.srq_limit = limit;
+	errno = 0;
+	return ibv_modify_srq(srq, &attr, IBV_SRQ_LIMIT);
+}
+
+// An asynchronous event copied out, so that it is acknowledged at once (the
+// object it names cannot be destroyed until then).
+struct rnet_async_event {
+	int err; // 0, ETIMEDOUT, or the errno of the wait or the read
+	uint32_t type;
+	uint32_t qp_num;
+	uintptr_t srq;
+	int port;
+};
+
+// rnet_next_async_event waits up to timeout_ms for one of the device's
+// asynchronous events, then reads, copies and acknowledges it.
+static inline struct rnet_async_event rnet_next_async_event(struct ibv_context *ctx, int timeout_ms)
+{
+	struct rnet_async_event out;
+	struct pollfd p;
+	struct ibv_async_event ev;
+	int r;
+
+	memset(&out, 0, sizeof(out));
+	p.fd = ctx->async_fd;
+	p.events = POLLIN;
+	p.revents = 0;
+	errno = 0;
+	r = poll(&p, 1, timeout_ms);
+	if (r <= 0) {
+		out.err = r == 0 ? ETIMEDOUT : (errno ? errno : EIO);
+		return out;
+	}
+	errno = 0;
+	if (ibv_get_async_event(ctx, &ev)) {
+		out.err = errno ? errno : EIO;
+		return out;
+	}
+	out.type = ev.event_type;
+	switch (ev.event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		out.qp_num = ev.element.qp->qp_num;
+		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		out.srq = (uintptr_t)ev.element.srq;
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		out.port = ev.element.port_num;
+		break;
+	default:
+		break;
+	}
+	ibv_ack_async_event(&ev);
+	return out;
+}
 
 #endif

@@ -84,3 +84,17 @@ func (qp *QP) PostRecv(wrs []wr.Recv) (int, error) { return 0, unsupported("ibv_
 func (qp *QP) Step(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	return 0, unsupported("ibv_post_send")
 }
+
+type SRQ struct{}
+
+func (pd *PD) NewSRQ(caps SRQCaps) (*SRQ, error)   { return nil, unsupported("ibv_create_srq") }
+func (s *SRQ) Caps() SRQCaps                       { return SRQCaps{} }
+func (s *SRQ) Device() string                      { return "" }
+func (s *SRQ) Ptr() unsafe.Pointer                 { return nil }
+func (s *SRQ) PostRecv(wrs []wr.Recv) (int, error) { return 0, unsupported("ibv_post_srq_recv") }
+func (s *SRQ) SetLimit(limit uint32) error         { return unsupported("ibv_modify_srq") }
+func (s *SRQ) Limit() (uint32, error)              { return 0, unsupported("ibv_query_srq") }
+func (s *SRQ) Close() error                        { return nil }
+func (ctx *Context) NextAsyncEvent(timeout time.Duration) (AsyncEvent, error) {
+	return AsyncEvent{}, unsupported("ibv_get_async_event")
+}

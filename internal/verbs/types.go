@@ -143,6 +143,11 @@ type DeviceInfo struct {
 	MaxCQE    int
 	MaxMR     int
 	MaxMRSize uint64
+	// MaxSRQ, MaxSRQWR and MaxSRQSGE are the device's shared receive queue
+	// limits; MaxSRQ 0 means it has none.
+	MaxSRQ    int
+	MaxSRQWR  int
+	MaxSRQSGE int
 	// MaxInlineData is not part of ibv_device_attr: it is found by creating
 	// throw-away RC QPs (send queue 16, 2 SGEs, as rsocket asks) with growing
 	// max_inline_data until creation fails. 0 means the probe failed. The
@@ -214,6 +219,75 @@ type QPCaps struct {
 	MaxSendSGE    uint32
 	MaxRecvSGE    uint32
 	MaxInlineData uint32
+}
+
+// SRQCaps are the sizes of a shared receive queue: asked for when it is
+// created and, after creation, what the device granted.
+type SRQCaps struct {
+	MaxWR  uint32
+	MaxSGE uint32
+}
+
+// AsyncEventType mirrors enum ibv_event_type, the events a device reports
+// about its objects outside any completion queue.
+type AsyncEventType uint32
+
+const (
+	EventCQErr           AsyncEventType = 0
+	EventQPFatal         AsyncEventType = 1
+	EventQPReqErr        AsyncEventType = 2
+	EventQPAccessErr     AsyncEventType = 3
+	EventCommEst         AsyncEventType = 4
+	EventDeviceFatal     AsyncEventType = 8
+	EventPortActive      AsyncEventType = 9
+	EventPortErr         AsyncEventType = 10
+	EventSRQErr          AsyncEventType = 14
+	EventSRQLimitReached AsyncEventType = 15
+	EventQPLastWQE       AsyncEventType = 16
+)
+
+func (e AsyncEventType) String() string {
+	switch e {
+	case EventCQErr:
+		return "IBV_EVENT_CQ_ERR"
+	case EventQPFatal:
+		return "IBV_EVENT_QP_FATAL"
+	case EventQPReqErr:
+		return "IBV_EVENT_QP_REQ_ERR"
+	case EventQPAccessErr:
+		return "IBV_EVENT_QP_ACCESS_ERR"
+	case EventCommEst:
+		return "IBV_EVENT_COMM_EST"
+	case EventDeviceFatal:
+		return "IBV_EVENT_DEVICE_FATAL"
+	case EventPortActive:
+		return "IBV_EVENT_PORT_ACTIVE"
+	case EventPortErr:
+		return "IBV_EVENT_PORT_ERR"
+	case EventSRQErr:
+		return "IBV_EVENT_SRQ_ERR"
+	case EventSRQLimitReached:
+		return "IBV_EVENT_SRQ_LIMIT_REACHED"
+	case EventQPLastWQE:
+		return "IBV_EVENT_QP_LAST_WQE_REACHED"
+	}
+	return fmt.Sprintf("IBV_EVENT(%d)", uint32(e))
+}
+
+// AsyncEvent is one event of a device's asynchronous event queue.
+type AsyncEvent struct {
+	Type AsyncEventType
+	// QPNum is the QP the event is about (QP events), else 0.
+	QPNum uint32
+	// Port is the port the event is about (port events), else 0.
+	Port int
+	// srq is the struct ibv_srq* of an SRQ event, else 0.
+	srq uintptr
+}
+
+// IsFor reports whether the event is about srq.
+func (e AsyncEvent) IsFor(srq *SRQ) bool {
+	return e.srq != 0 && e.srq == uintptr(srq.Ptr())
 }
 
 // QPAttrs are a QP's state and reliable-transport settings, as
