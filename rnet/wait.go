@@ -5,15 +5,16 @@ import (
 	"time"
 )
 
-// Who waits on the completion channel.
+// Who waits for completions.
 //
-// A connection's completions wake it through one completion channel, and at
-// most one goroutine waits there at a time: the wait's owner. c.waitOwned
+// A connection's completions wake it through one wait (queuePair.wait: on a
+// device, its poll group hands them over, see pollgroup.go), and at most
+// one goroutine waits there at a time: the wait's owner. c.waitOwned
 // (under c.mu) says the wait is taken. The owner is, in this order of
 // preference:
 //
-//   - the first Read, Write or Close that blocks (block): the netpoller then
-//     wakes the goroutine that needs the news, and it steps the engine itself;
+//   - the first Read, Write or Close that blocks (block): the goroutine that
+//     needs the news is woken, and it steps the engine itself;
 //   - the pusher, while no call is blocked but the engine waits for a
 //     completion (bytes a returned Write left in the send ring, a credit
 //     update the peer needs);
@@ -33,13 +34,14 @@ import (
 // c.armed says the CQ was armed and every event since was taken by a step
 // that armed it again: any completion not yet polled has then left an
 // event, so the owner may wait without first crossing into C to arm and
-// poll.
+// poll. (A poll group keeps its CQ armed for its waiting members itself,
+// and its members' waits return at once while completions are collected.)
 
 // block parks the caller until ready (called with c.mu held) may have become
 // true, stop or cancel is closed (either may be nil), or the connection
 // fails. The first blocked caller takes the wait and steps the engine when
-// it wakes: one wakeup per event, not a wakeup of a progress goroutine
-// followed by one of the reader. Later callers park on wake until the wait
+// it wakes, rather than a progress goroutine that would then wake the
+// reader. Later callers park on wake until the wait
 // is handed to them. The caller re-checks its condition after block
 // returns; wakeups may be spurious. parked says the caller did wait, rather
 // than find its condition already true.
