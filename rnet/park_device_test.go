@@ -11,8 +11,8 @@ import (
 )
 
 // A Read that parks on a device costs one crossing into C: the one in which
-// its poll group's dispatcher, woken by the event, takes it, arms the CQ
-// again (the Read still waits) and polls, handing the message to the Read.
+// the Read, the only waiter and so its poll group's leader (woken by the
+// netpoller), takes the event, arms the CQ again and polls.
 // The arm it leaves behind stands for the next wait, so that wait needs no
 // crossing before it parks; only the first wait crosses to arm (round 0
 // here, which is not counted). The receive the message used goes back with

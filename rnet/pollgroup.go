@@ -2,9 +2,7 @@ package rnet
 
 import (
 	"errors"
-	"net"
 	"sync"
-	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
@@ -16,15 +14,17 @@ import (
 // queue or completion channel of its own: its queue pair completes into the
 // group's CQ, whose events come on the group's one channel. Completions are
 // handed to their connection by queue pair number, into the member's
-// inbox, in the order the CQ gave them. The group's dispatcher goroutine
-// parks in the netpoller on the channel; a member that steps its engine
+// inbox, in the order the CQ gave them. A member that steps its engine
 // polls the CQ itself, so a spinning Read catches its reply without a
 // wakeup in between.
 //
-// The CQ is armed only while a member waits: a member that is about to
-// park arms it (unless it is armed already), and the dispatcher arms it
-// again after an event only if a member still waits. So a busy group whose
-// connections are stepping, not waiting, takes no event per completion.
+// Members that wait take turns at the channel (leader and followers): the
+// first to wait, the leader, parks in the netpoller on the channel for the
+// whole group and, when an event comes, polls the CQ and hands over what it
+// found; the others park on their own wakeups until a completion is handed
+// to them or the lead is passed to them. So a lone waiter is woken by the
+// netpoller itself, and a group nobody waits on has no goroutine and takes
+// no event: the CQ is armed only while a member waits.
 //
 // The group's CQ must never overflow, since an overflow fails every queue
 // pair on it: each member reserves room for every completion its queue
@@ -39,9 +39,11 @@ type sharedCQ interface {
 	// none came, up to tries polls: one crossing.
 	poll(flags verbs.StepFlags, out []wr.Completion, tries int) (int, error)
 	// waitReady parks the calling goroutine in the netpoller until the
-	// channel may hold an event; it may wake spuriously. After shutdown
-	// it returns net.ErrClosed.
+	// channel may hold an event; it may wake spuriously. It returns
+	// errInterrupted after interrupt, and net.ErrClosed after shutdown.
 	waitReady() error
+	// interrupt makes the current or next waitReady return.
+	interrupt()
 	// shutdown makes waitReady fail for good.
 	shutdown()
 	// destroy frees the CQ and its channel, once no queue pair uses it and
@@ -59,8 +61,7 @@ type memberPost func(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, trie
 // pollGroup is one shared CQ and the members whose queue pairs complete
 // into it.
 type pollGroup struct {
-	cq   sharedCQ
-	done chan struct{} // closed when the dispatcher has returned
+	cq sharedCQ
 
 	// pollMu is held while the CQ is polled and what the poll found is
 	// dispatched, so that each member receives its completions in CQ
@@ -68,13 +69,16 @@ type pollGroup struct {
 	pollMu sync.Mutex
 	buf    []wr.Completion
 	err    error // the CQ failed: every member fails with it
-	// armed says the CQ was armed and no event has been taken since:
-	// a completion not yet polled then leaves an event. Guarded by pollMu.
+	// armed says the CQ was armed and every event since was taken by a
+	// crossing that armed it again, or is still on the channel: a
+	// completion not yet polled then wakes the leader. Guarded by pollMu.
 	armed bool
-	// waiters counts members in wait; the dispatcher re-arms while it is
-	// not 0. A member counts itself before it looks at armed under pollMu,
-	// so the two never both skip the arm.
-	waiters atomic.Int32
+
+	// lmu guards the lead: the member waiting on the channel for the
+	// group, and the followers waiting for it to hand over, oldest first.
+	lmu       sync.Mutex
+	leader    *groupMember
+	followers waitList
 
 	// mu guards members, reserved and closed; a dispatch holds it for
 	// reading.
@@ -86,17 +90,13 @@ type pollGroup struct {
 	strays   uint64                  // completions for no member (a queue pair already gone)
 }
 
-// newPollGroup starts a group over cq; its dispatcher runs until the last
-// member leaves.
+// newPollGroup makes a group over cq.
 func newPollGroup(cq sharedCQ) *pollGroup {
-	g := &pollGroup{
+	return &pollGroup{
 		cq:      cq,
-		done:    make(chan struct{}),
 		buf:     make([]wr.Completion, completionBatch),
 		members: make(map[uint32]*groupMember),
 	}
-	go g.dispatch()
-	return g
 }
 
 // reserve takes room in the CQ for a queue pair with up to depth
@@ -116,35 +116,6 @@ func (g *pollGroup) reserve(depth int) (*groupMember, bool) {
 		inbox: make([]wr.Completion, min(depth, inboxFirst)),
 		wake:  make(chan struct{}, 1),
 	}, true
-}
-
-// dispatch is the group's goroutine: it parks until the channel has an
-// event, then takes it and polls the CQ until empty, handing each
-// completion to its member, arming the CQ again in the first crossing if a
-// member waits.
-func (g *pollGroup) dispatch() {
-	defer close(g.done)
-	for {
-		if err := g.cq.waitReady(); err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				g.pollMu.Lock()
-				g.failLocked(err)
-				g.pollMu.Unlock()
-			}
-			return
-		}
-		g.pollMu.Lock()
-		flags := verbs.StepTakeEvent
-		if g.waiters.Load() > 0 {
-			flags |= verbs.StepArm
-		}
-		g.armed = flags&verbs.StepArm != 0
-		err := g.drainLocked(flags)
-		g.pollMu.Unlock()
-		if err != nil {
-			return
-		}
-	}
 }
 
 // drainLocked polls the CQ until it is empty, doing what flags ask in the
@@ -177,9 +148,8 @@ func (g *pollGroup) collectAll() {
 	g.pollMu.Unlock()
 }
 
-// armForWaiter makes sure the CQ is armed for a member about to park,
-// which counted itself in waiters first.
-func (g *pollGroup) armForWaiter() {
+// armForLeader makes sure the CQ is armed before the leader parks.
+func (g *pollGroup) armForLeader() {
 	g.pollMu.Lock()
 	if !g.armed && g.err == nil {
 		g.armed = true
@@ -218,6 +188,7 @@ func (g *pollGroup) failLocked(err error) {
 		m.fail(err)
 	}
 	g.mu.RUnlock()
+	g.cq.interrupt() // the leader, parked on the channel, must see it
 }
 
 // leave ends m's membership. destroyQP, if not nil, destroys m's queue
@@ -245,146 +216,12 @@ func (g *pollGroup) leave(m *groupMember, destroyQP func() error) error {
 	}
 	g.mu.Unlock()
 	g.pollMu.Unlock()
+	g.unfollow(m)
 	if !last {
 		return err
 	}
 	g.cq.shutdown()
-	<-g.done
 	return errors.Join(err, g.cq.destroy())
-}
-
-// groupMember is one connection's place in a poll group: the completions
-// dispatched to its queue pair and the wakeup of its waiter. It implements
-// the completion half of queuePair (step's polling, wait, kick).
-type groupMember struct {
-	g        *pollGroup
-	depth    int    // CQ entries reserved
-	qpNum    uint32 // set by attach
-	attached bool   // set by attach, under g.mu
-
-	// mu guards the inbox (a ring that grows up to depth entries: the
-	// queue pair never has more completions outstanding), kicked, stopped
-	// and err.
-	mu      sync.Mutex
-	inbox   []wr.Completion
-	head, n int
-	kicked  bool
-	stopped bool
-	err     error
-	wake    chan struct{} // one pending wakeup for wait
-	// parking, if a test sets it (under mu), is signalled each time
-	// wait is about to park.
-	parking chan struct{}
-}
-
-// attach makes m receive the completions of queue pair qpNum. It waits
-// for a leave in progress to drain the CQ (see leave).
-func (m *groupMember) attach(qpNum uint32) {
-	g := m.g
-	g.pollMu.Lock()
-	g.mu.Lock()
-	m.qpNum, m.attached = qpNum, true
-	g.members[qpNum] = m
-	g.mu.Unlock()
-	g.pollMu.Unlock()
-}
-
-// deliver appends one completion to the inbox and wakes the waiter if the
-// inbox was empty.
-func (m *groupMember) deliver(wc *wr.Completion) {
-	m.mu.Lock()
-	if m.n == len(m.inbox) && !m.growInbox() {
-		// More completions than work requests posted: the device broke
-		// its contract. Fail this connection alone.
-		m.err = errInboxOverflow
-		m.mu.Unlock()
-		notify(m.wake)
-		return
-	}
-	m.inbox[(m.head+m.n)%len(m.inbox)] = *wc
-	m.n++
-	first := m.n == 1
-	m.mu.Unlock()
-	if first {
-		notify(m.wake)
-	}
-}
-
-// inboxFirst is the inbox's first size: an idle connection has few
-// completions outstanding, and a busy one grows its inbox once.
-const inboxFirst = 16
-
-// growInbox doubles the inbox, up to the member's depth.
-func (m *groupMember) growInbox() bool {
-	if len(m.inbox) >= m.depth {
-		return false
-	}
-	bigger := make([]wr.Completion, min(2*len(m.inbox), m.depth))
-	for i := range m.n {
-		bigger[i] = m.inbox[(m.head+i)%len(m.inbox)]
-	}
-	m.inbox, m.head = bigger, 0
-	return true
-}
-
-var errInboxOverflow = errors.New("rdma: more completions than work requests posted on the queue pair")
-
-// fail makes the member's next step return err.
-func (m *groupMember) fail(err error) {
-	m.mu.Lock()
-	if m.err == nil {
-		m.err = err
-	}
-	m.mu.Unlock()
-	notify(m.wake)
-}
-
-// take moves completions from the inbox into out.
-func (m *groupMember) take(out []wr.Completion) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	k := 0
-	for k < len(out) && m.n > 0 {
-		out[k] = m.inbox[m.head]
-		m.head = (m.head + 1) % len(m.inbox)
-		m.n--
-		k++
-	}
-	if k == 0 && m.err != nil {
-		return 0, m.err
-	}
-	return k, nil
-}
-
-// step posts with post and returns the completions dispatched to m, up to
-// len(out). When none are waiting it polls the group's CQ in post's
-// crossing, after whoever polls it now has handed over what they found:
-// a step that finds nothing has seen everything completed before it. A
-// spinning step (tries > 1) does not wait for that, it comes again. flags
-// are the group's business (see armForWaiter).
-func (m *groupMember) step(post memberPost, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-	g := m.g
-	if len(out) > 0 && m.pending() == 0 && g.lockPoll(tries > 1) {
-		if g.err != nil {
-			g.pollMu.Unlock()
-			return m.take(out)
-		}
-		k, err := post(recvs, sends, g.buf, tries)
-		if err == nil {
-			g.deliverLocked(g.buf[:k])
-		}
-		g.pollMu.Unlock()
-		if err != nil {
-			return 0, err
-		}
-		return m.take(out)
-	}
-	if len(recvs) > 0 || len(sends) > 0 {
-		if _, err := post(recvs, sends, nil, 0); err != nil {
-			return 0, err
-		}
-	}
-	return m.take(out)
 }
 
 // isClosed reports whether the last member has left.
@@ -404,73 +241,103 @@ func (g *pollGroup) lockPoll(spinning bool) bool {
 	return true
 }
 
-func (m *groupMember) pending() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.n
+// errInterrupted is waitReady's return after interrupt.
+var errInterrupted = errors.New("rdma: wait for the completion channel interrupted")
+
+// The lead.
+
+// follow makes m the leader if there is none (and reports true), else a
+// follower.
+func (g *pollGroup) follow(m *groupMember) (leads bool) {
+	g.lmu.Lock()
+	defer g.lmu.Unlock()
+	if g.leader == nil {
+		g.leader = m
+		return true
+	}
+	g.followers.push(m)
+	return false
 }
 
-// wait parks the goroutine (not in the netpoller: the dispatcher is
-// there) until a completion is dispatched to m or kick is called, arming
-// the group's CQ first if nobody has. After stop it returns net.ErrClosed.
-func (m *groupMember) wait() (parked bool, err error) {
-	// A wakeup left from a delivery that a step has already taken would
-	// end this wait at once, for nothing: drop it before looking, so that
-	// any delivery after the look leaves a new one.
-	select {
-	case <-m.wake:
-	default:
+// promoted reports whether m, a follower that woke, now leads; if not, it
+// is no longer a follower.
+func (g *pollGroup) promoted(m *groupMember) bool {
+	g.lmu.Lock()
+	defer g.lmu.Unlock()
+	if g.leader == m {
+		return true
 	}
-	if done, err := m.ready(); done {
-		return false, err
-	}
-	g := m.g
-	g.waiters.Add(1)
-	g.armForWaiter()
-	m.mu.Lock()
-	parking := m.parking
-	m.mu.Unlock()
-	if parking != nil {
-		notify(parking)
-	}
-	<-m.wake
-	g.waiters.Add(-1)
-	m.mu.Lock()
-	m.kicked = false
-	stopped := m.stopped
-	m.mu.Unlock()
-	if stopped {
-		return true, net.ErrClosed
-	}
-	return true, nil
+	g.followers.remove(m)
+	return false
 }
 
-// ready reports whether wait must return at once, and with what.
-func (m *groupMember) ready() (bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopped {
-		return true, net.ErrClosed
+// handOn ends m's lead: the longest-waiting follower leads next.
+func (g *pollGroup) handOn(m *groupMember) {
+	g.lmu.Lock()
+	defer g.lmu.Unlock()
+	if g.leader != m {
+		return
 	}
-	if m.n > 0 || m.kicked || m.err != nil {
-		m.kicked = false
-		return true, nil
+	g.leader = g.followers.pop()
+	if g.leader != nil {
+		notify(g.leader.wake)
 	}
-	return false, nil
 }
 
-// kick makes the current or next wait return.
-func (m *groupMember) kick() {
-	m.mu.Lock()
-	m.kicked = true
-	m.mu.Unlock()
-	notify(m.wake)
+// unfollow takes m out of the lead and the followers, as it leaves.
+func (g *pollGroup) unfollow(m *groupMember) {
+	g.handOn(m)
+	g.lmu.Lock()
+	g.followers.remove(m)
+	g.lmu.Unlock()
 }
 
-// stop makes wait fail for good.
-func (m *groupMember) stop() {
-	m.mu.Lock()
-	m.stopped = true
-	m.mu.Unlock()
-	notify(m.wake)
+// interruptIfLeader wakes m if it leads: it waits on the channel, not on
+// its own wakeup.
+func (g *pollGroup) interruptIfLeader(m *groupMember) {
+	g.lmu.Lock()
+	leads := g.leader == m
+	g.lmu.Unlock()
+	if leads {
+		g.cq.interrupt()
+	}
+}
+
+// waitList is a list of members, linked through them, so that joining and
+// leaving it never allocates. Guarded by the group's lmu.
+type waitList struct{ head, tail *groupMember }
+
+func (l *waitList) push(m *groupMember) {
+	m.prev, m.next, m.listed = l.tail, nil, true
+	if l.tail != nil {
+		l.tail.next = m
+	} else {
+		l.head = m
+	}
+	l.tail = m
+}
+
+func (l *waitList) pop() *groupMember {
+	m := l.head
+	if m != nil {
+		l.remove(m)
+	}
+	return m
+}
+
+func (l *waitList) remove(m *groupMember) {
+	if !m.listed {
+		return
+	}
+	if m.prev != nil {
+		m.prev.next = m.next
+	} else {
+		l.head = m.next
+	}
+	if m.next != nil {
+		m.next.prev = m.prev
+	} else {
+		l.tail = m.prev
+	}
+	m.prev, m.next, m.listed = nil, nil, false
 }

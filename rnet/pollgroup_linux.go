@@ -4,7 +4,10 @@ package rnet
 
 import (
 	"context"
+	"errors"
+	"os"
 	"sync"
+	"time"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
@@ -127,8 +130,19 @@ func (c *verbsCQ) poll(flags verbs.StepFlags, out []wr.Completion, tries int) (i
 
 func (c *verbsCQ) waitReady() error {
 	_, err := c.cc.WaitReady(context.Background())
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// interrupt's way in: a past deadline on the channel's fd.
+		c.cc.SetDeadline(time.Time{})
+		return errInterrupted
+	}
 	return err
 }
+
+// interrupt sets a past deadline: it stays until the wait it ends (or the
+// next one) clears it, so it is never lost.
+func (c *verbsCQ) interrupt() { c.cc.SetDeadline(aLongTimeAgo) }
+
+var aLongTimeAgo = time.Unix(1, 0)
 
 func (c *verbsCQ) shutdown() { c.cc.Close() }
 

@@ -318,7 +318,7 @@ func testGroupMembersFail(t *testing.T, o simGroupOptions) {
 // TestPollGroupMemberOrder: each member of a poll group receives its
 // completions in the order its queue pair produced them, while many
 // members post, step (polling the shared CQ themselves when nobody else
-// does) and wait at once, and the dispatcher hands over the rest.
+// does) and wait at once, and the leader hands over the rest.
 func TestPollGroupMemberOrder(t *testing.T) {
 	const pairs, msgs, window = 8, 3000, 16
 	f := simfabric.New(3, simfabric.Options{Auto: true, RNRRetry: true})
@@ -445,9 +445,9 @@ func TestPollGroupMemberOrder(t *testing.T) {
 	}
 	wg.Wait()
 	select {
-	case <-g.done:
+	case <-g.cq.(*simGroupCQ).destroyed:
 	case <-time.After(time.Minute): // a hang detector only
-		t.Fatal("the dispatcher runs on after the last member left")
+		t.Fatal("the CQ is still there after the last member left")
 	}
 	if g.strays != 0 {
 		t.Errorf("%d completions for no member", g.strays)
@@ -473,7 +473,7 @@ func TestPollGroupStepWaitsForHandOver(t *testing.T) {
 		return pollTries(cq.cq, out, tries)
 	}
 
-	// Play the dispatcher caught between its poll and its hand-over.
+	// Play a poller caught between its poll and its hand-over.
 	g.pollMu.Lock()
 	if err := a.PostSend([]wr.Send{{ID: 7, Op: wr.OpWrite, Signaled: true}}); err != nil {
 		t.Fatal(err)
@@ -523,5 +523,5 @@ func TestPollGroupStepWaitsForHandOver(t *testing.T) {
 	if err := g.leave(m, nil); err != nil {
 		t.Fatal(err)
 	}
-	<-g.done
+	<-g.cq.(*simGroupCQ).destroyed
 }

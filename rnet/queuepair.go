@@ -19,7 +19,7 @@ type queuePair interface {
 	// polling again while none came up to tries polls: one crossing into C.
 	step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error)
 	// collected reports that completions are waiting which step hands
-	// over without polling (a poll group's dispatcher polled them), so a
+	// over without polling (another member of its poll group polled them), so a
 	// step that has nothing to post need not cross into C.
 	collected() bool
 	// collectAll makes sure step's next polls hand over every completion

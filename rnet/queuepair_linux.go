@@ -44,7 +44,7 @@ type verbsQP struct {
 }
 
 // step posts on the queue pair and takes the completions the group has
-// for it; flags are the group's business (its dispatcher arms the CQ).
+// for it; flags are the group's business (its leader arms the CQ).
 func (q *verbsQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	return q.member.step(q.post, recvs, sends, out, tries)
 }

@@ -23,13 +23,14 @@ import (
 // only for a completion added after an arm, as a device's does.
 type simGroupCQ struct {
 	cq        *simfabric.CQ
+	intr      chan struct{}
 	stop      chan struct{}
 	stopOnce  sync.Once
 	destroyed chan struct{}
 }
 
 func newSimGroupCQ(cq *simfabric.CQ) *simGroupCQ {
-	return &simGroupCQ{cq: cq, stop: make(chan struct{}), destroyed: make(chan struct{})}
+	return &simGroupCQ{cq: cq, intr: make(chan struct{}, 1), stop: make(chan struct{}), destroyed: make(chan struct{})}
 }
 
 // poll takes a leftover event (waitReady took the one that woke it: a
@@ -62,10 +63,14 @@ func (c *simGroupCQ) waitReady() error {
 	select {
 	case <-c.cq.Notify():
 		return nil
+	case <-c.intr:
+		return errInterrupted
 	case <-c.stop:
 		return net.ErrClosed
 	}
 }
+
+func (c *simGroupCQ) interrupt() { notify(c.intr) }
 
 func (c *simGroupCQ) shutdown() { c.stopOnce.Do(func() { close(c.stop) }) }
 
@@ -256,19 +261,17 @@ func (sn *simGroupNet) groups() ([]*pollGroup, []*simGroupCQ) {
 }
 
 // checkGroupsGone checks, once every Conn is closed, that each group's
-// dispatcher has returned and its CQ was destroyed, and that no completion
+// CQ was destroyed, and that no completion
 // was dispatched to nobody: a queue pair number that found no member means
 // a completion lost to its connection.
 func (sn *simGroupNet) checkGroupsGone(t *testing.T) {
 	t.Helper()
 	gs, cqs := sn.groups()
 	for i, g := range gs {
-		for _, ch := range []chan struct{}{g.done, cqs[i].destroyed} {
-			select {
-			case <-ch:
-			case <-time.After(time.Minute): // a hang detector only
-				t.Fatalf("poll group %d: dispatcher or CQ still there a minute after its last member left", i)
-			}
+		select {
+		case <-cqs[i].destroyed:
+		case <-time.After(time.Minute): // a hang detector only
+			t.Fatalf("poll group %d: CQ still there a minute after its last member left", i)
 		}
 		g.mu.RLock()
 		strays, closed := g.strays, g.closed
