@@ -33,8 +33,10 @@ func TestRXEPollGroupShared(t *testing.T) {
 	if groups < 1 || groups > 2 {
 		t.Errorf("%d connections (%d ends) are in %d poll groups, want 1 per device", n, 2*n, groups)
 	}
-	if cqs := procstat.Resources(t)["cq"] - res0["cq"]; cqs != groups {
-		t.Errorf("%d connections hold %d CQs, want %d: one per poll group", n, cqs, groups)
+	// At most: a CQ that an earlier test's leftovers release meanwhile
+	// can only lower the count.
+	if cqs := procstat.Resources(t)["cq"] - res0["cq"]; cqs > groups {
+		t.Errorf("%d connections hold %d CQs, want at most %d: one per poll group", n, cqs, groups)
 	}
 	for i := range dialed {
 		roundTripOnce(t, dialed[i], accepted[i])

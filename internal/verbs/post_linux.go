@@ -164,21 +164,26 @@ func (qp *QP) stepLocked(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Se
 	if r >= 0 {
 		return int(r), nil
 	}
-	r = -r
+	return 0, stepError(-r, qp.dev, cq.dev)
+}
+
+// stepError turns rnet_step's negated return into the error of the stage
+// that failed (see rnet_step in shim.h).
+func stepError(r int64, qpDev, cqDev string) error {
 	stage, code := r>>40, C.int(r&(1<<40-1))
 	switch stage {
 	case 1:
 		errno, _ := errnoFromPost(code)
-		return 0, &Error{Op: "ibv_post_recv", Device: qp.dev, Errno: errno}
+		return &Error{Op: "ibv_post_recv", Device: qpDev, Errno: errno}
 	case 2:
 		errno, _ := errnoFromPost(code)
-		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Errno: errno}
+		return &Error{Op: "ibv_post_send", Device: qpDev, Errno: errno}
 	case 3:
-		return 0, pollError(cq.dev, int(code>>8))
+		return pollError(cqDev, int(code>>8))
 	case 5:
-		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
+		return &Error{Op: "ibv_get_cq_event", Device: cqDev, Errno: syscall.Errno(code >> 8)}
 	default:
-		return 0, &Error{Op: "ibv_req_notify_cq", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
+		return &Error{Op: "ibv_req_notify_cq", Device: cqDev, Errno: syscall.Errno(code >> 8)}
 	}
 }
 
@@ -207,14 +212,5 @@ func (cq *CQ) Step(flags StepFlags, out []wr.Completion, tries int) (int, error)
 	if r >= 0 {
 		return int(r), nil
 	}
-	r = -r
-	stage, code := r>>40, C.int(r&(1<<40-1))
-	switch stage {
-	case 3:
-		return 0, pollError(cq.dev, int(code>>8))
-	case 5:
-		return 0, &Error{Op: "ibv_get_cq_event", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
-	default:
-		return 0, &Error{Op: "ibv_req_notify_cq", Device: cq.dev, Errno: syscall.Errno(code >> 8)}
-	}
+	return 0, stepError(-r, cq.dev, cq.dev)
 }
