@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,32 +28,42 @@ import (
 func rxeMaker(pair rdmatest.Pair, cfg *Config) pipeMaker {
 	return func(t *testing.T) (*Conn, *Conn) {
 		t.Helper()
-		ln, err := (&ListenConfig{Config: cfg}).Listen(context.Background(), "rdma", net.JoinHostPort(pair.Server.String(), "0"))
+		c1, c2, err := devicePipe(pair, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ln.Close()
-		type res struct {
-			c   *Conn
-			err error
-		}
-		acc := make(chan res, 1)
-		go func() {
-			c, err := ln.AcceptRDMA()
-			acc <- res{c, err}
-		}()
-		d := &Dialer{Config: cfg, LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, Timeout: 30 * time.Second}
-		c1, err := d.Dial("rdma", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := <-acc
-		if r.err != nil {
-			c1.Close()
-			t.Fatal(r.err)
-		}
-		return c1, r.c
+		return c1, c2
 	}
+}
+
+// devicePipe connects a dialled and an accepted Conn between pair's
+// addresses.
+func devicePipe(pair rdmatest.Pair, cfg *Config) (*Conn, *Conn, error) {
+	ln, err := (&ListenConfig{Config: cfg}).Listen(context.Background(), "rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	type res struct {
+		c   *Conn
+		err error
+	}
+	acc := make(chan res, 1)
+	go func() {
+		c, err := ln.AcceptRDMA()
+		acc <- res{c, err}
+	}()
+	d := &Dialer{Config: cfg, LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, Timeout: 30 * time.Second}
+	c1, err := d.Dial("rdma", ln.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	r := <-acc
+	if r.err != nil {
+		c1.Close()
+		return nil, nil, r.err
+	}
+	return c1, r.c, nil
 }
 
 func TestRXENettest(t *testing.T) {
@@ -506,7 +517,17 @@ func TestRXEResourcesReleased(t *testing.T) {
 // once per process and device is open before a test counts resources.
 func warmUp(t *testing.T, pair rdmatest.Pair) {
 	t.Helper()
-	c1, c2 := rxeMaker(pair, nil)(t)
+	c1, c2, err := devicePipe(pair, nil)
+	if err != nil && errors.Is(err, syscall.EINVAL) && strings.Contains(err.Error(), "rdma_connect") {
+		// siw now and then ends a connect with CONNECT_ERROR (EINVAL) in
+		// a full device run (twice in four CI runs, in the memlock test);
+		// the warm-up is not what a test checks, so it tries once more.
+		t.Logf("warm-up connect failed, trying again: %v", err)
+		c1, c2, err = devicePipe(pair, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	c1.Close()
 	c2.Close()
 }
