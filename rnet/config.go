@@ -37,7 +37,10 @@ type Config struct {
 	// allows.
 	SendQueueSize int
 	// RecvQueueSize is the credit window: how many messages the peer may
-	// send before Read consumes them. Default 384; range 16 to 65534.
+	// send before Read consumes them. Default 384; range 16 to 65534. On a
+	// device whose poll groups share a receive queue (RoCE, InfiniBand)
+	// it is the most the window grows to: it starts at 32 and doubles
+	// while the peer keeps using it up and the queue has receives to spare.
 	RecvQueueSize int
 	// InlineThreshold is the largest transfer copied into the work request
 	// itself rather than read by the NIC from the send ring, which cuts
@@ -102,6 +105,8 @@ type Config struct {
 	// and C rsocket peers rely on it. Default 7, which means without limit
 	// (0 means the default); negative means none; at most 7. The connection
 	// request and reply carry each side's to the other. iWARP ignores it.
+	// Below 7, connections keep receive queues of their own rather than
+	// share their poll group's (see docs/design.md, "Poll groups").
 	RNRRetryCount int
 }
 
@@ -176,6 +181,12 @@ type transportSettings struct {
 	retryCount    uint8
 	rnrRetryCount uint8
 }
+
+// shareRecvs reports whether a connection may take its receives from its
+// poll group's shared receive queue: only while a peer's message that
+// finds the queue empty is retried without limit, since a peer that
+// overruns its credits may empty it for a moment (see pollgroup_srq.go).
+func (t transportSettings) shareRecvs() bool { return t.rnrRetryCount == cm.MaxRetryCount }
 
 // softRoCEAckTimeout is Config.AckTimeout's default exponent on Soft-RoCE:
 // 33.5 ms.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -88,6 +89,12 @@ type pollGroup struct {
 	joined   int                     // members and joiners
 	closed   bool                    // the last member left: no one may join
 	strays   uint64                  // completions for no member (a queue pair already gone)
+
+	// srq, if not nil, is the group's shared receive queue (see
+	// pollgroup_srq.go). sharesRecvs says the group takes members that
+	// may share one: it has an SRQ unless the device refused it.
+	srq         *groupSRQ
+	sharesRecvs bool
 }
 
 // newPollGroup makes a group over cq.
@@ -100,22 +107,37 @@ func newPollGroup(cq sharedCQ) *pollGroup {
 }
 
 // reserve takes room in the CQ for a queue pair with up to depth
-// completions outstanding, and returns the member that will hold them, or
-// false when the group is full or closing.
-func (g *pollGroup) reserve(depth int) (*groupMember, bool) {
+// completions outstanding (cqEntries of them reserved in the CQ: fewer
+// than depth when the group's shared receive queue reserved room for the
+// receives), and recvs receives of the shared queue if the group has one.
+// It returns the member that will hold them, or false when the group is
+// full or closing.
+func (g *pollGroup) reserve(depth, cqEntries, recvs int) (*groupMember, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed || g.reserved+depth > g.cq.size() {
+	if g.srq == nil {
+		cqEntries, recvs = depth, 0
+	}
+	if g.closed || g.reserved+cqEntries > g.cq.size() {
 		return nil, false
 	}
-	g.reserved += depth
+	if g.srq != nil && g.srq.claimed+recvs > g.srq.claimable {
+		return nil, false
+	}
+	g.reserved += cqEntries
 	g.joined++
-	return &groupMember{
-		g:     g,
-		depth: depth,
-		inbox: make([]wr.Completion, min(depth, inboxFirst)),
-		wake:  make(chan struct{}, 1),
-	}, true
+	m := &groupMember{
+		g:         g,
+		depth:     depth,
+		cqEntries: cqEntries,
+		inbox:     make([]wr.Completion, min(depth, inboxFirst)),
+		wake:      make(chan struct{}, 1),
+	}
+	if g.srq != nil {
+		g.srq.claimed += recvs
+		m.recvClaim = recvs
+	}
+	return m, true
 }
 
 // drainLocked polls the CQ until it is empty, doing what flags ask in the
@@ -167,6 +189,9 @@ func (g *pollGroup) deliverLocked(wcs []wr.Completion) {
 	g.mu.RLock()
 	for i := range wcs {
 		m := g.members[wcs[i].QPNum]
+		if g.srq != nil && wcs[i].ID&ring.RecvIDFlag != 0 && g.srq.consumedLocked(m) {
+			m.cutOff() // its engine fails on the completion too
+		}
 		if m == nil {
 			g.strays++
 			continue
@@ -174,6 +199,11 @@ func (g *pollGroup) deliverLocked(wcs []wr.Completion) {
 		m.deliver(&wcs[i])
 	}
 	g.mu.RUnlock()
+	if g.srq != nil {
+		if err := g.srq.refillLocked(); err != nil {
+			g.failLocked(err)
+		}
+	}
 }
 
 // failLocked fails every member with the CQ's error: no member can learn
@@ -208,7 +238,10 @@ func (g *pollGroup) leave(m *groupMember, destroyQP func() error) error {
 	if m.attached && g.members[m.qpNum] == m {
 		delete(g.members, m.qpNum)
 	}
-	g.reserved -= m.depth
+	g.reserved -= m.cqEntries
+	if g.srq != nil {
+		g.srq.leftLocked(m)
+	}
 	g.joined--
 	last := g.joined == 0
 	if last {
@@ -221,6 +254,9 @@ func (g *pollGroup) leave(m *groupMember, destroyQP func() error) error {
 		return err
 	}
 	g.cq.shutdown()
+	if g.srq != nil {
+		err = errors.Join(err, g.srq.rq.destroy())
+	}
 	return errors.Join(err, g.cq.destroy())
 }
 

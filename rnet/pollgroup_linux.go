@@ -29,27 +29,50 @@ type groupRegistry struct {
 	byDevice map[uintptr][]*pollGroup // by struct ibv_context *
 }
 
-// join reserves room for depth completions in a group on ctx, whose CQs
-// hold at most maxCQE.
-func (r *groupRegistry) join(ctx *verbs.Context, maxCQE, depth int, accepting bool) (*groupMember, error) {
+// groupNeeds is what a connection asks of a poll group.
+type groupNeeds struct {
+	depth      int  // completions its queue pair may have outstanding (send and receive depths)
+	sendDepth  int  // of them, sends
+	recvs      int  // receives it claims of a shared receive queue
+	shareRecvs bool // it may take its receives from a shared queue
+}
+
+// join reserves room for a connection in a group on ctx, making one when
+// none has room.
+func (r *groupRegistry) join(ctx *verbs.Context, info verbs.DeviceInfo, need groupNeeds, accepting bool) (*groupMember, error) {
 	key := uintptr(ctx.Ptr())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, g := range r.byDevice[key] {
-		if m, ok := g.reserve(depth); ok {
+		if g.sharesRecvs != need.shareRecvs {
+			continue
+		}
+		if m, ok := g.reserve(need.depth, need.sendDepth, need.recvs); ok {
 			return m, nil
 		}
 	}
 	entries := groupCQEntries
-	if maxCQE > 0 {
-		entries = min(entries, maxCQE)
+	if info.MaxCQE > 0 {
+		entries = min(entries, info.MaxCQE)
 	}
-	cq, err := newVerbsCQ(ctx, max(entries, depth), accepting)
+	cq, err := newVerbsCQ(ctx, max(entries, need.depth), accepting)
 	if err != nil {
 		return nil, err
 	}
 	g := newPollGroup(cq)
-	m, ok := g.reserve(depth)
+	g.sharesRecvs = need.shareRecvs
+	if claimable := min(srqClaimable, info.MaxSRQWR-srqSpare); need.shareRecvs && info.MaxSRQ > 0 && claimable >= need.recvs &&
+		claimable+srqSpare+need.sendDepth <= cq.size() {
+		// Without a shared queue (the device refused one) the group's
+		// queue pairs keep receive queues of their own, as they would on
+		// iWARP.
+		if rq, err := newVerbsSRQ(ctx, claimable+srqSpare); err == nil {
+			if err := g.shareRecvs(rq, claimable); err != nil {
+				rq.destroy()
+			}
+		}
+	}
+	m, ok := g.reserve(need.depth, need.sendDepth, need.recvs)
 	if !ok {
 		// Unreachable: the CQ holds at least depth.
 		g.leave(&groupMember{g: g}, nil)
@@ -82,6 +105,22 @@ func (r *groupRegistry) leave(m *groupMember, destroyQP func() error) error {
 		}
 	}
 	return err
+}
+
+// sharing returns how many poll groups have a shared receive queue, for
+// tests.
+func (r *groupRegistry) sharing() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, gs := range r.byDevice {
+		for _, g := range gs {
+			if g.srq != nil {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // count returns how many poll groups the process has, for tests.
@@ -157,3 +196,33 @@ func (c *verbsCQ) destroy() error {
 }
 
 func (c *verbsCQ) size() int { return c.cq.Size() }
+
+// verbsSRQ is a poll group's shared receive queue on a device, in a
+// protection domain of its own: its receives carry no buffer, so that
+// domain holds no memory and no key.
+type verbsSRQ struct {
+	pd  *verbs.PD
+	srq *verbs.SRQ
+}
+
+func newVerbsSRQ(ctx *verbs.Context, receives int) (*verbsSRQ, error) {
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	srq, err := pd.NewSRQ(verbs.SRQCaps{MaxWR: uint32(receives), MaxSGE: 1})
+	if err != nil {
+		pd.Close()
+		return nil, err
+	}
+	return &verbsSRQ{pd: pd, srq: srq}, nil
+}
+
+func (s *verbsSRQ) post(n int) error {
+	_, err := s.srq.PostRecv(anonymousRecvs[:n])
+	return err
+}
+
+func (s *verbsSRQ) destroy() error {
+	return errors.Join(s.srq.Close(), s.pd.Close())
+}

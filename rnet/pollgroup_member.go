@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
@@ -13,10 +14,18 @@ import (
 // dispatched to its queue pair and the wakeup of its waiter. It implements
 // the completion half of queuePair (step's polling, wait, kick).
 type groupMember struct {
-	g        *pollGroup
-	depth    int    // CQ entries reserved
-	qpNum    uint32 // set by attach
-	attached bool   // set by attach, under g.mu
+	g         *pollGroup
+	depth     int    // completions the queue pair may have outstanding
+	cqEntries int    // of them, reserved in the CQ by the member
+	qpNum     uint32 // set by attach
+	attached  bool   // set by attach, under g.mu
+
+	// With a shared receive queue: the receives m claimed (under g.mu),
+	// the ones its engine posted and its queue pair has not consumed, and
+	// what cuts the queue pair off when its peer overruns.
+	recvClaim int
+	recvOut   atomic.Int64
+	onCutOff  func()
 
 	// mu guards the inbox (a ring that grows up to depth entries: the
 	// queue pair never has more completions outstanding), kicked, stopped
@@ -26,6 +35,7 @@ type groupMember struct {
 	head, n int
 	kicked  bool
 	stopped bool
+	cut     bool // cutOff ran
 	err     error
 	wake    chan struct{} // one pending wakeup for wait
 	// parking, if a test sets it (under mu), is signalled each time

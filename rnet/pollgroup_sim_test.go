@@ -331,7 +331,7 @@ func TestPollGroupMemberOrder(t *testing.T) {
 		post memberPost
 	}
 	newEnd := func(ep *simfabric.Endpoint) *end {
-		m, ok := g.reserve(2 * window)
+		m, ok := g.reserve(2*window, 2*window, 0)
 		if !ok {
 			t.Fatal("the group's CQ is full")
 		}
@@ -463,7 +463,7 @@ func TestPollGroupStepWaitsForHandOver(t *testing.T) {
 	f := simfabric.New(1, simfabric.Options{Auto: true})
 	cq := newSimGroupCQ(f.NewCQ(simfabric.CQOptions{}))
 	g := newPollGroup(cq)
-	m, ok := g.reserve(8)
+	m, ok := g.reserve(8, 8, 0)
 	if !ok {
 		t.Fatal("the group's CQ is full")
 	}

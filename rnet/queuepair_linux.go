@@ -46,8 +46,12 @@ type verbsQP struct {
 // step posts on the queue pair and takes the completions the group has
 // for it; flags are the group's business (its leader arms the CQ).
 func (q *verbsQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-	return q.member.step(q.post, recvs, sends, out, tries)
+	return q.member.step(q.post, q.member.accountRecvs(recvs), sends, out, tries)
 }
+
+// claimCredits claims n more receives of the group's shared receive queue
+// for a wider credit window (see creditClaimer); it returns how many it got.
+func (q *verbsQP) claimCredits(n int) int { return q.member.claimRecvs(n) }
 
 // postAndPoll posts and polls the group's CQ in one crossing.
 func (q *verbsQP) postAndPoll(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {

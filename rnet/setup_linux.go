@@ -95,11 +95,24 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 			return nil, err
 		}
 	}
-	if q.member, err = pollGroups.join(ctx, info.MaxCQE, layout.CQDepth, q.accepting); err != nil {
+	shared := cfg
+	shared.SharedRecv = true
+	if q.member, err = pollGroups.join(ctx, info, groupNeeds{
+		depth:      layout.CQDepth,
+		sendDepth:  layout.SendDepth,
+		recvs:      shared.FirstCredits() + ring.RecvHeadroom,
+		shareRecvs: !cfg.IWARP && t.shareRecvs(),
+	}, q.accepting); err != nil {
 		return nil, err
 	}
 	q.groupCQ = q.member.g.cq.(*verbsCQ).cq
 	q.post = q.postAndPoll
+	var srq *verbs.SRQ
+	if q.member.g.srq != nil {
+		cfg.SharedRecv = true
+		srq = q.member.g.srq.rq.(*verbsSRQ).srq
+		q.member.onCutOff = q.disconnect
+	}
 	inline := cfg.InlineThreshold
 	if inline < 0 {
 		inline = 0
@@ -107,7 +120,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	if cfg.IWARP {
 		inline = max(inline, ring.MsgWordSize)
 	}
-	if q.qp, err = q.id.CreateQP(q.pd, q.groupCQ, q.groupCQ, verbs.QPCaps{
+	if q.qp, err = q.id.CreateQPOnSRQ(q.pd, q.groupCQ, q.groupCQ, srq, verbs.QPCaps{
 		MaxSendWR:     uint32(layout.SendDepth),
 		MaxRecvWR:     uint32(layout.RecvDepth),
 		MaxSendSGE:    uint32(layout.MaxSendSGE),
@@ -134,7 +147,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 // postInitialRecvs puts the engine's first receives on the queue: they must
 // be there before the peer can send, so before connect or accept.
 func postInitialRecvs(q *verbsQP, eng *ring.Engine) error {
-	_, err := q.qp.PostRecv(eng.PostRecvs(nil))
+	_, err := q.qp.PostRecv(q.member.accountRecvs(eng.PostRecvs(nil)))
 	return err
 }
 

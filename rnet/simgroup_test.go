@@ -190,8 +190,8 @@ func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
 	plans := make([]pairPlan, n)
 	for i := range plans {
 		var ok1, ok2 bool
-		plans[i].mc, ok1 = sn.clientGr.reserve(layout.CQDepth)
-		plans[i].ms, ok2 = sn.serverGr.reserve(layout.CQDepth)
+		plans[i].mc, ok1 = sn.clientGr.reserve(layout.CQDepth, layout.CQDepth, 0)
+		plans[i].ms, ok2 = sn.serverGr.reserve(layout.CQDepth, layout.CQDepth, 0)
 		if !ok1 || !ok2 {
 			tb.Fatalf("pair %d: the poll group's CQ of %d entries has no room for %d more", i, entries, layout.CQDepth)
 		}

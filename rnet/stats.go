@@ -55,6 +55,12 @@ type Stats struct {
 	// be registered (the locked-memory limit, say): the ring stayed as it
 	// was, and the connection went on.
 	RegionsDeclined uint64
+	// CreditWindowGrowths counts the times the credit window (the
+	// messages the peer may send ahead of our reading) grew. Only a
+	// connection that takes its receives from its poll group's shared
+	// receive queue starts with a small window and grows it, while the
+	// queue has receives to spare (see docs/design.md, "Poll groups").
+	CreditWindowGrowths uint64
 }
 
 // Stats: see Conn.Stats.
@@ -85,6 +91,7 @@ func (c *conn) Stats() Stats {
 		RingGrowths:           s.SendRingGrowths + s.RecvRingGrowths,
 		RingShrinks:           s.SendRingShrinks + s.RecvRingShrinks,
 		RegionsDeclined:       s.RegionsDeclined,
+		CreditWindowGrowths:   s.CreditWindowGrowths,
 	}
 	st.SendRingSize, st.RecvRingSize = c.eng.RingSizes()
 	return st

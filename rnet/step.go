@@ -59,6 +59,13 @@ func (c *conn) flushLocked() { c.stepLocked(false, 0) }
 // maxStepRounds with completions left in the CQ.
 func (c *conn) stepLocked(poll bool, flags verbs.StepFlags) (moved, cut bool) {
 	moved, cut = c.stepRoundsLocked(poll, flags)
+	if n := c.eng.CreditsWanted(); n > 0 {
+		// The peer used up its credit window: widen it by what the
+		// receive queue can back, and post the receives and the grant.
+		c.eng.AddCredits(claimCredits(c.qp, n))
+		m, _ := c.stepRoundsLocked(false, 0)
+		moved = moved || m
+	}
 	if c.eng.RegionWork() && c.serveRegionsLocked() {
 		// A new region may make a buffer grant due, or let the send ring
 		// move and take the writer's bytes: post what it freed.
@@ -104,6 +111,22 @@ func (c *conn) serveRegionsLocked() (added bool) {
 		c.retiredRegions[i] = ring.Region{}
 	}
 	return added
+}
+
+// creditClaimer is a queuePair whose receives come from a queue shared with
+// other connections: a wider credit window needs receives claimed there.
+type creditClaimer interface {
+	// claimCredits claims up to n more receives and returns how many.
+	claimCredits(n int) int
+}
+
+// claimCredits returns how many of n more receives q can back: all of them
+// on a receive queue of its own, which is as deep as the largest window.
+func claimCredits(q queuePair, n int) int {
+	if c, ok := q.(creditClaimer); ok {
+		return c.claimCredits(n)
+	}
+	return n
 }
 
 // testHookAddRegion, set only by tests before any connection exists,

@@ -410,7 +410,7 @@ func (id *ID) CreateQPOnSRQ(pd *verbs.PD, send, recv *verbs.CQ, srq *verbs.SRQ, 
 	}
 	c := id.c
 	verbs.CountCgoCall()
-	id.qp = verbs.WrapQP(unsafePointer(C.rnet_id_qp(c)), granted, func() error {
+	id.qp = verbs.WrapQPOnSRQ(unsafePointer(C.rnet_id_qp(c)), granted, srq, func() error {
 		// Exclusive: rdma_disconnect, under a call's read lock, moves
 		// id->qp to the error state, and rdma_destroy_qp frees it.
 		id.mu.Lock()

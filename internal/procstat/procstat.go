@@ -167,7 +167,7 @@ func WaitNoNewGoroutines(before map[string]bool) []string {
 
 // ResourceKinds are the kernel objects a connection makes, as `rdma resource
 // show` names them.
-var ResourceKinds = []string{"qp", "cq", "mr", "pd", "cm_id", "ctx"}
+var ResourceKinds = []string{"qp", "cq", "mr", "pd", "cm_id", "ctx", "srq"}
 
 // WaitResources re-reads Resources until every kind in ResourceKinds counts
 // as in want, for up to 10 s, and returns the last reading. The kernel

@@ -99,6 +99,30 @@ type Config struct {
 	// WRITE WITH IMMEDIATE: each message becomes a plain RDMA WRITE plus a
 	// 4-byte inline SEND carrying the message word in host byte order.
 	IWARP bool
+	// SharedRecv says the receives behind this connection's credits come
+	// from a queue it shares with other connections (an SRQ): they carry
+	// no buffer, and the peer's messages may consume any of them, so the
+	// engine counts receive completions rather than matching their IDs.
+	// The credit window then starts at FirstSharedCredits and grows as the
+	// peer uses it up (see Engine.CreditsWanted), up to RecvQueueSize.
+	// Normalize clears it in IWARP mode, whose messages each need a
+	// receive buffer of the connection's own.
+	SharedRecv bool
+}
+
+// FirstSharedCredits is the credit window a SharedRecv connection starts
+// with: an idle connection claims this many receives of the shared queue
+// (plus RecvHeadroom), a busy one grows its window by doubling.
+const FirstSharedCredits = 32
+
+// FirstCredits is the credit window the connection advertises in its
+// private data: RecvQueueSize, or FirstSharedCredits with SharedRecv.
+func (c Config) FirstCredits() int {
+	c = c.Normalize()
+	if c.SharedRecv {
+		return min(FirstSharedCredits, c.RecvQueueSize)
+	}
+	return c.RecvQueueSize
 }
 
 // Normalize returns c with defaults filled in and every field clamped to
@@ -121,6 +145,9 @@ func (c Config) Normalize() Config {
 	}
 	if c.IWARP && c.InlineThreshold < MsgWordSize {
 		c.InlineThreshold = MsgWordSize
+	}
+	if c.IWARP {
+		c.SharedRecv = false
 	}
 	return c
 }

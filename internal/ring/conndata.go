@@ -15,6 +15,10 @@ const (
 	ConnDataVersion = 1
 	FlagNet         = 1 << 0 // the sender is big-endian: SGL updates to it are written big-endian
 	FlagIOMap       = 1 << 1 // an iomap table follows the target SGL (rsocket always sets it)
+	// FlagGrowingCredits is rnet's own: the sender's credit window may
+	// grow past the credits it advertises (see Config.SharedRecv).
+	// rsocket looks at no flag but the two above.
+	FlagGrowingCredits = 1 << 7
 )
 
 // TargetSGLEntries is the number of rs_sge entries in a target SGL

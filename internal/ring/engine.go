@@ -7,9 +7,9 @@ import (
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
-// recvIDFlag marks receive work request IDs, like rsocket's
+// RecvIDFlag marks receive work request IDs, like rsocket's
 // RS_WR_ID_FLAG_RECV, so one CQ can carry both kinds of completion.
-const recvIDFlag = 1 << 63
+const RecvIDFlag = 1 << 63
 
 // hostBigEndian is whether this host's byte order is network order; it
 // decides FlagNet in our private data and the order the peer uses for SGL
@@ -69,6 +69,7 @@ type Engine struct {
 
 	// The peer, from its private data.
 	peerCredits   uint16    // its rq_size
+	peerGrows     bool      // its window may grow past peerCredits
 	peerBigEndian bool      // write SGL updates to it big-endian
 	peerTarget    RemoteSGE // its target SGL (2 entries)
 	peerBuf       RemoteSGE // the first half of its rbuf
@@ -152,6 +153,8 @@ type Engine struct {
 	unread    uint64 // bytes received, not yet read
 
 	// Receive-side credits.
+	window      uint16 // credits each update grants: RecvQueueSize, or less with SharedRecv
+	creditWish  int    // receives CreditsWanted asks for (SharedRecv)
 	rseqNo      uint16 // DATA messages fully consumed
 	rseqComp    uint16 // a credit update is due when rseqNo reaches this
 	grantedSeq  uint16 // the peer may send DATA until recvDataSeq reaches this
@@ -211,6 +214,9 @@ type Stats struct {
 	RecvRingGrowths uint64
 	RecvRingShrinks uint64
 	RegionsDeclined uint64 // regions the driver could not provide
+	// CreditWindowGrowths counts AddCredits calls that widened the
+	// window (SharedRecv).
+	CreditWindowGrowths uint64
 }
 
 // New builds an engine over caller-owned memory. The regions must be at
@@ -257,12 +263,13 @@ func New(cfg Config, send, recv, target Region) (*Engine, error) {
 		gqLen:       1,
 		remoteSGE:   1,
 
-		rseqComp:   uint16(cfg.RecvQueueSize / 2),
-		grantedSeq: uint16(cfg.RecvQueueSize),
+		window:     uint16(cfg.FirstCredits()),
+		rseqComp:   uint16(cfg.FirstCredits() / 2),
+		grantedSeq: uint16(cfg.FirstCredits()),
 		msgs:       make([]uint32, cfg.RecvQueueSize),
 
 		recvDepth:  l.RecvDepth,
-		recvToPost: l.RecvDepth,
+		recvToPost: cfg.FirstCredits() + RecvHeadroom,
 	}
 	return e, nil
 }
@@ -285,13 +292,17 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) Layout() Layout { return e.layout }
 
 // LocalConnData returns the private data to send in the connect request or
-// reply: credits = RecvQueueSize, the target region as target SGL, the first half
+// reply: credits = FirstCredits, the target region as target SGL, the first half
 // of rbuf as data buffer, no iomap.
 func (e *Engine) LocalConnData() [ConnDataSize]byte {
+	flags := uint8(FlagIOMap)
+	if e.cfg.SharedRecv {
+		flags |= FlagGrowingCredits
+	}
 	c := ConnData{
 		Version: ConnDataVersion,
-		Flags:   FlagIOMap,
-		Credits: uint16(e.cfg.RecvQueueSize),
+		Flags:   flags,
+		Credits: uint16(e.cfg.FirstCredits()),
 		TargetSGL: RemoteSGE{
 			Addr:   e.target.Addr,
 			Key:    e.target.RKey,
@@ -330,6 +341,7 @@ func (e *Engine) Establish(peer []byte) error {
 		return protoErr(ErrBadConnData, 0, "data buffer address overflows")
 	}
 	e.peerCredits = c.Credits
+	e.peerGrows = c.Flags&FlagGrowingCredits != 0
 	e.peerBigEndian = c.Flags&FlagNet != 0
 	e.peerTarget = c.TargetSGL
 	e.peerBuf = c.DataBuf
@@ -455,6 +467,31 @@ func (e *Engine) RepostDue() bool {
 		e.peerShutdown || e.readClosed
 }
 
+// CreditsWanted is how many more receives a SharedRecv engine would like
+// behind a larger credit window: the peer used up its whole window, so
+// credits limit the stream. The driver claims what it can of the shared
+// queue and calls AddCredits, also with 0 when it can give none.
+func (e *Engine) CreditsWanted() int {
+	if e.err != nil || e.finished() {
+		return 0
+	}
+	return e.creditWish
+}
+
+// AddCredits widens the credit window by n of the receives CreditsWanted
+// asked for (fewer are taken as given, more are ignored); they are posted
+// before the next credit update grants them.
+func (e *Engine) AddCredits(n int) {
+	n = max(min(n, e.creditWish), 0)
+	e.creditWish = 0
+	if n == 0 {
+		return
+	}
+	e.window += uint16(n)
+	e.recvToPost += n
+	e.stats.CreditWindowGrowths++
+}
+
 // InFlight is the number of sends posted whose completions have not come
 // back yet. A driver that sees it stay above zero while no completion
 // arrives knows the transport is retrying into the void.
@@ -521,7 +558,7 @@ func (e *Engine) Credits() int { return int(e.sseqComp - e.sseqNo) }
 func (e *Engine) Complete(wcs []wr.Completion) error {
 	for i := range wcs {
 		wc := &wcs[i]
-		if wc.ID&recvIDFlag != 0 {
+		if wc.ID&RecvIDFlag != 0 {
 			e.completeRecv(wc)
 		} else {
 			e.completeSend(wc)

@@ -11,7 +11,7 @@ func (e *Engine) CheckInvariants() error {
 		return fmt.Errorf("sbuf counters out of order: tail %d posted %d head %d", e.sTail, e.sPosted, e.sHead)
 	case e.sHead-e.sTail > size:
 		return fmt.Errorf("sbuf overfull: %d of %d", e.sHead-e.sTail, size)
-	case e.established && e.sseqComp-e.sseqNo > e.peerCredits:
+	case e.established && e.sseqComp-e.sseqNo > e.creditBound():
 		return fmt.Errorf("negative or excess credits: comp %d sent %d peer window %d", e.sseqComp, e.sseqNo, e.peerCredits)
 	case e.ctrlInFlight < 0 || e.ctrlInFlight > CtrlSlots:
 		return fmt.Errorf("control slots in flight: %d", e.ctrlInFlight)

@@ -24,6 +24,10 @@ type side struct {
 	// wants, as a driver at its locked-memory limit does.
 	declineRegions bool
 	retired        []ring.Region
+	// declineCredits makes the side give none of the receives a
+	// SharedRecv engine wants for a wider credit window, as a driver
+	// whose shared queue is fully claimed does.
+	declineCredits bool
 }
 
 func newSide(t testing.TB, name string, ep *simfabric.Endpoint, cfg ring.Config) *side {
@@ -71,6 +75,12 @@ func connect(t testing.TB, f *simfabric.Fabric, ca, cb ring.Config) (*side, *sid
 func (s *side) service(max int) (bool, error) {
 	n := s.ep.PollCQ(s.wcs[:min(max, len(s.wcs))])
 	err := s.eng.Complete(s.wcs[:n])
+	if want := s.eng.CreditsWanted(); want > 0 {
+		if s.declineCredits {
+			want = 0
+		}
+		s.eng.AddCredits(want)
+	}
 	s.recvs = s.eng.PostRecvs(s.recvs[:0])
 	if perr := s.ep.PostRecv(s.recvs); perr != nil {
 		return true, fmt.Errorf("%s: post recv: %w", s.name, perr)

@@ -30,6 +30,12 @@ const rawHalf = 32 << 10
 // credits and a 64 KiB rbuf.
 func newHostile(t *testing.T, cfg ring.Config) (*side, *rawPeer) {
 	t.Helper()
+	return newHostileFlags(t, cfg, ring.FlagIOMap)
+}
+
+// newHostileFlags is newHostile with the raw peer's private data flags.
+func newHostileFlags(t *testing.T, cfg ring.Config, flags uint8) (*side, *rawPeer) {
+	t.Helper()
 	f := simfabric.New(1, simfabric.Options{Auto: true})
 	ee, re := f.Pair(capsFor(cfg), simfabric.Caps{})
 	s := newSide(t, "engine", ee, cfg)
@@ -53,7 +59,7 @@ func newHostile(t *testing.T, cfg ring.Config) (*side, *rawPeer) {
 	if err := re.PostRecv(recvs); err != nil {
 		t.Fatal(err)
 	}
-	mine := ring.ConnData{Version: 1, Flags: ring.FlagIOMap, Credits: 64,
+	mine := ring.ConnData{Version: 1, Flags: flags, Credits: 64,
 		TargetSGL: ring.RemoteSGE{Addr: p.target.Addr, Key: p.target.RKey, Length: 2},
 		DataBuf:   ring.RemoteSGE{Addr: p.rbuf.Addr, Key: p.rbuf.RKey, Length: rawHalf}}
 	pd := mine.Encode()

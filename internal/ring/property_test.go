@@ -25,6 +25,9 @@ func randomConfig(r *rand.Rand) ring.Config {
 		// Rings that start small grow and shrink (see regions.go).
 		IdleBufferSize: pick(64, 256, 1000, 4096, ring.MaxBufSize, 0),
 		IWARP:          r.IntN(4) == 0,
+		// Credit windows that start small and grow (Normalize clears
+		// it with IWARP).
+		SharedRecv: r.IntN(2) == 0,
 	}
 }
 
@@ -201,6 +204,7 @@ func (p *propertyRun) act() (bool, error) {
 		// progress in itself.
 		s.eng.Quiet()
 		s.declineRegions = r.IntN(4) == 0
+		s.declineCredits = r.IntN(4) == 0
 		return false, nil
 	default:
 		return p.f.Step(), nil

@@ -97,7 +97,7 @@ func (e *Engine) PostRecvs(dst []wr.Recv) []wr.Recv {
 		return dst
 	}
 	for ; e.recvToPost > 0; e.recvToPost-- {
-		w := wr.Recv{ID: recvIDFlag | e.recvPosted}
+		w := wr.Recv{ID: RecvIDFlag | e.recvPosted}
 		if e.cfg.IWARP {
 			w.NumSGE = 1
 			w.SGE = wr.SGE{
@@ -118,8 +118,19 @@ func (e *Engine) recvSlotOffset(seq uint64) int {
 
 // completeRecv handles one receive completion: the peer's message.
 func (e *Engine) completeRecv(wc *wr.Completion) {
-	seq := wc.ID &^ recvIDFlag
-	if e.recvDone == e.recvPosted || seq != e.recvDone {
+	seq := wc.ID &^ RecvIDFlag
+	switch {
+	case e.cfg.SharedRecv && e.recvDone >= e.recvPosted+RecvHeadroom:
+		// The peer's messages took more receives of the shared queue
+		// than were posted for this connection, and more than a peer
+		// that keeps to the protocol borrows while our receives are not
+		// back yet (see RecvHeadroom).
+		e.fail(protoErr(ErrCreditOverrun, 0, fmt.Sprintf("message %d with %d receives posted for it", e.recvDone+1, e.recvPosted)))
+		return
+	case e.cfg.SharedRecv:
+		// Any receive of the shared queue serves: completions are counted.
+		seq = e.recvDone
+	case e.recvDone == e.recvPosted || seq != e.recvDone:
 		e.fail(fmt.Errorf("ring: %w: receive ID %d, expected %d (%d posted)",
 			ErrUnknownCompletion, seq, e.recvDone, e.recvPosted-e.recvDone))
 		return
@@ -229,6 +240,10 @@ func (e *Engine) recvData(m Msg) {
 	}
 	e.recvDataSeq++
 	e.stats.MessagesReceived++
+	if e.recvDataSeq == e.grantedSeq && int(e.window) < e.cfg.RecvQueueSize {
+		// The peer used every credit: the window limits the stream.
+		e.creditWish = min(int(e.window), e.cfg.RecvQueueSize-int(e.window))
+	}
 	if n == 0 {
 		// Nothing to read: the message is consumed as it arrives.
 		e.rseqNo++
@@ -258,15 +273,31 @@ func (e *Engine) recvData(m Msg) {
 	e.stats.BytesReceived += uint64(n)
 }
 
+// maxCreditWindow bounds a credit grant's step from a peer whose window
+// grows (FlagGrowingCredits).
+const maxCreditWindow = 0x7FFF
+
+// creditBound is the most credits the peer may grant ahead of our sends.
+func (e *Engine) creditBound() uint16 {
+	if e.peerGrows {
+		return max(e.peerCredits, maxCreditWindow)
+	}
+	return e.peerCredits
+}
+
 // recvCredits applies a credit grant and takes any SGL update the peer
 // wrote into our target region.
 func (e *Engine) recvCredits(m Msg, wc *wr.Completion) {
 	comp := uint16(m.Data()) // rsocket sends rseq_no + rq_size unmasked; only 16 bits count
-	if comp-e.sseqComp > e.peerCredits {
+	// A peer whose private data says its window grows may grant more than
+	// the credits it advertised, but no window reaches half the 16-bit
+	// sequence space, so a larger step is one that goes back.
+	bound := e.creditBound()
+	if comp-e.sseqComp > bound {
 		e.fail(protoErr(ErrBadCredits, m, fmt.Sprintf("limit %d goes back from %d", comp, e.sseqComp)))
 		return
 	}
-	if comp-e.sseqNo > e.peerCredits {
+	if comp-e.sseqNo > bound {
 		e.fail(protoErr(ErrBadCredits, m, fmt.Sprintf("limit %d with %d sent and %d credits", comp, e.sseqNo, e.peerCredits)))
 		return
 	}

@@ -228,9 +228,9 @@ func (e *Engine) postCredits(dst []wr.Send) []wr.Send {
 	}
 	e.ctrlInFlight += need // one per work request; each completion returns one
 
-	msg := MakeMsg(MsgSGL, uint32(e.rseqNo)+uint32(e.cfg.RecvQueueSize))
-	e.grantedSeq = e.rseqNo + uint16(e.cfg.RecvQueueSize)
-	e.rseqComp = e.rseqNo + uint16(e.cfg.RecvQueueSize/2)
+	msg := MakeMsg(MsgSGL, uint32(e.rseqNo)+uint32(e.window))
+	e.grantedSeq = e.rseqNo + e.window
+	e.rseqComp = e.rseqNo + e.window/2
 	e.stats.CreditUpdatesSent++
 	e.ctrlSinceGrant++ // one message, one receive at the peer, no credit
 

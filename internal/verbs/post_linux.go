@@ -73,8 +73,12 @@ func (qp *QP) PostSend(wrs []wr.Send) (n int, err error) {
 	return n, nil
 }
 
-// PostRecv posts receive work requests like PostSend posts sends.
+// PostRecv posts receive work requests like PostSend posts sends; on a QP
+// created on an SRQ, it posts them to the SRQ.
 func (qp *QP) PostRecv(wrs []wr.Recv) (n int, err error) {
+	if qp.srq != nil {
+		return qp.srq.PostRecv(wrs)
+	}
 	qp.mu.RLock()
 	defer qp.mu.RUnlock()
 	if qp.c == nil {
@@ -126,15 +130,28 @@ func (qp *QP) Step(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Send, ou
 	// a crossing. Nothing between the locks can panic.
 	qp.mu.RLock()
 	cq.mu.RLock()
-	n, err := qp.stepLocked(cq, flags, recvs, sends, out, max(tries, 1))
+	var n int
+	var err error
+	if qp.srq == nil {
+		n, err = qp.stepLocked(cq, 0, flags, recvs, sends, out, max(tries, 1))
+	} else {
+		qp.srq.mu.RLock()
+		n, err = qp.stepLocked(cq, handle(unsafe.Pointer(qp.srq.c)), flags, recvs, sends, out, max(tries, 1))
+		qp.srq.mu.RUnlock()
+	}
 	cq.mu.RUnlock()
 	qp.mu.RUnlock()
 	return n, err
 }
 
-func (qp *QP) stepLocked(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+// stepLocked is Step with the locks held; srq is the QP's SRQ's handle, or
+// 0 when it has none.
+func (qp *QP) stepLocked(cq *CQ, srq C.uintptr_t, flags StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	if qp.c == nil {
 		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Err: errClosed}
+	}
+	if qp.srq != nil && srq == 0 {
+		return 0, &Error{Op: "ibv_post_srq_recv", Device: qp.dev, Err: errClosed}
 	}
 	if cq.c == nil {
 		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Err: errClosed}
@@ -160,7 +177,7 @@ func (qp *QP) stepLocked(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Se
 		ch = handle(unsafe.Pointer(cq.ch.c))
 	}
 	CountCgoCall()
-	r := int64(C.rnet_step(handle(unsafe.Pointer(qp.c)), handle(unsafe.Pointer(cq.c)), ch, C.int(flags), rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30)), C.int(min(tries, 1<<30))))
+	r := int64(C.rnet_step(handle(unsafe.Pointer(qp.c)), srq, handle(unsafe.Pointer(cq.c)), ch, C.int(flags), rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30)), C.int(min(tries, 1<<30))))
 	if r >= 0 {
 		return int(r), nil
 	}
@@ -175,6 +192,9 @@ func stepError(r int64, qpDev, cqDev string) error {
 	case 1:
 		errno, _ := errnoFromPost(code)
 		return &Error{Op: "ibv_post_recv", Device: qpDev, Errno: errno}
+	case 6:
+		errno, _ := errnoFromPost(code)
+		return &Error{Op: "ibv_post_srq_recv", Device: qpDev, Errno: errno}
 	case 2:
 		errno, _ := errnoFromPost(code)
 		return &Error{Op: "ibv_post_send", Device: qpDev, Errno: errno}
@@ -208,7 +228,7 @@ func (cq *CQ) Step(flags StepFlags, out []wr.Completion, tries int) (int, error)
 		ch = handle(unsafe.Pointer(cq.ch.c))
 	}
 	CountCgoCall()
-	r := int64(C.rnet_step(0, handle(unsafe.Pointer(cq.c)), ch, C.int(flags), nil, 0, nil, 0, wp, C.int(min(len(out), 1<<30)), C.int(min(max(tries, 1), 1<<30))))
+	r := int64(C.rnet_step(0, 0, handle(unsafe.Pointer(cq.c)), ch, C.int(flags), nil, 0, nil, 0, wp, C.int(min(len(out), 1<<30)), C.int(min(max(tries, 1), 1<<30))))
 	if r >= 0 {
 		return int(r), nil
 	}

@@ -24,6 +24,10 @@ type QP struct {
 	caps    QPCaps
 	dev     string
 	destroy func() error
+	// srq, if not nil, is the shared receive queue the QP takes its
+	// receives from: PostRecv and Step post there, as the QP has no
+	// receive queue of its own.
+	srq *SRQ
 }
 
 // WrapQP wraps a struct ibv_qp* created elsewhere. caps is what the device
@@ -40,6 +44,16 @@ func WrapQP(p unsafe.Pointer, caps QPCaps, destroy func() error) *QP {
 		destroy: destroy,
 	}
 }
+
+// WrapQPOnSRQ is WrapQP for a QP created on srq: its receives go to srq.
+func WrapQPOnSRQ(p unsafe.Pointer, caps QPCaps, srq *SRQ, destroy func() error) *QP {
+	qp := WrapQP(p, caps, destroy)
+	qp.srq = srq
+	return qp
+}
+
+// SRQ is the shared receive queue the QP takes its receives from, or nil.
+func (qp *QP) SRQ() *SRQ { return qp.srq }
 
 // Num is the QP number.
 func (qp *QP) Num() uint32 { return qp.num }

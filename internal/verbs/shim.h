@@ -245,16 +245,18 @@ static inline int rnet_poll_cq(struct ibv_cq *cq, struct rnet_wc *out, int n)
 // own. EAGAIN there is no failure: the wakeup was a kick, or a spurious
 // one. With RNET_STEP_ARM it arms the CQ (a caller about to wait on the channel
 // arms before it polls, so that a completion after the poll still wakes
-// it). Then it posts the receive WRs, then the send WRs, then polls up to
+// it). Then it posts the receive WRs (to srq_handle's SRQ when it is not 0),
+// then the send WRs, then polls up to
 // n_wc completions, and polls again while the CQ is empty, up to tries
 // polls in all: a busy-polling caller pays one crossing for that many. It
 // returns the number of completions, or
 // -(stage << 40 | errno << 8 | index) when stage 1 (post_recv), 2
-// (post_send), 3 (poll_cq), 4 (req_notify_cq) or 5 (get_cq_event) failed;
+// (post_send), 3 (poll_cq), 4 (req_notify_cq), 5 (get_cq_event) or 6
+// (post_srq_recv) failed;
 // nothing after a failed stage is done.
 enum { RNET_STEP_ARM = 1, RNET_STEP_TAKE_EVENT = 2 };
 
-static inline long long rnet_step(uintptr_t qp_handle, uintptr_t cq_handle, uintptr_t ch_handle,
+static inline long long rnet_step(uintptr_t qp_handle, uintptr_t srq_handle, uintptr_t cq_handle, uintptr_t ch_handle,
 	int flags,
 	const struct rnet_recv_wr *recvs, int n_recv,
 	const struct rnet_send_wr *sends, int n_send,
@@ -279,7 +281,9 @@ static inline long long rnet_step(uintptr_t qp_handle, uintptr_t cq_handle, uint
 			r = r == -1 ? (errno ? errno : EIO) : -r;
 		return -((4LL << 40) | ((long long)r << 8));
 	}
-	if (n_recv > 0 && (r = rnet_post_recv(qp, recvs, n_recv)) != 0)
+	if (n_recv > 0 && srq_handle != 0 && (r = rnet_post_srq_recv(srq_handle, recvs, n_recv)) != 0)
+		return -((6LL << 40) | (long long)r);
+	if (n_recv > 0 && srq_handle == 0 && (r = rnet_post_recv(qp, recvs, n_recv)) != 0)
 		return -((1LL << 40) | (long long)r);
 	if (n_send > 0 && (r = rnet_post_send(qp, sends, n_send)) != 0)
 		return -((2LL << 40) | (long long)r);

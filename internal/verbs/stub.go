@@ -71,6 +71,10 @@ func (cq *CQ) Step(flags StepFlags, out []wr.Completion, tries int) (int, error)
 }
 
 func WrapQP(p unsafe.Pointer, caps QPCaps, destroy func() error) *QP { return &QP{} }
+func WrapQPOnSRQ(p unsafe.Pointer, caps QPCaps, srq *SRQ, destroy func() error) *QP {
+	return &QP{}
+}
+func (qp *QP) SRQ() *SRQ { return nil }
 
 func (qp *QP) Num() uint32                         { return 0 }
 func (qp *QP) Caps() QPCaps                        { return QPCaps{} }
