@@ -130,28 +130,15 @@ func (qp *QP) Step(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Send, ou
 	// a crossing. Nothing between the locks can panic.
 	qp.mu.RLock()
 	cq.mu.RLock()
-	var n int
-	var err error
-	if qp.srq == nil {
-		n, err = qp.stepLocked(cq, 0, flags, recvs, sends, out, max(tries, 1))
-	} else {
-		qp.srq.mu.RLock()
-		n, err = qp.stepLocked(cq, handle(unsafe.Pointer(qp.srq.c)), flags, recvs, sends, out, max(tries, 1))
-		qp.srq.mu.RUnlock()
-	}
+	n, err := qp.stepLocked(cq, flags, recvs, sends, out, max(tries, 1))
 	cq.mu.RUnlock()
 	qp.mu.RUnlock()
 	return n, err
 }
 
-// stepLocked is Step with the locks held; srq is the QP's SRQ's handle, or
-// 0 when it has none.
-func (qp *QP) stepLocked(cq *CQ, srq C.uintptr_t, flags StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+func (qp *QP) stepLocked(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	if qp.c == nil {
 		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Err: errClosed}
-	}
-	if qp.srq != nil && srq == 0 {
-		return 0, &Error{Op: "ibv_post_srq_recv", Device: qp.dev, Err: errClosed}
 	}
 	if cq.c == nil {
 		return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Err: errClosed}
@@ -177,7 +164,7 @@ func (qp *QP) stepLocked(cq *CQ, srq C.uintptr_t, flags StepFlags, recvs []wr.Re
 		ch = handle(unsafe.Pointer(cq.ch.c))
 	}
 	CountCgoCall()
-	r := int64(C.rnet_step(handle(unsafe.Pointer(qp.c)), srq, handle(unsafe.Pointer(cq.c)), ch, C.int(flags), rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30)), C.int(min(tries, 1<<30))))
+	r := int64(C.rnet_step(handle(unsafe.Pointer(qp.c)), qp.srqHandle, handle(unsafe.Pointer(cq.c)), ch, C.int(flags), rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30)), C.int(min(tries, 1<<30))))
 	if r >= 0 {
 		return int(r), nil
 	}

@@ -26,8 +26,11 @@ type QP struct {
 	destroy func() error
 	// srq, if not nil, is the shared receive queue the QP takes its
 	// receives from: PostRecv and Step post there, as the QP has no
-	// receive queue of its own.
-	srq *SRQ
+	// receive queue of its own. srqHandle is its struct ibv_srq *, which
+	// Step may use without the SRQ's lock: an SRQ cannot be destroyed
+	// while a QP on it exists (EBUSY), and Step holds the QP's.
+	srq       *SRQ
+	srqHandle C.uintptr_t
 }
 
 // WrapQP wraps a struct ibv_qp* created elsewhere. caps is what the device
@@ -48,7 +51,9 @@ func WrapQP(p unsafe.Pointer, caps QPCaps, destroy func() error) *QP {
 // WrapQPOnSRQ is WrapQP for a QP created on srq: its receives go to srq.
 func WrapQPOnSRQ(p unsafe.Pointer, caps QPCaps, srq *SRQ, destroy func() error) *QP {
 	qp := WrapQP(p, caps, destroy)
-	qp.srq = srq
+	if srq != nil {
+		qp.srq, qp.srqHandle = srq, handle(srq.Ptr())
+	}
 	return qp
 }
 
