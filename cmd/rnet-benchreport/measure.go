@@ -151,8 +151,9 @@ func measure(c *config) (*Report, error) {
 					start := time.Now()
 					vals, err := t.run(ctx, c, port, size)
 					cancel()
-					for k, v := range vals {
-						if err == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v <= 0) {
+					for _, k := range []string{Throughput, Latency, LatencyP50} {
+						v, ok := vals[k]
+						if ok && err == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v <= 0) {
 							err = fmt.Errorf("implausible %s %v", k, v)
 						}
 					}
@@ -162,13 +163,13 @@ func measure(c *config) (*Report, error) {
 						continue
 					}
 					var parts []string
-					for _, k := range []string{Throughput, Latency, LatencyP50} {
+					for _, k := range append([]string{Throughput, Latency, LatencyP50}, workKinds...) {
 						v, ok := vals[k]
-						if !ok {
-							continue
+						if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
+							continue // a work figure that could not be counted
 						}
 						list := &r.Series
-						if k == LatencyP50 {
+						if k != Throughput && k != Latency {
 							list = &r.Extra
 						}
 						s := series(list, t.transport, k, size)

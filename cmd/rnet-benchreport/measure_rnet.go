@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/rnet-dev/rnet/rnet"
 )
 
 // rnetPerf measures rnet perf; env is added to both processes' environment
@@ -22,7 +24,7 @@ func rnetPerf(tcp bool, env ...string) measurer {
 		if err != nil {
 			return nil, err
 		}
-		out, err := runClient(ctx, c, env, cargs...)
+		out, syscalls, err := runClientCounted(ctx, c, env, cargs...)
 		if err != nil {
 			srv.kill()
 			srv.wait()
@@ -32,12 +34,24 @@ func rnetPerf(tcp bool, env ...string) measurer {
 			return nil, err
 		}
 		var res struct {
-			MBps float64 `json:"MBps"`
+			MBps        float64     `json:"MBps"`
+			Writes      float64     `json:"writes"`
+			CgoPerWrite float64     `json:"cgo_per_write"`
+			Stats       *rnet.Stats `json:"stats"`
 		}
 		if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
 			return nil, fmt.Errorf("rnet perf output %q: %w", out, err)
 		}
-		return map[string]float64{Throughput: res.MBps}, nil
+		vals := map[string]float64{Throughput: res.MBps}
+		if res.Writes > 0 && !tcp {
+			// The client's work per Write: a message of the stream.
+			vals[SyscallsPerMsg] = syscalls / res.Writes
+			vals[CgoPerMsg] = res.CgoPerWrite
+			if res.Stats != nil {
+				vals[CompletionsPerMsg] = float64(res.Stats.SendCompletions+res.Stats.RecvCompletions) / res.Writes
+			}
+		}
+		return vals, nil
 	}
 }
 

@@ -10,22 +10,30 @@ import (
 // rstream runs C rstream's server and client with -S size -C count -I iters
 // and the extra options, and returns the client's usec/xfer.
 func rstream(ctx context.Context, c *config, port, size, count, iters int, extra ...string) (float64, error) {
+	us, _, err := rstreamCounted(ctx, c, port, size, count, iters, extra...)
+	return us, err
+}
+
+// rstreamCounted is rstream that also returns the client's system calls
+// (see runClientCounted).
+func rstreamCounted(ctx context.Context, c *config, port, size, count, iters int, extra ...string) (float64, float64, error) {
 	args := append([]string{"-p", strconv.Itoa(port), "-S", strconv.Itoa(size), "-C", strconv.Itoa(count), "-I", strconv.Itoa(iters)}, extra...)
 	srv, err := startServer(ctx, c, "", nil, append([]string{"rstream", "-b", c.server}, args...)...)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	out, err := clientRetrying(ctx, c, func(o string) bool { _, err := parseRstream(o); return err == nil },
+	out, syscalls, err := clientRetryingCounted(ctx, c, func(o string) bool { _, err := parseRstream(o); return err == nil },
 		srv.running, append([]string{"rstream", "-s", c.server, "-b", c.client}, args...)...)
 	if err != nil {
 		srv.kill()
 		srv.wait()
-		return 0, err
+		return 0, 0, err
 	}
 	if err := srv.wait(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return parseRstream(out)
+	us, err := parseRstream(out)
+	return us, syscalls, err
 }
 
 // parseRstream reads usec/xfer from rstream's result line:
@@ -45,11 +53,12 @@ func parseRstream(out string) (float64, error) {
 func rstreamBW(extra ...string) measurer {
 	return func(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
 		count := max(c.scaled(bwBytes(size), size)/size, 1)
-		us, err := rstream(ctx, c, port, size, count, 1, extra...)
+		us, syscalls, err := rstreamCounted(ctx, c, port, size, count, 1, extra...)
 		if err != nil {
 			return nil, err
 		}
-		return map[string]float64{Throughput: float64(size) / us}, nil // bytes/µs = MB/s
+		// The client sends count messages and receives them back.
+		return map[string]float64{Throughput: float64(size) / us, SyscallsPerMsg: syscalls / float64(2*count)}, nil // bytes/µs = MB/s
 	}
 }
 

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -90,17 +92,29 @@ func command(ctx context.Context, env, argv []string) *exec.Cmd {
 }
 
 func runClient(ctx context.Context, c *config, env []string, argv ...string) (string, error) {
+	out, _, err := runClientCounted(ctx, c, env, argv...)
+	return out, err
+}
+
+// runClientCounted is runClient that also returns how many system calls the
+// client made in all (NaN where that cannot be counted): on rxe every post
+// to the device (a doorbell), every arming of a CQ and every wait on a
+// channel is one, while polling is not.
+func runClientCounted(ctx context.Context, c *config, env []string, argv ...string) (string, float64, error) {
 	if c.verbose {
 		fmt.Fprintln(os.Stderr, "   $", strings.Join(append(env, argv...), " "))
 	}
-	out, err := command(ctx, env, argv).CombinedOutput()
+	cmd := command(ctx, env, argv)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	syscalls, err := runCounted(cmd)
 	if c.verbose {
-		fmt.Fprint(os.Stderr, string(out))
+		fmt.Fprint(os.Stderr, out.String())
 	}
 	if err != nil {
-		return string(out), fmt.Errorf("%s: %v: %s", argv[0], err, strings.TrimSpace(string(out)))
+		return out.String(), syscalls, fmt.Errorf("%s: %v: %s", argv[0], err, strings.TrimSpace(out.String()))
 	}
-	return string(out), nil
+	return out.String(), syscalls, nil
 }
 
 // clientRetrying runs a C tool's client until it connects: those servers say
@@ -110,25 +124,32 @@ func runClient(ctx context.Context, c *config, env []string, argv ...string) (st
 // (rstream's client reports a connect that raced the server's listen as an
 // rpoll error); otherwise only refusals are.
 func clientRetrying(ctx context.Context, c *config, ok func(string) bool, serverUp func() bool, argv ...string) (string, error) {
+	out, _, err := clientRetryingCounted(ctx, c, ok, serverUp, argv...)
+	return out, err
+}
+
+// clientRetryingCounted is clientRetrying that also returns the system
+// calls of the attempt that connected (see runClientCounted).
+func clientRetryingCounted(ctx context.Context, c *config, ok func(string) bool, serverUp func() bool, argv ...string) (string, float64, error) {
 	var last error
 	for attempt := 0; attempt < 50 && ctx.Err() == nil; attempt++ {
-		out, err := runClient(ctx, c, nil, argv...)
+		out, syscalls, err := runClientCounted(ctx, c, nil, argv...)
 		if err == nil && ok(out) {
-			return out, nil
+			return out, syscalls, nil
 		}
 		if err == nil {
 			err = fmt.Errorf("%s printed no result: %s", argv[0], strings.TrimSpace(out))
 		}
 		last = err
 		if !refused(out) && (serverUp == nil || !serverUp()) {
-			return out, err
+			return out, math.NaN(), err
 		}
 		select { // a refused connect returns at once: pace the retries
 		case <-time.After(20 * time.Millisecond):
 		case <-ctx.Done():
 		}
 	}
-	return "", fmt.Errorf("gave up connecting: %w", last)
+	return "", math.NaN(), fmt.Errorf("gave up connecting: %w", last)
 }
 
 func refused(out string) bool {

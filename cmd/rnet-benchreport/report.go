@@ -24,7 +24,23 @@ const (
 	Throughput = "throughput"  // MB/s (10^6 bytes/s), higher is better
 	Latency    = "latency"     // mean round trip in µs, lower is better
 	LatencyP50 = "latency-p50" // median round trip in µs (not every tool has it)
+
+	// The client's work per message of a throughput test (kept in Extra):
+	// read and write system calls (on rxe: doorbells, CQ arming, channel
+	// reads), crossings into C, completions polled. rstream's messages are
+	// those it sends and those it receives back.
+	SyscallsPerMsg    = "syscalls-per-msg"
+	CgoPerMsg         = "cgo-per-msg"
+	CompletionsPerMsg = "completions-per-msg"
 )
+
+// workKinds are the per-message figures, in table order.
+var workKinds = []string{SyscallsPerMsg, CgoPerMsg, CompletionsPerMsg}
+
+// workSizes are the sizes whose per-message figures the table shows: at
+// larger ones a test moves too few messages for the process's setup not to
+// count.
+func workSize(size int) bool { return size <= 4<<10 }
 
 // Series is one transport's measurement at one size, over every run.
 type Series struct {
@@ -144,6 +160,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "%6s %9s %8s %9s %9s %10s %7s %7s  %12s %11s %12s %11s %8s\n", sizeName(s), fmtVal(rn), fmtVal(p50), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc),
 			ratio(rn, rs), ratio(rn, rb), ratio(rp, rs), ratio(p50, ib), ratio(p50, tc))
 	}
+	r.writeWork(w)
 	if fc, fg := r.extraMedian(FloorC, Latency), r.extraMedian(FloorGo, Latency); !math.IsNaN(fc) || !math.IsNaN(fg) {
 		fmt.Fprintf(w, "\nGo runtime floor, no RDMA (benchmarks/gofloor; round trip, µs)\n")
 		fmt.Fprintf(w, "%9s %8s %9s %8s  %9s %8s\n", "c-mean", "c-p50", "go-mean", "go-p50", "go/c mean", "go/c p50")
@@ -163,4 +180,44 @@ func (r *Report) WriteTable(w io.Writer) {
 	if len(fails) > 0 {
 		fmt.Fprintf(w, "\nfailures (medians are over the runs that worked): %s\n", strings.Join(fails, "; "))
 	}
+}
+
+// writeWork prints the client's work per message of the throughput tests,
+// if the report has it.
+func (r *Report) writeWork(w io.Writer) {
+	transports := []string{RNet, RNetPoll, RStream, RStreamBlock}
+	var rows []int
+	for _, s := range r.Throughput {
+		if workSize(s) && !math.IsNaN(r.work(RNet, SyscallsPerMsg, s)) {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nClient work per message, throughput tests (syscalls: read/write system calls, on rxe doorbells and channel reads; cgo: crossings into C; wc: completions)\n")
+	fmt.Fprintf(w, "%6s", "size")
+	for _, t := range transports {
+		fmt.Fprintf(w, " %29s", t+" syscalls/cgo/wc")
+	}
+	fmt.Fprintln(w)
+	for _, s := range rows {
+		fmt.Fprintf(w, "%6s", sizeName(s))
+		for _, t := range transports {
+			var parts []string
+			for _, k := range workKinds {
+				parts = append(parts, fmtVal(r.work(t, k, s)))
+			}
+			fmt.Fprintf(w, " %29s", strings.Join(parts, " / "))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// work is a transport's median of a per-message figure (kept in Extra).
+func (r *Report) work(transport, kind string, size int) float64 {
+	if e := r.find(r.Extra, transport, kind, size); e != nil && len(e.Runs) > 0 {
+		return e.Median
+	}
+	return math.NaN()
 }

@@ -147,3 +147,32 @@ func TestTableFloor(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkTable: the per-message work of the throughput tests is printed
+// for the small sizes, "-" where a transport has no such figure.
+func TestWorkTable(t *testing.T) {
+	r := sample()
+	for _, s := range throughputSizes {
+		r.Extra = append(r.Extra,
+			&Series{Transport: RNet, Kind: SyscallsPerMsg, Size: s, Runs: []float64{0.5}, Median: 0.5},
+			&Series{Transport: RNet, Kind: CgoPerMsg, Size: s, Runs: []float64{1.25}, Median: 1.25},
+			&Series{Transport: RNet, Kind: CompletionsPerMsg, Size: s, Runs: []float64{1.5}, Median: 1.5},
+			&Series{Transport: RStream, Kind: SyscallsPerMsg, Size: s, Runs: []float64{2}, Median: 2})
+	}
+	var b strings.Builder
+	r.WriteTable(&b)
+	s := b.String()
+	i := strings.Index(s, "Client work per message")
+	if i < 0 {
+		t.Fatalf("no work table:\n%s", s)
+	}
+	work := s[i:]
+	for _, want := range []string{"0.50 / 1.25 / 1.50", "2.00 / - / -", "\n    4K "} {
+		if !strings.Contains(work, want) {
+			t.Errorf("work table lacks %q:\n%s", want, work)
+		}
+	}
+	if strings.Contains(work, "\n   64K ") {
+		t.Errorf("work table has a row for 64K, where setup would count:\n%s", work)
+	}
+}
