@@ -52,6 +52,22 @@ type Dialer struct {
 	// and released. 0 means 300 ms; a negative value tries the addresses one
 	// after another.
 	FallbackDelay time.Duration
+	// TCPFallback makes DialConn connect over TCP, to the same host and
+	// port, when it cannot connect over RDMA: no RDMA device, no RDMA route,
+	// the RDMA connect refused or not done within RDMAAttemptTimeout. The
+	// connection it returns is then a *TCPConn that says why. Dial and
+	// DialContext never fall back. Default false.
+	TCPFallback bool
+	// RDMAAttemptTimeout bounds the RDMA attempt of a DialConn with
+	// TCPFallback, within Timeout and the context. 0 means 3 s; negative
+	// means no bound of its own.
+	RDMAAttemptTimeout time.Duration
+	// TCPFallbackMemory is how long an address whose RDMA connect was
+	// refused or timed out is dialled over TCP straight away by DialConn
+	// with TCPFallback (the memory is the process's, shared by its
+	// Dialers), so that a fleet where some servers lack RDMA does not pay a
+	// failed attempt per dial. 0 means 30 s; negative means no memory.
+	TCPFallbackMemory time.Duration
 }
 
 // Dial connects to address.

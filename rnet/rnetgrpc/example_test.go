@@ -44,3 +44,26 @@ func Example_server() {
 		log.Fatal(err)
 	}
 }
+
+// One server for clients with RDMA and clients without: a dual listener
+// takes both on one port, and clients with WithTCPFallback reach it over
+// RDMA where they can and over TCP where they cannot.
+func Example_withTCPFallback() {
+	ln, err := (&rnet.ListenConfig{}).ListenDual(context.Background(), "rdma", ":50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := ln.RDMAError(); err != nil {
+		log.Printf("serving over TCP alone: %v", err)
+	}
+	s := grpc.NewServer()
+	go s.Serve(ln)
+
+	cc, err := grpc.NewClient("localhost:50051",
+		rnetgrpc.DialOption(nil, rnetgrpc.WithTCPFallback()),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cc.Close()
+}

@@ -31,8 +31,9 @@
 //	err = s.Serve(ln) // returns when s.Stop or s.GracefulStop is called
 //
 // To size accepted connections, listen with rnet.ListenConfig{Config: cfg}.
-// A server may serve an rnet listener and a TCP listener at the same time by
-// calling Serve once for each, from two goroutines.
+// To serve clients with RDMA and clients without it on one port, serve an
+// rnet.DualListener (ListenConfig.ListenDual); clients dialling with
+// WithTCPFallback reach it either way.
 package rnetgrpc
 
 import (
@@ -59,6 +60,13 @@ func WithTimeout(t time.Duration) Option {
 	return func(d *rnet.Dialer) { d.Timeout = t }
 }
 
+// WithTCPFallback makes a connection that cannot be made over RDMA (no RDMA
+// device or route, refused, too slow) go over TCP to the same host and port
+// (see rnet.Dialer.TCPFallback). A server on an rnet.DualListener takes both.
+func WithTCPFallback() Option {
+	return func(d *rnet.Dialer) { d.TCPFallback = true }
+}
+
 // DialOption returns a grpc.DialOption that makes every connection of a
 // grpc.ClientConn an rnet connection, sized by cfg (nil for the defaults).
 // It is grpc.WithContextDialer underneath, so it replaces any other context
@@ -75,11 +83,6 @@ func Dialer(cfg *rnet.Config, opts ...Option) func(ctx context.Context, addr str
 		o(&d)
 	}
 	return func(ctx context.Context, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, "rdma", addr)
-		if err != nil {
-			// Never return a typed-nil *rnet.Conn inside the interface.
-			return nil, err
-		}
-		return c, nil
+		return d.DialConn(ctx, "rdma", addr)
 	}
 }

@@ -1,0 +1,198 @@
+package rnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/verbs"
+	"golang.org/x/net/nettest"
+)
+
+// withoutRDMA skips a test of what happens on a machine without RDMA when
+// this one has it (the device tests cover that case).
+func withoutRDMA(t *testing.T) {
+	t.Helper()
+	if _, err := verbs.Devices(); err == nil {
+		t.Skip("this machine has RDMA devices")
+	}
+}
+
+// TestDualListenerFallbackWithoutRDMA: on a machine without RDMA a dual
+// listener listens over TCP alone and says why; a falling-back dial to it
+// connects over TCP with the reason "no RDMA device", and the listener's
+// end says its peer came over TCP.
+func TestDualListenerFallbackWithoutRDMA(t *testing.T) {
+	withoutRDMA(t)
+	ctx := context.Background()
+	ln, err := (&ListenConfig{}).ListenDual(ctx, "rdma", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if !errors.Is(ln.RDMAError(), ErrNoDevice) && !errors.Is(ln.RDMAError(), ErrNotSupported) {
+		t.Errorf("RDMAError = %v, want ErrNoDevice or ErrNotSupported", ln.RDMAError())
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	d := &Dialer{TCPFallback: true}
+	c, err := d.DialConn(ctx, "rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	if s == nil {
+		t.FailNow()
+	}
+	defer s.Close()
+	tc, ok := c.(*TCPConn)
+	if !ok || tc.Reason != FallbackNoDevice || Transport(c) != "tcp" {
+		t.Fatalf("DialConn = %T %+v, want a *TCPConn with reason %v", c, c, FallbackNoDevice)
+	}
+	if !errors.Is(tc.Cause, ErrNoDevice) && !errors.Is(tc.Cause, ErrNotSupported) {
+		t.Errorf("Cause = %v, want the RDMA attempt's ErrNoDevice", tc.Cause)
+	}
+	if sc, ok := s.(*TCPConn); !ok || sc.Reason != FallbackPeerTCP {
+		t.Errorf("accepted %T %+v, want a *TCPConn with reason %v", s, s, FallbackPeerTCP)
+	}
+	echoOnce(t, c, s)
+	t.Logf("fell back: %v (%v)", tc.Reason, tc.Cause)
+
+	// Without TCPFallback nothing changes: the dial fails as Dial does.
+	if c, err := (&Dialer{}).DialConn(ctx, "rdma", ln.Addr().String()); err == nil || c != nil {
+		t.Errorf("DialConn without TCPFallback = %v, %v; want the RDMA error", c, err)
+	}
+}
+
+func echoOnce(t *testing.T, a, b net.Conn) {
+	t.Helper()
+	msg := []byte("hello over whatever works")
+	go a.Write(msg)
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(b, got); err != nil || string(got) != string(msg) {
+		t.Fatalf("read %q, %v; want %q", got, err, msg)
+	}
+}
+
+// TestFallbackNettest: a falling-back connection keeps net.Conn's
+// contract (nettest.TestConn), both ends.
+func TestFallbackNettest(t *testing.T) {
+	withoutRDMA(t)
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		ln, err := (&ListenConfig{}).ListenDual(context.Background(), "rdma", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		type res struct {
+			c   net.Conn
+			err error
+		}
+		acc := make(chan res, 1)
+		go func() {
+			c, err := ln.Accept()
+			acc <- res{c, err}
+		}()
+		c1, err = (&Dialer{TCPFallback: true}).DialConn(context.Background(), "rdma", ln.Addr().String())
+		if err != nil {
+			ln.Close()
+			return nil, nil, nil, err
+		}
+		r := <-acc
+		if r.err != nil {
+			c1.Close()
+			ln.Close()
+			return nil, nil, nil, r.err
+		}
+		return c1, r.c, func() { c1.Close(); r.c.Close(); ln.Close() }, nil
+	})
+}
+
+// TestDualListenerClose: Close ends a blocked Accept with net.ErrClosed.
+func TestDualListenerClose(t *testing.T) {
+	withoutRDMA(t)
+	ln, err := (&ListenConfig{}).ListenDual(context.Background(), "rdma", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept()
+		done <- err
+	}()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept after Close = %v, want net.ErrClosed", err)
+	}
+}
+
+// TestFallbackReasons: which RDMA failures fall back, and as what.
+func TestFallbackReasons(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	op := func(err error) error { return &net.OpError{Op: "dial", Net: "rdma", Err: err} }
+	for _, tc := range []struct {
+		ctx  context.Context
+		err  error
+		want FallbackReason
+		ok   bool
+	}{
+		{context.Background(), op(ErrNoDevice), FallbackNoDevice, true},
+		{context.Background(), op(ErrNotSupported), FallbackNoDevice, true},
+		{context.Background(), op(&cm.RejectError{Status: 8}), FallbackRefused, true},
+		{context.Background(), op(context.DeadlineExceeded), FallbackTimeout, true},
+		{context.Background(), op(&verbs.Error{Op: "rdma_resolve_addr", Errno: syscall.EADDRNOTAVAIL}), FallbackNoRoute, true},
+		{context.Background(), op(&verbs.Error{Op: "rdma_resolve_route", Errno: syscall.ENETUNREACH}), FallbackNoRoute, true},
+		{context.Background(), op(ErrLockedMemory), FallbackRDMAError, true},
+		{ended, op(context.Canceled), 0, false},
+		{context.Background(), op(&ConfigError{Field: "SendBufferSize"}), 0, false},
+		{context.Background(), op(&net.DNSError{Err: "no such host", Name: "x"}), 0, false},
+	} {
+		got, ok := fallbackReasonOf(tc.ctx, tc.err)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("fallbackReasonOf(%v) = %v, %v; want %v, %v", tc.err, got, ok, tc.want, tc.ok)
+		}
+	}
+	if s := fmt.Sprint(FallbackRefused, FallbackReason(99)); s != "RDMA refused FallbackReason(99)" {
+		t.Errorf("reasons print as %q", s)
+	}
+}
+
+// TestRefusalMemory: a refusal is remembered until its time, then
+// forgotten; a success forgets it at once; the memory stays bounded.
+func TestRefusalMemory(t *testing.T) {
+	m := refusalMemory{until: make(map[string]time.Time)}
+	now := time.Now()
+	m.remember("rdma", "10.0.0.1:1", now.Add(time.Minute))
+	if !m.has("rdma", "10.0.0.1:1", now) || m.has("rdma4", "10.0.0.1:1", now) || m.has("rdma", "10.0.0.1:2", now) {
+		t.Error("a refusal is not remembered for its address and network alone")
+	}
+	if m.has("rdma", "10.0.0.1:1", now.Add(time.Minute)) {
+		t.Error("a refusal is remembered past its time")
+	}
+	m.remember("rdma", "10.0.0.1:1", now.Add(time.Minute))
+	m.forget("rdma", "10.0.0.1:1")
+	if m.has("rdma", "10.0.0.1:1", now) {
+		t.Error("a forgotten refusal is remembered")
+	}
+	for i := range maxRefusals + 10 {
+		m.remember("rdma", fmt.Sprintf("10.0.0.1:%d", i), now.Add(time.Minute))
+	}
+	if len(m.until) > maxRefusals {
+		t.Errorf("the memory holds %d refusals, more than %d", len(m.until), maxRefusals)
+	}
+}
