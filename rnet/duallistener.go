@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -31,6 +32,8 @@ type DualListener struct {
 
 	failMu  sync.Mutex
 	failErr error // the first listener to fail for good; Accept returns it
+
+	acceptedRDMA, acceptedTCP atomic.Uint64
 }
 
 // ListenDual listens on address over RDMA (network "rdma", "rdma4" or
@@ -176,6 +179,11 @@ func (dl *DualListener) shut() error {
 func (dl *DualListener) Accept() (net.Conn, error) {
 	select {
 	case c := <-dl.conns:
+		if _, ok := c.(*Conn); ok {
+			dl.acceptedRDMA.Add(1)
+		} else {
+			dl.acceptedTCP.Add(1)
+		}
 		return c, nil
 	case <-dl.done:
 	}
@@ -211,6 +219,12 @@ func (dl *DualListener) Addr() net.Addr {
 		return dl.rdma.Addr()
 	}
 	return dl.tcp.Addr()
+}
+
+// Accepted returns how many connections Accept has returned over RDMA and
+// over TCP.
+func (dl *DualListener) Accepted() (rdma, tcp uint64) {
+	return dl.acceptedRDMA.Load(), dl.acceptedTCP.Load()
 }
 
 // RDMAError says why the listener has no RDMA side (no device, say), or is

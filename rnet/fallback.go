@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -86,6 +87,26 @@ func Transport(c net.Conn) string {
 	return ""
 }
 
+// FallbackStats counts the connections DialConn with TCPFallback made,
+// process-wide: over RDMA, and over TCP by the reason for falling back.
+type FallbackStats struct {
+	RDMA uint64
+	TCP  [FallbackPeerTCP + 1]uint64 // indexed by FallbackReason; [0] unused
+}
+
+// DialFallbackStats returns the process's FallbackStats so far.
+func DialFallbackStats() FallbackStats {
+	var s FallbackStats
+	s.RDMA = dialCounts[0].Load()
+	for i := 1; i < len(s.TCP); i++ {
+		s.TCP[i] = dialCounts[i].Load()
+	}
+	return s
+}
+
+// dialCounts are FallbackStats' counters: [0] RDMA, [r] TCP for reason r.
+var dialCounts [FallbackPeerTCP + 1]atomic.Uint64
+
 // defaultRDMAAttemptTimeout bounds a falling-back dial's RDMA attempt:
 // long enough for a connect on an emulated device, short enough that a
 // path that drops RDMA connect requests costs a program little.
@@ -139,6 +160,7 @@ func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Con
 	cancel()
 	if err == nil {
 		refusedRecently.forget(network, address)
+		dialCounts[0].Add(1)
 		return c, nil
 	}
 	reason, ok := fallbackReasonOf(ctx, err)
@@ -175,6 +197,7 @@ func (d *Dialer) dialTCP(ctx context.Context, network, address string, reason Fa
 		}
 		return nil, err
 	}
+	dialCounts[reason].Add(1)
 	return &TCPConn{TCPConn: c.(*net.TCPConn), Reason: reason, Cause: cause}, nil
 }
 

@@ -70,6 +70,9 @@ func TestRXEDualListener(t *testing.T) {
 	echoOnce(t, tc, s)
 	tc.Close()
 	s.Close()
+	if rdma, tcp := ln.Accepted(); rdma != 1 || tcp != 1 {
+		t.Errorf("the listener accepted %d over RDMA and %d over TCP, want 1 and 1", rdma, tcp)
+	}
 	ln.Close()
 	checkReleased(t, gor0, fds0, res0)
 }

@@ -48,6 +48,7 @@ func TestDualListenerFallbackWithoutRDMA(t *testing.T) {
 		accepted <- c
 	}()
 	d := &Dialer{TCPFallback: true}
+	before := DialFallbackStats()
 	c, err := d.DialConn(ctx, "rdma", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +59,13 @@ func TestDualListenerFallbackWithoutRDMA(t *testing.T) {
 		t.FailNow()
 	}
 	defer s.Close()
+	after := DialFallbackStats()
+	if after.TCP[FallbackNoDevice]-before.TCP[FallbackNoDevice] != 1 || after.RDMA != before.RDMA {
+		t.Errorf("DialFallbackStats went from %+v to %+v, want one more TCP connection for %v", before, after, FallbackNoDevice)
+	}
+	if rdma, tcp := ln.Accepted(); rdma != 0 || tcp != 1 {
+		t.Errorf("the listener accepted %d over RDMA and %d over TCP, want 0 and 1", rdma, tcp)
+	}
 	tc, ok := c.(*TCPConn)
 	if !ok || tc.Reason != FallbackNoDevice || Transport(c) != "tcp" {
 		t.Fatalf("DialConn = %T %+v, want a *TCPConn with reason %v", c, c, FallbackNoDevice)

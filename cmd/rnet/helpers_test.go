@@ -47,7 +47,9 @@ func startCmd(t *testing.T, args ...string) *child {
 			return c
 		}
 	}
-	t.Fatalf("rnet %q exited without listening: %v", args, <-c.done)
+	err = <-c.done
+	c.done <- err // for the cleanup's stop, which waits for it too
+	t.Fatalf("rnet %q exited without listening: %v", args, err)
 	return nil
 }
 

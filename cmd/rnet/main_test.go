@@ -344,9 +344,33 @@ func TestTCPDialFromZonedAddress(t *testing.T) {
 			c.Close()
 		}
 	}()
-	c, err := dial(true, ln.Addr().String(), from.String())
+	c, err := dial(true, false, ln.Addr().String(), from.String())
 	if err != nil {
 		t.Fatalf("dial -tcp -from %v: %v", from, err)
 	}
 	c.Close()
+}
+
+// TestFallbackWithoutDevice: on a machine without RDMA, -fallback serves
+// and dials over TCP, and the results say which transport ran and why.
+func TestFallbackWithoutDevice(t *testing.T) {
+	if _, err := verbs.Devices(); !errors.Is(err, verbs.ErrNoDevice) && !errors.Is(err, verbs.ErrNotSupported) {
+		t.Skipf("this machine has RDMA devices (%v)", err)
+	}
+	srv := startCmd(t, "perf", "-s", "127.0.0.1:0", "-fallback")
+	var out, errb bytes.Buffer
+	if code := run([]string{"perf", "-c", srv.addr, "-fallback", "-n", "100000", "-size", "1000", "--json", "-q"}, &out, &errb); code != 0 {
+		t.Fatalf("perf exit %d: %s", code, errb.String())
+	}
+	var pr PerfResult
+	if err := json.Unmarshal(out.Bytes(), &pr); err != nil || pr.Transport != "tcp" || pr.Fallback != rnet.FallbackNoDevice.String() {
+		t.Fatalf("perf -fallback result %s: %+v, %v; want transport tcp, fallback %q", out.String(), pr, err, rnet.FallbackNoDevice)
+	}
+	out.Reset()
+	if code := run([]string{"ping", srv.addr, "-fallback", "-n", "5", "-warmup", "1"}, &out, &errb); code != 0 {
+		t.Fatalf("ping exit %d: %s", code, errb.String())
+	}
+	if !strings.HasPrefix(out.String(), "tcp (fallback: no RDMA device) ") {
+		t.Errorf("ping -fallback printed %q, want the transport and the reason first", out.String())
+	}
 }

@@ -91,23 +91,53 @@ func netName(tcp bool) string {
 	return "rdma"
 }
 
-func listen(tcp bool, addr string) (net.Listener, error) {
+// transportOf names the transport c runs on, and why it is TCP when it
+// fell back from RDMA ("" otherwise).
+func transportOf(c net.Conn, tcp bool) (transport, fallback string) {
+	if tc, ok := c.(*rnet.TCPConn); ok {
+		return "tcp", tc.Reason.String()
+	}
+	return netName(tcp), ""
+}
+
+// withFallback is a transport's name with its fallback reason, if any.
+func withFallback(transport, fallback string) string {
+	if fallback == "" {
+		return transport
+	}
+	return transport + " (fallback: " + fallback + ")"
+}
+
+// listen listens on addr over TCP, RDMA, or (fallback) both on one port.
+func listen(tcp, fallback bool, addr string) (net.Listener, error) {
 	if tcp {
 		return net.Listen("tcp", addr)
 	}
-	if ap, err := netip.ParseAddrPort(addr); err == nil {
+	if ap, err := netip.ParseAddrPort(addr); err == nil && !fallback {
 		if err := checkRDMAAddr(ap.Addr(), "listen address"); err != nil {
 			return nil, err
 		}
 	}
-	ln, err := (&rnet.ListenConfig{Config: rdmaConfig()}).Listen(context.Background(), "rdma", addr)
+	lc := &rnet.ListenConfig{Config: rdmaConfig()}
+	if fallback {
+		ln, err := lc.ListenDual(context.Background(), "rdma", addr)
+		if err != nil {
+			return nil, explain(err, addr)
+		}
+		if err := ln.RDMAError(); err != nil {
+			fmt.Fprintf(os.Stderr, "rnet: listening over TCP alone: %v\n", explain(err, addr))
+		}
+		return ln, nil
+	}
+	ln, err := lc.Listen(context.Background(), "rdma", addr)
 	if err != nil {
 		return nil, explain(err, addr)
 	}
 	return ln, nil
 }
 
-func dial(tcp bool, addr, from string) (net.Conn, error) {
+// dial connects to addr over TCP, RDMA, or RDMA falling back to TCP.
+func dial(tcp, fallback bool, addr, from string) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialLimit)
 	defer cancel()
 	var fromIP netip.Addr
@@ -128,14 +158,14 @@ func dial(tcp bool, addr, from string) (net.Conn, error) {
 		}
 		return c, nil
 	}
-	d := rnet.Dialer{Config: rdmaConfig()}
+	d := rnet.Dialer{Config: rdmaConfig(), TCPFallback: fallback}
 	if fromIP.IsValid() {
-		if err := checkRDMAAddr(fromIP, "-from address"); err != nil {
+		if err := checkRDMAAddr(fromIP, "-from address"); err != nil && !fallback {
 			return nil, err
 		}
 		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(fromIP, 0))
 	}
-	c, err := d.DialContext(ctx, "rdma", addr)
+	c, err := d.DialConn(ctx, "rdma", addr)
 	if err != nil {
 		return nil, explain(err, addr)
 	}

@@ -25,6 +25,7 @@ type perfOpts struct {
 	bytes    int64
 	interval time.Duration
 	tcp      bool
+	fallback bool
 	json     bool
 	quiet    bool
 	once     bool
@@ -42,6 +43,7 @@ func parsePerf(args []string, stderr io.Writer) (perfOpts, error) {
 	fs.Int64Var(&o.bytes, "n", 0, "client: send this many `bytes` instead of for -t")
 	fs.DurationVar(&o.interval, "i", time.Second, "client: progress line interval")
 	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
+	fs.BoolVar(&o.fallback, "fallback", false, "client: fall back to TCP where RDMA cannot be used; server: serve RDMA and TCP on one port")
 	fs.BoolVar(&o.json, "json", false, "print the summary as JSON")
 	fs.BoolVar(&o.quiet, "q", false, "client: no progress line")
 	fs.BoolVar(&o.once, "once", false, "server: exit after serving one client")
@@ -75,6 +77,7 @@ func parsePerf(args []string, stderr io.Writer) (perfOpts, error) {
 type PerfResult struct {
 	Test        string      `json:"test"` // "perf"
 	Transport   string      `json:"transport"`
+	Fallback    string      `json:"fallback,omitempty"` // why TCP, when it fell back from RDMA
 	Server      string      `json:"server"`
 	Local       string      `json:"local"`
 	Size        int         `json:"size"`
@@ -88,7 +91,7 @@ type PerfResult struct {
 }
 
 func runPerf(o perfOpts, stdout, stderr io.Writer) error {
-	c, err := dial(o.tcp, o.addr, o.from)
+	c, err := dial(o.tcp, o.fallback, o.addr, o.from)
 	if err != nil {
 		return err
 	}
@@ -145,9 +148,10 @@ func runPerf(o perfOpts, stdout, stderr io.Writer) error {
 		return fmt.Errorf("server received %d bytes, sent %d", got, sent.Load())
 	}
 	r := PerfResult{
-		Test: "perf", Transport: netName(o.tcp), Server: c.RemoteAddr().String(), Local: c.LocalAddr().String(),
+		Test: "perf", Server: c.RemoteAddr().String(), Local: c.LocalAddr().String(),
 		Size: o.size, Writes: writes, Bytes: sent.Load(), Seconds: elapsed.Seconds(),
 	}
+	r.Transport, r.Fallback = transportOf(c, o.tcp)
 	r.MBps = float64(r.Bytes) / r.Seconds / 1e6
 	r.Gbps = r.MBps * 8 / 1000
 	if rc, ok := c.(*rnet.Conn); ok {
@@ -163,7 +167,7 @@ func printPerf(w io.Writer, asJSON bool, r PerfResult) error {
 		return json.NewEncoder(w).Encode(r)
 	}
 	fmt.Fprintf(w, "%s %s -> %s: %d writes of %d B, %s in %.2f s = %.1f MB/s (%.3f Gb/s)",
-		r.Transport, r.Local, r.Server, r.Writes, r.Size, human(r.Bytes), r.Seconds, r.MBps, r.Gbps)
+		withFallback(r.Transport, r.Fallback), r.Local, r.Server, r.Writes, r.Size, human(r.Bytes), r.Seconds, r.MBps, r.Gbps)
 	if r.Stats != nil {
 		fmt.Fprintf(w, ", %.2f cgo calls/write; waits: %d spun, %d parked", r.CgoPerWrite, r.Stats.Spins, r.Stats.Parks)
 	}
@@ -225,7 +229,7 @@ func human(n int64) string {
 // runServer serves perf and ping clients concurrently, each in its own
 // goroutine; with -once it serves the first client alone and returns.
 func runServer(o perfOpts, stdout, stderr io.Writer) error {
-	ln, err := listen(o.tcp, o.addr)
+	ln, err := listen(o.tcp, o.fallback, o.addr)
 	if err != nil {
 		return err
 	}
@@ -236,7 +240,11 @@ func runServer(o perfOpts, stdout, stderr io.Writer) error {
 	if o.json {
 		banner = stderr
 	}
-	fmt.Fprintf(banner, "rnet perf: listening on %s (%s)\n", ln.Addr(), netName(o.tcp))
+	name := netName(o.tcp)
+	if o.fallback && !o.tcp {
+		name = "rdma and tcp"
+	}
+	fmt.Fprintf(banner, "rnet perf: listening on %s (%s)\n", ln.Addr(), name)
 	if f, ok := banner.(*os.File); ok {
 		f.Sync()
 	}
@@ -260,6 +268,7 @@ func runServer(o perfOpts, stdout, stderr io.Writer) error {
 type ServerResult struct {
 	Test      string  `json:"test"`
 	Transport string  `json:"transport"`
+	Fallback  string  `json:"fallback,omitempty"`
 	Client    string  `json:"client"`
 	Size      int     `json:"size"`
 	Bytes     int64   `json:"bytes"`
@@ -285,7 +294,8 @@ func serveConn(c net.Conn, o perfOpts, stdout io.Writer) error {
 		return err
 	}
 	start, cgo0 := time.Now(), verbs.CgoCalls()
-	res := ServerResult{Transport: netName(o.tcp), Client: c.RemoteAddr().String(), Size: int(h.size)}
+	res := ServerResult{Client: c.RemoteAddr().String(), Size: int(h.size)}
+	res.Transport, res.Fallback = transportOf(c, o.tcp)
 	switch h.mode {
 	case modePerf:
 		res.Test = "perf"
@@ -331,7 +341,7 @@ func serveConn(c net.Conn, o perfOpts, stdout io.Writer) error {
 	if o.json {
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	line := fmt.Sprintf("%s %s from %s: %d B messages, %s in %.2f s", res.Transport, res.Test, res.Client, res.Size, human(res.Bytes), res.Seconds)
+	line := fmt.Sprintf("%s %s from %s: %d B messages, %s in %.2f s", withFallback(res.Transport, res.Fallback), res.Test, res.Client, res.Size, human(res.Bytes), res.Seconds)
 	if res.Stats != nil {
 		if res.Reads > 0 {
 			line += fmt.Sprintf("; %.2f cgo calls/read", float64(res.Cgo)/float64(res.Reads))

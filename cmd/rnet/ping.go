@@ -21,6 +21,7 @@ type pingOpts struct {
 	warmup   int
 	interval time.Duration
 	tcp      bool
+	fallback bool
 	json     bool
 }
 
@@ -34,6 +35,7 @@ func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
 	fs.IntVar(&o.warmup, "warmup", 100, "round trips before measuring")
 	fs.DurationVar(&o.interval, "i", 0, "pause between round trips (0: back to back)")
 	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
+	fs.BoolVar(&o.fallback, "fallback", false, "fall back to TCP where RDMA cannot be used")
 	fs.BoolVar(&o.json, "json", false, "print the result as JSON")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -57,6 +59,7 @@ func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
 type PingResult struct {
 	Test      string  `json:"test"` // "ping"
 	Transport string  `json:"transport"`
+	Fallback  string  `json:"fallback,omitempty"` // why TCP, when it fell back from RDMA
 	Server    string  `json:"server"`
 	Local     string  `json:"local"`
 	Size      int     `json:"size"`
@@ -78,7 +81,7 @@ type PingResult struct {
 }
 
 func runPing(o pingOpts, stdout io.Writer) error {
-	c, err := dial(o.tcp, o.addr, o.from)
+	c, err := dial(o.tcp, o.fallback, o.addr, o.from)
 	if err != nil {
 		return err
 	}
@@ -114,7 +117,8 @@ func runPing(o pingOpts, stdout io.Writer) error {
 	}
 	cgo := verbs.CgoCalls() - cgo0
 	r := summarize(rtt)
-	r.Transport, r.Server, r.Local, r.Size = netName(o.tcp), c.RemoteAddr().String(), c.LocalAddr().String(), o.size
+	r.Server, r.Local, r.Size = c.RemoteAddr().String(), c.LocalAddr().String(), o.size
+	r.Transport, r.Fallback = transportOf(c, o.tcp)
 	if rc != nil && len(rtt) > 0 {
 		st := rc.Stats()
 		trips := float64(len(rtt))
@@ -126,7 +130,7 @@ func runPing(o pingOpts, stdout io.Writer) error {
 		return json.NewEncoder(stdout).Encode(r)
 	}
 	line := fmt.Sprintf("%s %s -> %s: %d round trips of %d B: min %.1f  p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  mean %.1f µs",
-		r.Transport, r.Local, r.Server, r.Count, r.Size, r.MinUs, r.P50Us, r.P90Us, r.P99Us, r.MaxUs, r.MeanUs)
+		withFallback(r.Transport, r.Fallback), r.Local, r.Server, r.Count, r.Size, r.MinUs, r.P50Us, r.P90Us, r.P99Us, r.MaxUs, r.MeanUs)
 	if r.CgoPerTrip != nil {
 		line += fmt.Sprintf("; per round trip: %.2f cgo calls, %.2f spins, %.3f parks", *r.CgoPerTrip, *r.SpinsPerTrip, *r.ParksPerTrip)
 	}

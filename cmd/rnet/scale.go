@@ -298,7 +298,7 @@ func openOne(o scaleOpts, i int) (net.Conn, error) {
 	fail := func(step string, err error) error {
 		return fmt.Errorf("connection %d of %d, %s: %w%s", i, o.conns, step, err, limitHint(err))
 	}
-	c, err := dial(o.tcp, o.addr, o.from)
+	c, err := dial(o.tcp, false, o.addr, o.from)
 	if err != nil {
 		return nil, fail("dial", err)
 	}
