@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 )
@@ -176,4 +177,57 @@ func TestIWARPDualListener(t *testing.T) {
 		t.Errorf("ListenDual on an iWARP address = %v, want the iWARP port explained", err)
 	}
 	t.Logf("ListenDual on an iWARP address: %v", err)
+}
+
+// TestRXEFallbackOnTimeout: an RDMA listener that never answers (a
+// connection-manager id listening, its requests never read) holds a dial
+// until RDMAAttemptTimeout, and the dial then connects over TCP to the
+// same port, saying it timed out.
+func TestRXEFallbackOnTimeout(t *testing.T) {
+	pair := rdmatest.Require(t)
+	warmUp(t, pair)
+	tl, err := net.Listen("tcp", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	port := tl.Addr().(*net.TCPAddr).Port
+	ch, err := cm.NewEventChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	id, err := ch.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Close()
+	if err := id.Bind(netip.AddrPortFrom(pair.Server, uint16(port))); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Listen(8); err != nil {
+		t.Fatal(err)
+	}
+	addr := tl.Addr().String()
+	defer refusedRecently.forget("rdma", addr)
+	d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, TCPFallback: true, RDMAAttemptTimeout: 200 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
+	defer cancel()
+	acc := acceptOne(tl)
+	c, err := d.DialConn(ctx, "rdma", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-acc
+	if s == nil {
+		t.Fatal("the TCP listener accepted nothing")
+	}
+	defer s.Close()
+	tc, ok := c.(*TCPConn)
+	if !ok || tc.Reason != FallbackTimeout {
+		t.Fatalf("DialConn = %T %+v, want a *TCPConn (%v)", c, c, FallbackTimeout)
+	}
+	echoOnce(t, c, s)
+	t.Logf("fell back: %v (%v)", tc.Reason, tc.Cause)
 }
