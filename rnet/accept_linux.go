@@ -59,6 +59,7 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 		done:           make(chan struct{}),
 		failed:         make(chan struct{}),
 		handshakeError: handshakeError,
+		acceptDL:       newDeadline(func() {}),
 	}
 	l.requestsDone.L = &l.requestsMu
 	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx,

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // DualListener listens over RDMA and over TCP on one address and port, so
@@ -34,6 +36,7 @@ type DualListener struct {
 	failErr error // the first listener to fail for good; Accept returns it
 
 	acceptedRDMA, acceptedTCP atomic.Uint64
+	acceptDL                  deadline // SetDeadline's
 }
 
 // ListenDual listens on address over RDMA (network "rdma", "rdma4" or
@@ -61,7 +64,7 @@ func (lc *ListenConfig) ListenDual(ctx context.Context, network, address string)
 }
 
 func (lc *ListenConfig) listenDualOnce(ctx context.Context, network, tcpNet string, laddr netip.AddrPort) (*DualListener, error) {
-	dl := &DualListener{conns: make(chan net.Conn), done: make(chan struct{})}
+	dl := &DualListener{conns: make(chan net.Conn), done: make(chan struct{}), acceptDL: newDeadline(func() {})}
 	rl, err := lc.Listen(ctx, network, laddr.String())
 	switch {
 	case err == nil:
@@ -166,6 +169,7 @@ func (dl *DualListener) shut() error {
 	var err error
 	dl.shutOnce.Do(func() {
 		close(dl.done)
+		dl.acceptDL.stop()
 		err = dl.tcp.Close()
 		if dl.rdma != nil {
 			err = errors.Join(err, dl.rdma.Close())
@@ -185,6 +189,8 @@ func (dl *DualListener) Accept() (net.Conn, error) {
 			dl.acceptedTCP.Add(1)
 		}
 		return c, nil
+	case <-dl.acceptDL.wait():
+		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: dl.Addr(), Err: os.ErrDeadlineExceeded}
 	case <-dl.done:
 	}
 	dl.failMu.Lock()
@@ -210,6 +216,17 @@ func (dl *DualListener) Close() error {
 	err := dl.shut()
 	dl.wg.Wait()
 	return err
+}
+
+// SetDeadline sets the deadline for Accept, as Listener's does.
+func (dl *DualListener) SetDeadline(t time.Time) error {
+	select {
+	case <-dl.done:
+		return &net.OpError{Op: "set", Net: "rdma", Addr: dl.Addr(), Err: net.ErrClosed}
+	default:
+	}
+	dl.acceptDL.set(t)
+	return nil
 }
 
 // Addr returns the listener's address: the RDMA listener's *Addr, or the

@@ -134,12 +134,9 @@ func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Con
 	if !ok {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: net.UnknownNetworkError(network)}
 	}
-	if d.Timeout > 0 {
-		// Timeout bounds both attempts together.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
-		defer cancel()
-	}
+	// Timeout and Deadline bound both attempts together.
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	if d.TCPFallbackMemory >= 0 {
 		if refusedRecently.has(network, address, time.Now()) {
 			return d.dialTCP(ctx, tcpNet, address, FallbackRemembered, nil)
@@ -150,14 +147,14 @@ func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Con
 	if timeout == 0 {
 		timeout = defaultRDMAAttemptTimeout
 	}
-	var cancel context.CancelFunc
+	var cancelAttempt context.CancelFunc
 	if timeout > 0 {
-		attempt, cancel = context.WithTimeout(ctx, timeout)
+		attempt, cancelAttempt = context.WithTimeout(ctx, timeout)
 	} else {
-		attempt, cancel = context.WithCancel(ctx)
+		attempt, cancelAttempt = context.WithCancel(ctx)
 	}
 	c, err := d.DialContext(attempt, network, address)
-	cancel()
+	cancelAttempt()
 	if err == nil {
 		refusedRecently.forget(network, address)
 		dialCounts[0].Add(1)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -15,19 +16,6 @@ import (
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 )
-
-// acceptOne accepts one connection from ln in the background.
-func acceptOne(ln net.Listener) <-chan net.Conn {
-	ch := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			c = nil
-		}
-		ch <- c
-	}()
-	return ch
-}
 
 // TestRXEDualListener: a dual listener on an RDMA address takes an RDMA
 // dial over RDMA and a plain TCP dial over TCP, on one port; nothing leaks.
@@ -230,4 +218,56 @@ func TestRXEFallbackOnTimeout(t *testing.T) {
 	}
 	echoOnce(t, c, s)
 	t.Logf("fell back: %v (%v)", tc.Reason, tc.Cause)
+}
+
+// TestRXEListenerSetDeadline: as *net.TCPListener's: a passed deadline
+// fails a blocked Accept with a timeout, a cleared one lets the next
+// connection through, and after Close it cannot be set.
+func TestRXEListenerSetDeadline(t *testing.T) {
+	pair := rdmatest.Require(t)
+	warmUp(t, pair)
+	ln, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept()
+		blocked <- err
+	}()
+	if err := ln.SetDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	var ne net.Error
+	if err := <-blocked; !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("a blocked Accept past its deadline = %v, want a timeout", err)
+	}
+	if err := ln.SetDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	dialed, accepted := openPairs(t, pair, ln, 1)
+	roundTripOnce(t, dialed[0], accepted[0])
+	closeAll(dialed, accepted)
+	ln.Close()
+	if err := ln.SetDeadline(time.Now()); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("SetDeadline after Close = %v, want net.ErrClosed", err)
+	}
+}
+
+// TestRXEDialerDeadline: a Dialer's Deadline that has passed fails the dial
+// with a timeout, and leaves nothing behind.
+func TestRXEDialerDeadline(t *testing.T) {
+	pair := rdmatest.Require(t)
+	warmUp(t, pair)
+	ln, err := Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, Deadline: time.Now().Add(-time.Second)}
+	var ne net.Error
+	if _, err := d.Dial("rdma", ln.Addr().String()); !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("Dial with a passed Deadline = %v, want a timeout", err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -202,5 +203,68 @@ func TestRefusalMemory(t *testing.T) {
 	}
 	if len(m.until) > maxRefusals {
 		t.Errorf("the memory holds %d refusals, more than %d", len(m.until), maxRefusals)
+	}
+}
+
+// TestDualListenerSetDeadline: a deadline that has passed fails Accept with
+// a timeout; clearing it lets Accept take the next connection.
+func TestDualListenerSetDeadline(t *testing.T) {
+	withoutRDMA(t)
+	ln, err := (&ListenConfig{}).ListenDual(context.Background(), "rdma", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := ln.SetDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var ne net.Error
+	if _, err := ln.Accept(); !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("Accept after its deadline = %v, want a timeout", err)
+	}
+	if err := ln.SetDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	accepted := acceptOne(ln)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if s := <-accepted; s == nil {
+		t.Fatal("Accept failed after the deadline was cleared")
+	} else {
+		s.Close()
+	}
+	ln.Close()
+	if err := ln.SetDeadline(time.Now()); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("SetDeadline after Close = %v, want net.ErrClosed", err)
+	}
+}
+
+// acceptOne accepts one connection from ln in the background (nil if
+// Accept failed).
+func acceptOne(ln net.Listener) <-chan net.Conn {
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			c = nil
+		}
+		ch <- c
+	}()
+	return ch
+}
+
+// TestDialerDeadlinePassed: a Dialer whose Deadline has passed fails at
+// once with a timeout, over RDMA or falling back.
+func TestDialerDeadlinePassed(t *testing.T) {
+	past := time.Now().Add(-time.Second)
+	for _, d := range []*Dialer{{Deadline: past}, {Deadline: past, TCPFallback: true}} {
+		_, err := d.DialConn(context.Background(), "rdma", "127.0.0.1:7471")
+		var ne net.Error
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("DialConn (TCPFallback %v) with a past Deadline = %v, want a timeout", d.TCPFallback, err)
+		}
 	}
 }

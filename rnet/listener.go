@@ -2,8 +2,10 @@ package rnet
 
 import (
 	"net"
+	"os"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // Listener is an RDMA stream listener. It implements net.Listener.
@@ -56,6 +58,21 @@ func (h *Listener) Close() error {
 	return err
 }
 
+// SetDeadline sets the deadline for Accept, as *net.TCPListener's does: a
+// blocked Accept, and any Accept after it, fails with an error matching
+// os.ErrDeadlineExceeded once t passes, until a later deadline is set. The
+// zero time means none.
+func (h *Listener) SetDeadline(t time.Time) error {
+	select {
+	case <-h.l.done:
+		return &net.OpError{Op: "set", Net: "rdma", Addr: h.l.addr, Err: net.ErrClosed}
+	default:
+	}
+	h.l.acceptDL.set(t)
+	runtime.KeepAlive(h)
+	return nil
+}
+
 // Addr returns the listener's address, an *Addr.
 func (h *Listener) Addr() net.Addr { return h.l.addr }
 
@@ -70,6 +87,8 @@ type listener struct {
 	failOnce sync.Once
 	failed   chan struct{} // closed when the listener can accept no more, with failErr
 	failErr  error
+
+	acceptDL deadline // SetDeadline's: a blocked Accept returns when it passes
 
 	// requests counts the connection requests the acceptor has read and
 	// not yet finished with (refused, dropped or queued for Accept), under
@@ -142,6 +161,13 @@ func (l *listener) accept() (*Conn, error) {
 		return c, nil
 	case <-l.done:
 		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: net.ErrClosed}
+	case <-l.acceptDL.wait():
+		select {
+		case c := <-l.conns: // one that came as the deadline passed
+			return c, nil
+		default:
+			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: os.ErrDeadlineExceeded}
+		}
 	case <-l.failed:
 		select {
 		case c := <-l.conns:
@@ -158,6 +184,7 @@ func (l *listener) Close() error {
 	l.closeOnce.Do(func() {
 		first = true
 		close(l.done)
+		l.acceptDL.stop()
 		l.stop()
 		// Side by side: each Close may wait up to Linger for a peer that
 		// vanished, and a full backlog of them must not add up.

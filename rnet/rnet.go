@@ -40,6 +40,10 @@ type Dialer struct {
 	// connection handshake). 0 means no limit beyond the context's; the
 	// resolution steps still give up after rsocket's retries (about a minute).
 	Timeout time.Duration
+	// Deadline is the absolute time after which a dial fails, as
+	// net.Dialer's; with Timeout too, the earlier of the two counts. The
+	// zero time means none.
+	Deadline time.Time
 	// LocalAddr is the local address to connect from: it picks the RDMA
 	// device. An *Addr, a *net.TCPAddr, a *net.IPAddr, or anything whose
 	// String() is "host:port" or an IP address. nil lets the routing table
@@ -87,11 +91,8 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 	if err := d.Config.validate(); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	if d.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	raddrs, err := resolveAddrs(ctx, network, address)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
@@ -125,6 +126,26 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 		delay = defaultFallbackDelay
 	}
 	return dialParallel(ctx, primaries, fallbacks, delay, dialOne, func(c *Conn) { c.Close() })
+}
+
+// bound applies Timeout and Deadline to ctx.
+func (d *Dialer) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	cancels := []context.CancelFunc{}
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		cancels = append(cancels, cancel)
+	}
+	if !d.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Deadline)
+		cancels = append(cancels, cancel)
+	}
+	return ctx, func() {
+		for _, c := range cancels {
+			c()
+		}
+	}
 }
 
 // defaultFallbackDelay is net.Dialer's, which RFC 6555 suggests.
