@@ -62,6 +62,8 @@ const usage = `usage:
   rnet ping host[:port] [-size N] [-n COUNT] [-from IP] [-tcp] [--json]
   rnet scale -s [addr] [-tcp]
   rnet scale -c host[:port] [-conns N] [-parallel N] [-busy N] [-busy-bytes N] [-from IP] [-tcp] [--json]
+  rnet --version
+Sizes take the suffixes K, M, G (powers of 1024): -size 4K, -n 1G.
 Run "rnet COMMAND -h" for a command's flags.
 `
 
@@ -100,6 +102,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 				err = runScaleClient(o, stdout, stderr)
 			}
 		}
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, version())
+		return 0
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -38,9 +38,10 @@ func parsePerf(args []string, stderr io.Writer) (perfOpts, error) {
 	fs.BoolVar(&o.server, "s", false, "serve perf and ping clients, on [addr] (default :7471)")
 	fs.StringVar(&o.client, "c", "", "run the client against `host[:port]`")
 	fs.StringVar(&o.from, "from", "", "client: local `IP` to connect from (picks the RDMA device)")
-	fs.IntVar(&o.size, "size", 64<<10, "client: bytes per write")
+	size := int64(64 << 10)
+	fs.Var(byteSize{&size}, "size", "client: bytes per write, such as 64, 4K or 1M (default 64K)")
 	fs.DurationVar(&o.duration, "t", 10*time.Second, "client: how long to send")
-	fs.Int64Var(&o.bytes, "n", 0, "client: send this many `bytes` instead of for -t")
+	fs.Var(byteSize{&o.bytes}, "n", "client: send this many `bytes` (such as 1G) instead of for -t")
 	fs.DurationVar(&o.interval, "i", time.Second, "client: progress line interval")
 	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
 	fs.BoolVar(&o.fallback, "fallback", false, "client: fall back to TCP where RDMA cannot be used; server: serve RDMA and TCP on one port")
@@ -51,6 +52,7 @@ func parsePerf(args []string, stderr io.Writer) (perfOpts, error) {
 	if err != nil {
 		return o, err
 	}
+	o.size = int(min(size, maxSize+1))
 	switch {
 	case o.server && o.client != "":
 		return o, usageErr(stderr, "perf: -s and -c exclude each other")

@@ -30,7 +30,8 @@ func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
 	fs := flag.NewFlagSet("rnet ping", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.from, "from", "", "local `IP` to connect from (picks the RDMA device)")
-	fs.IntVar(&o.size, "size", 64, "bytes per message (each way)")
+	size := int64(64)
+	fs.Var(byteSize{&size}, "size", "bytes per message (each way), such as 64 or 4K (default 64)")
 	fs.IntVar(&o.count, "n", 1000, "round trips to measure")
 	fs.IntVar(&o.warmup, "warmup", 100, "round trips before measuring")
 	fs.DurationVar(&o.interval, "i", 0, "pause between round trips (0: back to back)")
@@ -41,6 +42,7 @@ func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
 	if err != nil {
 		return o, err
 	}
+	o.size = int(min(size, maxSize+1))
 	switch {
 	case len(pos) != 1:
 		return o, usageErr(stderr, "ping: want exactly one host[:port], got %q", pos)
