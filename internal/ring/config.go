@@ -108,6 +108,10 @@ type Config struct {
 	// Normalize clears it in IWARP mode, whose messages each need a
 	// receive buffer of the connection's own.
 	SharedRecv bool
+	// Autocork holds small writes back while a DATA transfer is in flight
+	// and posts them together when it completes (see cork.go). Off, every
+	// write is posted as soon as credits allow, as rsocket does.
+	Autocork bool
 }
 
 // FirstSharedCredits is the credit window a SharedRecv connection starts

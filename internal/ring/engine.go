@@ -101,6 +101,9 @@ type Engine struct {
 	// sBacklog: the last Write could not take all its bytes (sbuf was
 	// full), so the writer is in the middle of a stream.
 	sBacklog bool
+	// uncork: the driver asked that the next PostSends hold nothing back
+	// (see cork.go).
+	uncork bool
 
 	// Send-side credits and the peer's buffer space.
 	sseqNo       uint16       // DATA messages sent
@@ -192,6 +195,7 @@ type Stats struct {
 	MessagesSent     uint64 // DATA messages posted
 	MessagesReceived uint64 // DATA messages received
 	InlineSends      uint64 // DATA transfers sent inline
+	CoalescedWrites  uint64 // Writes appended to unsent bytes of an earlier one
 
 	CreditUpdatesSent     uint64 // SGL messages posted
 	CreditUpdatesReceived uint64 // SGL messages received
@@ -417,6 +421,8 @@ func (e *Engine) Flushed() bool {
 // Blocked reports that the engine holds work it could not post for want of a
 // completion (a credit, a send queue entry, a control slot): written bytes,
 // a queued SHUTDOWN, DISCONNECT or keepalive, or a credit update that is due.
+// Written bytes include corked ones (see Corked): the completion that
+// releases them must be polled even if nobody reads or writes again.
 // While it holds, the driver must keep polling the CQ even if nobody waits on
 // the connection, or the peer may wait for ever.
 func (e *Engine) Blocked() bool {

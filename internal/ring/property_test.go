@@ -28,6 +28,7 @@ func randomConfig(r *rand.Rand) ring.Config {
 		// Credit windows that start small and grow (Normalize clears
 		// it with IWARP).
 		SharedRecv: r.IntN(2) == 0,
+		Autocork:   r.IntN(2) == 0,
 	}
 }
 

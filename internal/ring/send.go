@@ -36,6 +36,7 @@ func (e *Engine) Write(p []byte) (int, error) {
 	}
 	e.sTurn = false
 	e.sBacklog = n < len(p)
+	e.noteWrite()
 	size := uint64(len(e.sbuf))
 	pos := int(e.sHead % size)
 	c := copy(e.sbuf[pos:], p[:n])
@@ -134,6 +135,10 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 		need = 2
 	}
 	size := uint64(len(e.sbuf))
+	if e.corkHolds() {
+		return dst // see cork.go
+	}
+	e.uncork = false
 	for e.sPosted < e.sHead {
 		if e.sqAvail < need {
 			e.stats.QueueStalls++
