@@ -12,9 +12,24 @@ NORACE_TESTS = ^TestConnectWriteImmDisconnect$$
 # idle connections instead of 1000, 20 release cycles instead of 200, 50 busy connections
 # instead of 200.
 SHORT = $(if $(filter 1,$(RNET_SOAK)),,-short)
+# Every Go module in the repository: the core at the root and the nested ones (a directory
+# with its own go.mod) that keep gRPC and the benchmark tools' requirements out of the
+# core's. Found rather than listed, so a new module is tested as soon as it exists. Each
+# runs on its own go.mod and replace directives: a developer's go.work changes nothing.
+MODULES := . $(filter-out .,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path '*/testdata/*' | sort)))
+export GOWORK := off
+define newline
+
+
+endef
+# $(call in_modules,ENV,ARGS): `ENV go ARGS` in every module, one recipe line each.
+in_modules = $(foreach m,$(MODULES),$(1) $(GO) -C $(m) $(2)$(newline))
 # Packages whose tests ask for a device (they import internal/rdmatest): only these are
-# worth a guest boot each.
-DEVICE_PKGS = $(shell $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/rdmatest/ && $$1 !~ /internal\/rdmatest$$/ {print $$1}')
+# worth a guest boot each. $(call device_pkgs,MODULE) lists one module's; DEVICE_PKGS all.
+device_pkgs = $(shell $(GO) -C $(1) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/rdmatest/ && $$1 !~ /internal\/rdmatest$$/ {print $$1}')
+DEVICE_PKGS = $(foreach m,$(MODULES),$(call device_pkgs,$(m)))
+# $(call device_test,ARGS): `go test ARGS PKGS` in every module that has device packages.
+device_test = $(foreach m,$(MODULES),$(if $(call device_pkgs,$(m)),$(GO) -C $(m) test $(1) $(call device_pkgs,$(m))$(newline)))
 
 .PHONY: test test-host fuzz lab-selftest lab-smoke test-device test-native lab-shell build-deps
 test: test-host fuzz lab-selftest lab-smoke test-device
@@ -24,20 +39,25 @@ test: test-host fuzz lab-selftest lab-smoke test-device
 build-deps:
 	@scripts/softroce/host-setup.sh --build
 
+# Every module's go.mod must be tidy: the core's must not grow requirements that only a
+# nested module needs.
 test-host: build-deps
-	$(GO) vet ./...
-	CGO_ENABLED=0 $(GO) build ./...
-	GOOS=darwin $(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	$(call in_modules,,mod tidy -diff)
+	$(call in_modules,,vet ./...)
+	$(call in_modules,CGO_ENABLED=0,build ./...)
+	$(call in_modules,GOOS=darwin,vet ./...)
+	$(call in_modules,,test -race -count=1 ./...)
 
 # Each fuzz target for a short run: enough to catch a regression in a decoder, not a search.
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can fail a run at its
 # deadline with a bare "context deadline exceeded" on a busy machine (golang/go#75804).
 fuzz: build-deps
-	@for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >/tmp/rnet-fuzz.log 2>&1 || { cat /tmp/rnet-fuzz.log; exit 1; }; \
+	@for mod in $(MODULES); do \
+	  for pkg in $$($(GO) -C $$mod list ./...); do \
+	    for f in $$($(GO) -C $$mod test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	      echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	      $(GO) -C $$mod test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >/tmp/rnet-fuzz.log 2>&1 || { cat /tmp/rnet-fuzz.log; exit 1; }; \
+	    done; \
 	  done; \
 	done
 
@@ -46,8 +66,9 @@ lab-selftest:
 	@echo "RNET_NATIVE=1: no lab to check"
 lab-smoke:
 	@echo "RNET_NATIVE=1: using this host's RDMA devices"; rdma link show
+test-device: export RNET_REQUIRE_RDMA := 1
 test-device:
-	RNET_REQUIRE_RDMA=1 $(GO) test -race -count=1 $(SHORT) $(DEVICE_PKGS)
+	$(call device_test,-race -count=1 $(SHORT))
 	RNET_REQUIRE_RDMA=1 $(GO) test -count=1 -run '$(NORACE_TESTS)' ./internal/cm
 else
 # The harness reports exit codes, timeouts and missing devices as it must.
@@ -59,7 +80,7 @@ test-device:
 	@[ -n "$(DEVICE_PKGS)" ] || { echo "no device-tier packages found"; exit 1; }
 	# One package (one guest) at a time: two emulated guests on two cores slow each
 	# other enough to stretch timing-sensitive handshakes.
-	$(GO) test -race -count=1 -p 1 -timeout 20m $(SHORT) -exec $(VM) $(DEVICE_PKGS)
+	$(call device_test,-race -count=1 -p 1 -timeout 20m $(SHORT) -exec $(VM))
 	# Allocation counts mean something only without the race detector.
 	$(GO) test -count=1 -run '$(NORACE_TESTS)' -exec $(VM) ./internal/cm
 endif
@@ -76,8 +97,8 @@ DEMO_BIN ?= $(or $(TMPDIR),/tmp)/rnet-demo-$(shell id -u)
 .PHONY: demo
 demo: build-deps
 	@mkdir -p $(DEMO_BIN)
-	$(GO) build -o $(DEMO_BIN)/echo ./examples/echo
-	$(GO) build -o $(DEMO_BIN)/grpc ./examples/grpc
+	$(GO) -C examples build -o $(DEMO_BIN)/echo ./echo
+	$(GO) -C examples build -o $(DEMO_BIN)/grpc ./grpc
 	@if [ "$(RNET_NATIVE)" = 1 ] && rdma link show 2>/dev/null | grep -q ACTIVE; then \
 	  echo "demo: running natively on this host's RDMA devices"; \
 	  scripts/demo.sh $(DEMO_BIN); \
@@ -112,7 +133,7 @@ bench: build-deps
 	@mkdir -p $(BENCH_BIN) $(BENCH_OUT)
 	$(GO) build -o $(BENCH_BIN)/rnet ./cmd/rnet
 	$(GO) build -o $(BENCH_BIN)/rnet-benchreport ./cmd/rnet-benchreport
-	$(GO) build -o $(BENCH_BIN)/gofloor ./benchmarks/gofloor
+	$(GO) -C benchmarks build -o $(BENCH_BIN)/gofloor ./gofloor
 	$(CC) -O2 -Wall -o $(BENCH_BIN)/gofloor-c benchmarks/gofloor/c/floor.c
 	@if [ "$(RNET_NATIVE)" = 1 ]; then \
 	  $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \
@@ -151,7 +172,7 @@ bench-scale: build-deps
 
 BENCHTIME ?= 300x
 bench-go: build-deps
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -exec $(VM) ./benchmarks/
+	$(GO) -C benchmarks test -run '^$$' -bench . -benchtime $(BENCHTIME) -exec $(VM) .
 
 # make bench-floor: what the Go runtime alone adds to a busy-polling ping-pong, against a C
 # twin, in the bench guest (no RDMA): the floor under rnet's latency ratio to rstream.
@@ -159,7 +180,7 @@ FLOOR_ARGS ?= -runs 5 -n 5000 -work 20
 .PHONY: bench-floor
 bench-floor: build-deps
 	@mkdir -p $(BENCH_BIN)
-	$(GO) build -o $(BENCH_BIN)/gofloor ./benchmarks/gofloor
+	$(GO) -C benchmarks build -o $(BENCH_BIN)/gofloor ./gofloor
 	$(CC) -O2 -Wall -o $(BENCH_BIN)/gofloor-c benchmarks/gofloor/c/floor.c
 	@if [ "$(RNET_NATIVE)" = 1 ]; then \
 	  $(BENCH_BIN)/gofloor -c $(BENCH_BIN)/gofloor-c $(FLOOR_ARGS); \

@@ -1,8 +1,10 @@
 // Package rnetgrpc runs gRPC over RDMA with rnet: one dial option on the client,
 // an rnet listener on the server, and nothing else in the application changes.
 //
-// It is its own package so that programs using rnet without gRPC do not link
-// grpc-go.
+// It is its own package, in its own module (github.com/rnet-dev/rnet/rnet/rnetgrpc),
+// so that programs using rnet without gRPC neither link nor require grpc-go.
+// Tests can serve and dial gRPC over package rnettest's in-memory connections
+// (see this package's TestGRPCOverRnettest).
 //
 // # Client
 //

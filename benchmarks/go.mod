@@ -1,0 +1,23 @@
+module github.com/rnet-dev/rnet/benchmarks
+
+go 1.25.0
+
+require github.com/rnet-dev/rnet v0.0.0-00010101000000-000000000000
+
+require google.golang.org/grpc v1.70.0 // indirect
+
+// Development and CI build against the core module in this checkout; a
+// release tags the core first and requires that tag here.
+replace github.com/rnet-dev/rnet => ..
+
+require github.com/rnet-dev/rnet/internal/benchkit v0.0.0-00010101000000-000000000000
+
+require (
+	golang.org/x/net v0.35.0 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+	golang.org/x/text v0.22.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20241202173237-19429a94021a // indirect
+	google.golang.org/protobuf v1.35.2 // indirect
+)
+
+replace github.com/rnet-dev/rnet/internal/benchkit => ../internal/benchkit
