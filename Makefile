@@ -97,8 +97,8 @@ DEMO_BIN ?= $(or $(TMPDIR),/tmp)/rnet-demo-$(shell id -u)
 .PHONY: demo
 demo: build-deps
 	@mkdir -p $(DEMO_BIN)
-	$(GO) -C examples build -o $(DEMO_BIN)/echo ./echo
-	$(GO) -C examples build -o $(DEMO_BIN)/grpc ./grpc
+	$(GO) -C examples build -o $(abspath $(DEMO_BIN))/echo ./echo
+	$(GO) -C examples build -o $(abspath $(DEMO_BIN))/grpc ./grpc
 	@if [ "$(RNET_NATIVE)" = 1 ] && rdma link show 2>/dev/null | grep -q ACTIVE; then \
 	  echo "demo: running natively on this host's RDMA devices"; \
 	  scripts/demo.sh $(DEMO_BIN); \
@@ -133,7 +133,7 @@ bench: build-deps
 	@mkdir -p $(BENCH_BIN) $(BENCH_OUT)
 	$(GO) build -o $(BENCH_BIN)/rnet ./cmd/rnet
 	$(GO) build -o $(BENCH_BIN)/rnet-benchreport ./cmd/rnet-benchreport
-	$(GO) -C benchmarks build -o $(BENCH_BIN)/gofloor ./gofloor
+	$(GO) -C benchmarks build -o $(abspath $(BENCH_BIN))/gofloor ./gofloor
 	$(CC) -O2 -Wall -o $(BENCH_BIN)/gofloor-c benchmarks/gofloor/c/floor.c
 	@if [ "$(RNET_NATIVE)" = 1 ]; then \
 	  $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \
@@ -180,7 +180,7 @@ FLOOR_ARGS ?= -runs 5 -n 5000 -work 20
 .PHONY: bench-floor
 bench-floor: build-deps
 	@mkdir -p $(BENCH_BIN)
-	$(GO) -C benchmarks build -o $(BENCH_BIN)/gofloor ./gofloor
+	$(GO) -C benchmarks build -o $(abspath $(BENCH_BIN))/gofloor ./gofloor
 	$(CC) -O2 -Wall -o $(BENCH_BIN)/gofloor-c benchmarks/gofloor/c/floor.c
 	@if [ "$(RNET_NATIVE)" = 1 ]; then \
 	  $(BENCH_BIN)/gofloor -c $(BENCH_BIN)/gofloor-c $(FLOOR_ARGS); \
