@@ -86,7 +86,7 @@ func TestParsePing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := pingOpts{addr: "10.77.0.2:7471", from: "10.77.0.1", size: 4096, count: 50, warmup: 100, every: time.Second, json: true}
+	want := pingOpts{addr: "10.77.0.2:7471", from: "10.77.0.1", size: 4096, count: 50, warmup: 100, progressEvery: time.Second, json: true}
 	if o != want {
 		t.Errorf("got %+v, want %+v", o, want)
 	}

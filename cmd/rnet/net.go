@@ -23,8 +23,9 @@ const DefaultPort = 7471
 // The hello a client sends first: magic, mode, the stream's number in its
 // test (from 1), the number of streams in the test, the size of each write,
 // and the test's id, which the streams of one -P test share. Clients from
-// before -P send 0 for the number, the streams and the id: one stream. A reverse (-R) hello is followed by helloExtLen
-// bytes: how many bytes the server is to send, or for how long.
+// before -P send 0 for the number, the streams and the id: one stream. A
+// reverse (-R) hello is followed by helloExtLen bytes: how many bytes the
+// server is to send, or for how long.
 const (
 	helloLen        = 16
 	helloExtLen     = 16
@@ -34,9 +35,10 @@ const (
 	modePerfReverse = 3
 	maxSize         = 64 << 20
 	maxStreams      = 128
-	// The longest a reverse test may ask the server to send for: a bound
-	// on what one hello can make the server do.
+	// The longest, and the most bytes, a reverse stream may ask the server
+	// to send: a bound on what one hello can make the server do.
 	maxReverseDuration = 24 * time.Hour
+	maxReverseBytes    = 1 << 40
 	dialLimit          = 15 * time.Second
 )
 
@@ -71,7 +73,8 @@ func decodeHello(b []byte) (hello, error) {
 		return hello{}, errors.New("not an rnet perf/ping client")
 	}
 	h := hello{mode: b[4], stream: b[5], streams: binary.BigEndian.Uint16(b[6:]), size: binary.BigEndian.Uint32(b[8:]), test: binary.BigEndian.Uint32(b[12:])}
-	if (h.mode != modePerf && h.mode != modePing && h.mode != modePerfReverse) || h.size == 0 || h.size > maxSize || h.streams > maxStreams || uint16(h.stream) > max(h.streams, 1) {
+	knownMode := h.mode == modePerf || h.mode == modePing || h.mode == modePerfReverse
+	if !knownMode || h.size == 0 || h.size > maxSize || h.streams > maxStreams || uint16(h.stream) > max(h.streams, 1) {
 		return hello{}, fmt.Errorf("bad hello: mode %d size %d streams %d", h.mode, h.size, h.streams)
 	}
 	h.streams, h.stream = max(h.streams, 1), max(h.stream, 1)
@@ -82,8 +85,8 @@ func decodeHello(b []byte) (hello, error) {
 func decodeHelloExt(h *hello, b []byte) error {
 	h.bytes = int64(binary.BigEndian.Uint64(b))
 	h.duration = time.Duration(binary.BigEndian.Uint64(b[8:]))
-	if (h.bytes > 0) == (h.duration > 0) || h.bytes < 0 || h.duration < 0 || h.duration > maxReverseDuration {
-		return fmt.Errorf("bad reverse hello: %d bytes, duration %v (want one of them, up to %v)", h.bytes, h.duration, maxReverseDuration)
+	if (h.bytes > 0) == (h.duration > 0) || h.bytes < 0 || h.bytes > maxReverseBytes || h.duration < 0 || h.duration > maxReverseDuration {
+		return fmt.Errorf("bad reverse hello: %d bytes, duration %v (want one of them, up to %d bytes or %v)", h.bytes, h.duration, int64(maxReverseBytes), maxReverseDuration)
 	}
 	return nil
 }

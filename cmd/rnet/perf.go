@@ -92,6 +92,8 @@ func parsePerf(args []string, stderr io.Writer) (perfOpts, error) {
 		return o, usageErr(stderr, "perf: -P must be in 1..%d", maxStreams)
 	case o.bytes > 0 && o.bytes < int64(o.parallel):
 		return o, usageErr(stderr, "perf: -n %d cannot be shared among -P %d streams", o.bytes, o.parallel)
+	case o.reverse && share(o.bytes, 0, o.parallel) > maxReverseBytes:
+		return o, usageErr(stderr, "perf: with -R a stream takes at most 1T (-n %d over -P %d streams); raise -P", o.bytes, o.parallel)
 	}
 	if err := o.rdma.check(); err != nil {
 		return o, usageErr(stderr, "perf: %v", err)
@@ -226,17 +228,28 @@ func perfTest(o perfOpts, size int, cfg *rnet.Config, stderr io.Writer, progress
 	wg.Wait()
 	cgo := verbs.CgoCalls() - cgo0
 	intervals := m.stop()
-	for i, err := range errs {
-		if err != nil && !errors.Is(err, net.ErrClosed) {
-			return PerfResult{}, streamErr(i, o.parallel, "", err)
-		}
-	}
-	for i, err := range errs {
-		if err != nil {
-			return PerfResult{}, streamErr(i, o.parallel, "", err)
-		}
+	if i, err := firstCause(errs); err != nil {
+		return PerfResult{}, streamErr(i, o.parallel, "", err)
 	}
 	return perfResult(o, size, start, streams, intervals, cgo), nil
+}
+
+// firstCause is the first stream's error that is not its connection closed
+// after another stream failed, and that stream's index.
+func firstCause(errs []error) (int, error) {
+	first := -1
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			return i, err
+		}
+		if err != nil && first < 0 {
+			first = i
+		}
+	}
+	if first < 0 {
+		return 0, nil
+	}
+	return first, errs[first]
 }
 
 // share is stream i's part of n bytes among streams: the first n%streams

@@ -280,7 +280,7 @@ func TestParsePerfFlags(t *testing.T) {
 	}
 	for _, bad := range [][]string{
 		{"-c", "h", "-P", "0"}, {"-c", "h", "-P", "129"}, {"-c", "h", "-buffer", "10"}, {"-c", "h", "-buffer", "2G"},
-		{"-c", "h", "-n", "3", "-P", "4"}, {"-c", "h", "-t", "25h"},
+		{"-c", "h", "-n", "3", "-P", "4"}, {"-c", "h", "-t", "25h"}, {"-c", "h", "-R", "-n", "3T", "-P", "2"},
 	} {
 		if _, err := parsePerf(bad, &stderr); !errors.Is(err, errUsage) {
 			t.Errorf("parsePerf(%q) = %v, want a usage error", bad, err)
@@ -308,7 +308,7 @@ func TestHelloCompat(t *testing.T) {
 	if err != nil || h.bytes != 1<<40 || h.duration != 0 || h.stream != 2 || h.streams != 2 || h.test != 5 {
 		t.Fatalf("reverse hello = %+v, %v", h, err)
 	}
-	for _, ext := range []hello{{}, {bytes: 1, duration: 1}, {bytes: -1}, {duration: maxReverseDuration + 1}} {
+	for _, ext := range []hello{{}, {bytes: 1, duration: 1}, {bytes: -1}, {bytes: maxReverseBytes + 1}, {duration: maxReverseDuration + 1}} {
 		ext.mode, ext.size = modePerfReverse, 1
 		var h hello
 		if err := decodeHelloExt(&h, ext.encode()[helloLen:]); err == nil {
@@ -419,5 +419,46 @@ func TestReverseAgainstAServerThatRefuses(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"perf", "-c", ln.Addr().String(), "-tcp", "-R", "-q"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "sent nothing") {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestPerfParallelStreamFailure: when one stream of a -P test fails, the
+// others, blocked on a server that neither reads nor answers them, end
+// too, and the error names the stream that failed.
+func TestPerfParallelStreamFailure(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for range 2 {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b := make([]byte, helloLen)
+			io.ReadFull(c, b)
+			h, _ := decodeHello(b)
+			if h.stream == 2 {
+				c.Close() // stream 2 is dropped
+				continue
+			}
+			held = append(held, c) // stream 1 is never read
+		}
+	}()
+	var out, errb bytes.Buffer
+	code := run([]string{"perf", "-c", ln.Addr().String(), "-tcp", "-P", "2", "-n", "512M", "-q"}, &out, &errb)
+	<-accepted
+	if code != 1 || !strings.Contains(errb.String(), "stream 2 of 2: ") {
+		t.Errorf("exit %d, stderr %q; want 1 and the dropped stream named", code, errb.String())
 	}
 }

@@ -14,18 +14,18 @@ import (
 )
 
 type pingOpts struct {
-	addr     string
-	from     string
-	size     int
-	count    int
-	warmup   int
-	interval time.Duration
-	every    time.Duration // progress lines
-	tcp      bool
-	fallback bool
-	json     bool
-	quiet    bool
-	rdma     rdmaFlags
+	addr          string
+	from          string
+	size          int
+	count         int
+	warmup        int
+	interval      time.Duration
+	progressEvery time.Duration // between progress lines
+	tcp           bool
+	fallback      bool
+	json          bool
+	quiet         bool
+	rdma          rdmaFlags
 }
 
 const pingUsage = "usage: rnet ping host[:port] [flags]     round trips to an rnet perf -s server\n"
@@ -40,7 +40,7 @@ func pingFlags(o *pingOpts, size *int64, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.count, "n", 1000, "round trips to measure")
 	fs.IntVar(&o.warmup, "warmup", 100, "round trips before measuring")
 	fs.DurationVar(&o.interval, "i", 0, "pause between round trips (0: back to back)")
-	fs.DurationVar(&o.every, "progress", time.Second, "interval of the progress lines (on stderr; none with -q or --json)")
+	fs.DurationVar(&o.progressEvery, "progress", time.Second, "interval of the progress lines (on stderr; none with -q or --json)")
 	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
 	fs.BoolVar(&o.fallback, "fallback", false, "fall back to TCP where RDMA cannot be used")
 	fs.BoolVar(&o.json, "json", false, "print the result as JSON (errors too, as {\"error\": ...})")
@@ -63,7 +63,7 @@ func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
 		return o, usageErr(stderr, "ping: want exactly one host[:port], got %q", pos)
 	case o.size <= 0 || o.size > maxSize:
 		return o, usageErr(stderr, "ping: -size must be in 1..%d", maxSize)
-	case o.count <= 0 || o.warmup < 0 || o.interval < 0 || o.every <= 0:
+	case o.count <= 0 || o.warmup < 0 || o.interval < 0 || o.progressEvery <= 0:
 		return o, usageErr(stderr, "ping: -n and -progress must be positive, -warmup and -i not negative")
 	}
 	if err := o.rdma.check(); err != nil {
@@ -116,7 +116,7 @@ func runPing(o pingOpts, stdout, stderr io.Writer) error {
 	var st0 rnet.Stats
 	var prog *pingProgress
 	if !o.quiet && !o.json {
-		prog = &pingProgress{w: stderr, tty: isTerminal(stderr), every: o.every}
+		prog = &pingProgress{w: stderr, tty: isTerminal(stderr), every: o.progressEvery}
 		defer prog.end() // on an error, before its message
 	}
 	for i := 0; i < o.warmup+o.count; i++ {
