@@ -108,6 +108,14 @@ type Config struct {
 	// Below 7, connections keep receive queues of their own rather than
 	// share their poll group's (see docs/design.md, "Poll groups").
 	RNRRetryCount int
+	// NoDelay turns autocorking off: each Write is posted as soon as
+	// credits allow, as rsocket does. Default false (autocorking on):
+	// while a transfer of the connection is in flight, small Writes wait
+	// in the send ring and go out together, in one RDMA write, when it
+	// completes, when they fill a transfer, or when a Read or Write is
+	// about to wait, so a request and its reply never wait on the cork.
+	// As TCP_NODELAY, it trades message rate for a Write's own latency.
+	NoDelay bool
 }
 
 // defaultBusyPollLimit is the spin limit of a connection that has not
@@ -146,6 +154,7 @@ func (c *Config) settings() settings {
 			RecvQueueSize:   cfg.RecvQueueSize,
 			InlineThreshold: cfg.InlineThreshold,
 			IdleBufferSize:  cfg.IdleBufferSize,
+			Autocork:        !cfg.NoDelay,
 		},
 		busyPoll:         orDefault(cfg.BusyPoll, 10*time.Microsecond),
 		busyPollLimit:    orDefault(cfg.BusyPollLimit, defaultBusyPollLimit),

@@ -290,6 +290,7 @@ func (c *conn) Read(b []byte) (int, error) {
 			if isClosed(c.closed) {
 				return 0, c.opError("read", net.ErrClosed)
 			}
+			c.uncork()
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		c.mu.Lock()
@@ -326,6 +327,9 @@ func (c *conn) Read(b []byte) (int, error) {
 			// What kind of wait this is is settled when it begins: a
 			// Write while it waits does not make it a reply wait.
 			reply = c.wroteSinceRead
+		}
+		if err == nil {
+			c.uncorkLocked() // the peer may wait for them before it answers
 		}
 		c.mu.Unlock()
 		if err != nil {
@@ -372,6 +376,7 @@ func (c *conn) Write(b []byte) (int, error) {
 			if isClosed(c.closed) {
 				return written, c.opError("write", net.ErrClosed)
 			}
+			c.uncork()
 			return written, c.opError("write", os.ErrDeadlineExceeded)
 		}
 		c.mu.Lock()

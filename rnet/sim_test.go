@@ -177,6 +177,13 @@ func newSimQP(ep *simfabric.Endpoint, local, remote string) *simQP {
 // simPipe returns two connected Conns over a fresh simulated fabric.
 func simPipe(tb testing.TB, cfg *Config) (*Conn, *Conn) {
 	tb.Helper()
+	return simPipeWrap(tb, cfg, nil)
+}
+
+// simPipeWrap is simPipe with the first Conn's queue pair wrapped by wrap,
+// if not nil.
+func simPipeWrap(tb testing.TB, cfg *Config, wrap func(*simQP) queuePair) (*Conn, *Conn) {
+	tb.Helper()
 	set := cfg.settings()
 	layout := set.ring.Layout()
 	caps := simfabric.Caps{SendDepth: layout.SendDepth, RecvDepth: layout.RecvDepth, MaxInline: 256}
@@ -206,5 +213,9 @@ func simPipe(tb testing.TB, cfg *Config) (*Conn, *Conn) {
 	qa := newSimQP(a, "10.0.0.1:40000", "10.0.0.2:7471")
 	qb := newSimQP(b, "10.0.0.2:7471", "10.0.0.1:40000")
 	qa.peer, qb.peer = qb, qa
-	return newConn(qa, ea, set), newConn(qb, eb, set)
+	var qpa queuePair = qa
+	if wrap != nil {
+		qpa = wrap(qa)
+	}
+	return newConn(qpa, ea, set), newConn(qb, eb, set)
 }

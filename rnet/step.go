@@ -54,6 +54,25 @@ func (c *conn) drainLocked() {
 // post.
 func (c *conn) flushLocked() { c.stepLocked(false, 0) }
 
+// uncorkLocked posts the bytes autocorking holds back (see
+// ring.Engine.Corked), for a caller about to wait or give up waiting: the
+// peer may be waiting for them, and nobody should wait on a cork.
+func (c *conn) uncorkLocked() {
+	if c.eng.Corked() {
+		c.eng.Uncork()
+		c.flushLocked()
+	}
+}
+
+// uncork is uncorkLocked for a caller without c.mu.
+func (c *conn) uncork() {
+	c.mu.Lock()
+	if !c.closing {
+		c.uncorkLocked()
+	}
+	c.mu.Unlock()
+}
+
 // stepLocked is driveLocked (poll) or flushLocked, with flags' extra work
 // folded into the first round's crossing. cut says it stopped at
 // maxStepRounds with completions left in the CQ.
