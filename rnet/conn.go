@@ -155,17 +155,20 @@ type conn struct {
 
 	// mu guards the engine and everything Read, Write, Close and the
 	// pusher share.
-	mu        sync.Mutex
-	eng       *ring.Engine
-	sends     []wr.Send
-	recvs     []wr.Recv
-	wcs       []wr.Completion
-	readShut  bool  // CloseRead: inbound bytes are discarded
-	closing   bool  // Close has begun: inbound bytes are discarded, calls fail
-	transDown bool  // the transport reported the connection gone
-	fatal     error // a failure the engine cannot see (a failed post, a removed device)
-	drainBuf  []byte
-	polls     uint64
+	mu       sync.Mutex
+	eng      *ring.Engine
+	sends    []wr.Send
+	recvs    []wr.Recv
+	wcs      []wr.Completion
+	reapless bool // this step posts without polling (postWriteLocked)
+	// lastWriteEnd is when a Write last stepped (postWriteLocked).
+	lastWriteEnd time.Time
+	readShut     bool  // CloseRead: inbound bytes are discarded
+	closing      bool  // Close has begun: inbound bytes are discarded, calls fail
+	transDown    bool  // the transport reported the connection gone
+	fatal        error // a failure the engine cannot see (a failed post, a removed device)
+	drainBuf     []byte
+	polls        uint64
 	// retiredRegions is serveRegionsLocked's reusable list.
 	retiredRegions []ring.Region
 	spins          uint64 // waits that busy-polled (Stats.Spins)
@@ -395,7 +398,7 @@ func (c *conn) Write(b []byte) (int, error) {
 			c.wroteSinceRead = true
 		}
 		if n > 0 {
-			c.driveLocked()
+			c.postWriteLocked(n)
 		}
 		c.mu.Unlock()
 		if err != nil {
