@@ -161,8 +161,9 @@ type conn struct {
 	recvs    []wr.Recv
 	wcs      []wr.Completion
 	reapless bool // this step posts without polling (postWriteLocked)
-	// lastWriteEnd is when a Write last stepped (postWriteLocked).
-	lastWriteEnd time.Time
+	// lastWriteEnd is when a Write last stepped, on the monotonic
+	// clock (postWriteLocked).
+	lastWriteEnd time.Duration
 	readShut     bool  // CloseRead: inbound bytes are discarded
 	closing      bool  // Close has begun: inbound bytes are discarded, calls fail
 	transDown    bool  // the transport reported the connection gone

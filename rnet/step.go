@@ -1,8 +1,6 @@
 package rnet
 
 import (
-	"time"
-
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
@@ -55,53 +53,6 @@ func (c *conn) drainLocked() {
 // (a Read that found data): it crosses into C only when there is work to
 // post.
 func (c *conn) flushLocked() { c.stepLocked(false, 0) }
-
-// uncorkLocked posts the bytes autocorking holds back (see
-// ring.Engine.Corked), for a caller about to wait or give up waiting: the
-// peer may be waiting for them, and nobody should wait on a cork.
-func (c *conn) uncorkLocked() {
-	if c.eng.Corked() {
-		c.eng.Uncork()
-		c.flushLocked()
-	}
-}
-
-// reapDelay is how long after a Write that left its transfers unreaped the
-// next Write reaps first: about a small RDMA write's round trip to the
-// peer's device. Writes closer together than that cork behind those
-// transfers; a Write after a pause must not cork behind a transfer that
-// has long completed, and goes out at once.
-const reapDelay = 10 * time.Microsecond
-
-// postWriteLocked posts the n bytes a Write took. With autocorking on, for
-// a Write smaller than a transfer, while the send ring and the credits have
-// room and the last Write ended moments ago, it posts without polling: the completions are left to whoever waits
-// next (a Read, the pusher), so the transfers just posted stay in flight
-// and the Writes that follow cork behind them, as TCP's do behind packets
-// its device has not yet sent.
-func (c *conn) postWriteLocked(n int) {
-	send, _ := c.eng.RingSizes()
-	if !c.eng.Config().Autocork || n >= ring.MaxTransfer || time.Since(c.lastWriteEnd) >= reapDelay ||
-		c.eng.SendSpace() < send/2 || c.eng.Credits() < 2 {
-		c.driveLocked()
-	} else {
-		c.reapless = true
-		c.stepLocked(false, 0)
-		c.reapless = false
-	}
-	// Measured after the crossing: a Write that waited in it for the
-	// device is still back to back with the next one.
-	c.lastWriteEnd = time.Now()
-}
-
-// uncork is uncorkLocked for a caller without c.mu.
-func (c *conn) uncork() {
-	c.mu.Lock()
-	if !c.closing {
-		c.uncorkLocked()
-	}
-	c.mu.Unlock()
-}
 
 // stepLocked is driveLocked (poll) or flushLocked, with flags' extra work
 // folded into the first round's crossing. cut says it stopped at
