@@ -161,15 +161,15 @@ type conn struct {
 	recvs    []wr.Recv
 	wcs      []wr.Completion
 	reapless bool // this step posts without polling (postWriteLocked)
-	// lastWriteEnd is when a Write last stepped, on the monotonic
-	// clock (postWriteLocked).
-	lastWriteEnd time.Duration
-	readShut     bool  // CloseRead: inbound bytes are discarded
-	closing      bool  // Close has begun: inbound bytes are discarded, calls fail
-	transDown    bool  // the transport reported the connection gone
-	fatal        error // a failure the engine cannot see (a failed post, a removed device)
-	drainBuf     []byte
-	polls        uint64
+	// lastPost is when a crossing last posted sends, on the monotonic
+	// clock, read after it (see postWriteLocked).
+	lastPost  time.Duration
+	readShut  bool  // CloseRead: inbound bytes are discarded
+	closing   bool  // Close has begun: inbound bytes are discarded, calls fail
+	transDown bool  // the transport reported the connection gone
+	fatal     error // a failure the engine cannot see (a failed post, a removed device)
+	drainBuf  []byte
+	polls     uint64
 	// retiredRegions is serveRegionsLocked's reusable list.
 	retiredRegions []ring.Region
 	spins          uint64 // waits that busy-polled (Stats.Spins)
@@ -393,13 +393,14 @@ func (c *conn) Write(b []byte) (int, error) {
 			c.mu.Unlock()
 			return written, c.opError("write", err)
 		}
+		wasCorked := c.eng.Corked()
 		n, err := c.eng.Write(b[written:])
 		written += n
 		if n > 0 {
 			c.wroteSinceRead = true
 		}
 		if n > 0 {
-			c.postWriteLocked(n)
+			c.postWriteLocked(n, wasCorked)
 		}
 		c.mu.Unlock()
 		if err != nil {

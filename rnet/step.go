@@ -169,6 +169,9 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 		}
 		n, err := c.qp.step(flags, c.recvs, c.sends, wcs, tries)
 		c.polls++
+		if len(c.sends) > 0 && c.set.ring.Autocork {
+			c.lastPost = monotonic()
+		}
 		if err != nil {
 			c.failLocked(err)
 			break
