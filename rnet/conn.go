@@ -126,7 +126,8 @@ func (h *Conn) SetWriteDeadline(t time.Time) error {
 // Config returns the settings this connection runs with: the Config it was
 // made with, every default applied, queue depths as the device allowed and
 // the inline size it granted. A feature that is off shows as a negative
-// value.
+// value. The transport's fields (AckTimeout, RetryCount, RNRRetryCount,
+// TrafficClass) stay zero: Info reports what the queue pair holds.
 func (h *Conn) Config() Config {
 	cfg := h.conn.effectiveConfig()
 	runtime.KeepAlive(h)
