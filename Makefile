@@ -132,7 +132,8 @@ BENCH_BIN   ?= $(or $(TMPDIR),/tmp)/rnet-bench-$(shell id -u)
 bench: build-deps
 	@mkdir -p $(BENCH_BIN) $(BENCH_OUT)
 	$(GO) build -o $(BENCH_BIN)/rnet ./cmd/rnet
-	$(GO) build -o $(BENCH_BIN)/rnet-benchreport ./cmd/rnet-benchreport
+	# A module of its own (its plots need gonum/plot, which the core module does not require).
+	$(GO) -C cmd/rnet-benchreport build -o $(abspath $(BENCH_BIN))/rnet-benchreport .
 	$(GO) -C benchmarks build -o $(abspath $(BENCH_BIN))/gofloor ./gofloor
 	$(CC) -O2 -Wall -o $(BENCH_BIN)/gofloor-c benchmarks/gofloor/c/floor.c
 	@if [ "$(RNET_NATIVE)" = 1 ]; then \

@@ -108,6 +108,25 @@ type Config struct {
 	// Below 7, connections keep receive queues of their own rather than
 	// share their poll group's (see docs/design.md, "Poll groups").
 	RNRRetryCount int
+	// NoDelay turns autocorking off: each Write is posted as soon as
+	// credits allow, as rsocket does. Default false (autocorking on):
+	// while a transfer of the connection is in flight, small Writes wait
+	// in the send ring and go out together, in one RDMA write, when it
+	// completes, when they fill a transfer, or when a Read or Write is
+	// about to wait, so a request and its reply never wait on the cork.
+	// As TCP_NODELAY, it trades message rate for a Write's own latency.
+	NoDelay bool
+	// TrafficClass is the IP TOS byte (DSCP << 2, ECN in the low two bits)
+	// of the connection's packets on RoCE, which a lossless fabric maps to
+	// a priority; the kernel derives the Ethernet priority (the service
+	// level) from it. Default: the connection manager's, 0 unless the
+	// device's default_roce_tos was set in configfs; range 1 to 255;
+	// negative means 0. The dialling side's applies to both ends: the
+	// connection request carries it, and the accepting side's queue pair
+	// takes the request's, so a Listener's is not used. iWARP
+	// ignores it, and InfiniBand takes its service level from the subnet
+	// manager's path record. See docs/config.md.
+	TrafficClass int
 }
 
 // defaultBusyPollLimit is the spin limit of a connection that has not
@@ -146,6 +165,7 @@ func (c *Config) settings() settings {
 			RecvQueueSize:   cfg.RecvQueueSize,
 			InlineThreshold: cfg.InlineThreshold,
 			IdleBufferSize:  cfg.IdleBufferSize,
+			Autocork:        !cfg.NoDelay,
 		},
 		busyPoll:         orDefault(cfg.BusyPoll, 10*time.Microsecond),
 		busyPollLimit:    orDefault(cfg.BusyPollLimit, defaultBusyPollLimit),
@@ -180,6 +200,8 @@ type transportSettings struct {
 	ackTimeoutCM  bool  // Config.AckTimeout is negative: the connection manager's on every device
 	retryCount    uint8
 	rnrRetryCount uint8
+	trafficClass  uint8 // the TOS byte Config.TrafficClass asks for
+	setTraffic    bool  // Config.TrafficClass asks for one; else the connection manager's
 }
 
 // shareRecvs reports whether a connection may take its receives from its
@@ -201,11 +223,14 @@ func (t transportSettings) ackTimeoutOn(softRoCE bool) uint8 {
 	return t.ackTimeout
 }
 
+// maxTrafficClass is the largest TOS byte.
+const maxTrafficClass = 255
+
 // ackTimeoutUnit is the IB local ACK timeout's unit, 4.096 µs.
 const ackTimeoutUnit = 4096 * time.Nanosecond
 
-// transportSettings checks and converts AckTimeout, RetryCount and
-// RNRRetryCount; an error names the field and its range.
+// transportSettings checks and converts AckTimeout, RetryCount,
+// RNRRetryCount and TrafficClass; an error names the field and its range.
 func (c Config) transportSettings() (transportSettings, error) {
 	var t transportSettings
 	switch {
@@ -225,6 +250,15 @@ func (c Config) transportSettings() (transportSettings, error) {
 	}
 	if t.rnrRetryCount, err = retryCount("RNRRetryCount", c.RNRRetryCount); err != nil {
 		return t, err
+	}
+	switch {
+	case c.TrafficClass > maxTrafficClass:
+		return t, &ConfigError{Field: "TrafficClass", Value: c.TrafficClass,
+			Want: fmt.Sprintf("0 (the connection manager's), 1 to %d (the IP TOS byte, DSCP << 2), or negative for 0", maxTrafficClass)}
+	case c.TrafficClass > 0:
+		t.trafficClass, t.setTraffic = uint8(c.TrafficClass), true
+	case c.TrafficClass < 0:
+		t.setTraffic = true
 	}
 	return t, nil
 }

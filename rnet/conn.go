@@ -126,7 +126,8 @@ func (h *Conn) SetWriteDeadline(t time.Time) error {
 // Config returns the settings this connection runs with: the Config it was
 // made with, every default applied, queue depths as the device allowed and
 // the inline size it granted. A feature that is off shows as a negative
-// value.
+// value. The transport's fields (AckTimeout, RetryCount, RNRRetryCount,
+// TrafficClass) stay zero: Info reports what the queue pair holds.
 func (h *Conn) Config() Config {
 	cfg := h.conn.effectiveConfig()
 	runtime.KeepAlive(h)
@@ -155,11 +156,15 @@ type conn struct {
 
 	// mu guards the engine and everything Read, Write, Close and the
 	// pusher share.
-	mu        sync.Mutex
-	eng       *ring.Engine
-	sends     []wr.Send
-	recvs     []wr.Recv
-	wcs       []wr.Completion
+	mu       sync.Mutex
+	eng      *ring.Engine
+	sends    []wr.Send
+	recvs    []wr.Recv
+	wcs      []wr.Completion
+	reapless bool // this step posts without polling (postWriteLocked)
+	// lastPost is when a crossing last posted sends, on the monotonic
+	// clock, read after it (see postWriteLocked).
+	lastPost  time.Duration
 	readShut  bool  // CloseRead: inbound bytes are discarded
 	closing   bool  // Close has begun: inbound bytes are discarded, calls fail
 	transDown bool  // the transport reported the connection gone
@@ -290,6 +295,7 @@ func (c *conn) Read(b []byte) (int, error) {
 			if isClosed(c.closed) {
 				return 0, c.opError("read", net.ErrClosed)
 			}
+			c.uncork()
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		c.mu.Lock()
@@ -326,6 +332,9 @@ func (c *conn) Read(b []byte) (int, error) {
 			// What kind of wait this is is settled when it begins: a
 			// Write while it waits does not make it a reply wait.
 			reply = c.wroteSinceRead
+		}
+		if err == nil {
+			c.uncorkLocked() // the peer may wait for them before it answers
 		}
 		c.mu.Unlock()
 		if err != nil {
@@ -372,6 +381,7 @@ func (c *conn) Write(b []byte) (int, error) {
 			if isClosed(c.closed) {
 				return written, c.opError("write", net.ErrClosed)
 			}
+			c.uncork()
 			return written, c.opError("write", os.ErrDeadlineExceeded)
 		}
 		c.mu.Lock()
@@ -384,13 +394,14 @@ func (c *conn) Write(b []byte) (int, error) {
 			c.mu.Unlock()
 			return written, c.opError("write", err)
 		}
+		wasCorked := c.eng.Corked()
 		n, err := c.eng.Write(b[written:])
 		written += n
 		if n > 0 {
 			c.wroteSinceRead = true
 		}
 		if n > 0 {
-			c.driveLocked()
+			c.postWriteLocked(n, wasCorked)
 		}
 		c.mu.Unlock()
 		if err != nil {

@@ -45,6 +45,15 @@ func dial(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrP
 			return fail(err)
 		}
 	}
+	// Before the route: resolving it puts the traffic class in the path,
+	// which the queue pairs of both ends take.
+	if set.transport.setTraffic {
+		if err := id.SetTOS(set.transport.trafficClass); err != nil {
+			id.Close()
+			ch.Close()
+			return fail(err)
+		}
+	}
 	if err := id.Resolve(ctx, laddr, raddr, cm.RsocketRetry); err != nil {
 		id.Close()
 		ch.Close()

@@ -30,6 +30,8 @@ type verbsQP struct {
 	qp       *verbs.QP
 	mrs      []*verbs.MR // send, recv, target at setup; then as rings move
 	device   string
+	// deviceInfo is the device as setup found it, for Conn.Info.
+	deviceInfo verbs.DeviceInfo
 	// accepting says this is the listening side (for testHookSetupStep).
 	accepting bool
 

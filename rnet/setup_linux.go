@@ -54,6 +54,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	if err != nil {
 		return nil, err
 	}
+	q.deviceInfo = info
 	// The connection manager applies it when connect or accept makes the
 	// queue pair ready to send.
 	if n := t.ackTimeoutOn(info.VendorID == verbs.VendorSoftRoCE); n != 0 {

@@ -20,7 +20,15 @@ func (noRegions) removeRegion(ring.Region) error { return nil }
 // simPipe returns two connected Conns over a fresh simulated fabric.
 func simPipe(tb testing.TB, cfg *Config) (*Conn, *Conn) {
 	tb.Helper()
-	a, b, err := simPair(cfg, netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.0.2:7471"))
+	return simPipeWrap(tb, cfg, nil)
+}
+
+// simPipeWrap is simPipe with the first Conn's queue pair wrapped by wrap,
+// if not nil.
+func simPipeWrap(tb testing.TB, cfg *Config, wrap func(*simQP) queuePair) (*Conn, *Conn) {
+	tb.Helper()
+	a, b, err := simPairWrapped(cfg, netip.MustParseAddrPort("10.0.0.1:40000"),
+		netip.MustParseAddrPort("10.0.0.2:7471"), wrap)
 	if err != nil {
 		tb.Fatal(err)
 	}

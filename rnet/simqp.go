@@ -33,6 +33,12 @@ func validSimPair(cfg *Config, client, server netip.AddrPort) (*Conn, *Conn, err
 // simPair returns two Conns connected over a fresh simulated fabric, the
 // first at address client, the second at server, both configured by cfg.
 func simPair(cfg *Config, client, server netip.AddrPort) (*Conn, *Conn, error) {
+	return simPairWrapped(cfg, client, server, nil)
+}
+
+// simPairWrapped is simPair with the client's queue pair wrapped by wrap,
+// if not nil: rnet's tests hold its completions back with it.
+func simPairWrapped(cfg *Config, client, server netip.AddrPort, wrap func(*simQP) queuePair) (*Conn, *Conn, error) {
 	set := cfg.settings()
 	layout := set.ring.Layout()
 	caps := simfabric.Caps{SendDepth: layout.SendDepth, RecvDepth: layout.RecvDepth, MaxInline: 256}
@@ -66,7 +72,11 @@ func simPair(cfg *Config, client, server netip.AddrPort) (*Conn, *Conn, error) {
 	qa := newSimQPAt(a, client, server)
 	qb := newSimQPAt(b, server, client)
 	qa.peer, qb.peer = qb, qa
-	return newConn(qa, ea, set), newConn(qb, eb, set), nil
+	var qpa queuePair = qa
+	if wrap != nil {
+		qpa = wrap(qa)
+	}
+	return newConn(qpa, ea, set), newConn(qb, eb, set), nil
 }
 
 // simListen returns a Listener at addr with room for backlog established

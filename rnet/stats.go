@@ -15,6 +15,9 @@ type Stats struct {
 	MessagesSent     uint64 // data transfers (RDMA writes with immediate)
 	MessagesReceived uint64
 	InlineSends      uint64 // transfers small enough to travel inside the work request
+	// CoalescedWrites counts Writes whose bytes went out in one transfer
+	// with bytes of an earlier Write (see Config.NoDelay).
+	CoalescedWrites uint64
 
 	CreditUpdatesSent     uint64
 	CreditUpdatesReceived uint64
@@ -76,6 +79,7 @@ func (c *conn) Stats() Stats {
 		MessagesSent:          s.MessagesSent,
 		MessagesReceived:      s.MessagesReceived,
 		InlineSends:           s.InlineSends,
+		CoalescedWrites:       s.CoalescedWrites,
 		CreditUpdatesSent:     s.CreditUpdatesSent,
 		CreditUpdatesReceived: s.CreditUpdatesReceived,
 		KeepalivesSent:        s.KeepalivesSent,
@@ -130,5 +134,6 @@ func (c *conn) effectiveConfig() Config {
 		KeepAlive:        offIfZero(c.set.keepAlive),
 		Linger:           offIfZero(c.set.linger),
 		HandshakeTimeout: offIfZero(c.set.handshakeTimeout),
+		NoDelay:          !rc.Autocork,
 	}
 }

@@ -160,7 +160,7 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 			break
 		}
 		wcs := c.wcs
-		if c.fatal != nil {
+		if c.fatal != nil || c.reapless {
 			wcs = c.wcs[:0] // a failed QP only flushes; the engine has failed too
 		}
 		tries := 1
@@ -169,6 +169,9 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 		}
 		n, err := c.qp.step(flags, c.recvs, c.sends, wcs, tries)
 		c.polls++
+		if len(c.sends) > 0 && c.set.ring.Autocork {
+			c.lastPost = monotonic()
+		}
 		if err != nil {
 			c.failLocked(err)
 			break

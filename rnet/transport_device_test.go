@@ -199,6 +199,7 @@ func TestTransportSettingsRejected(t *testing.T) {
 		{Config{AckTimeout: 3 * time.Hour}, []string{"Config.AckTimeout", "3h0m0s", "at most 2h26m36.093022208s", "2^31"}},
 		{Config{RetryCount: 8}, []string{"Config.RetryCount", "8", "1 to 7"}},
 		{Config{RNRRetryCount: 100}, []string{"Config.RNRRetryCount", "100", "1 to 7"}},
+		{Config{TrafficClass: 300}, []string{"Config.TrafficClass", "300", "1 to 255"}},
 	} {
 		d := &Dialer{Config: &tc.cfg}
 		_, err := d.Dial("rdma", "10.77.0.2:7471")

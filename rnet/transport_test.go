@@ -17,20 +17,24 @@ func TestTransportSettings(t *testing.T) {
 		want    transportSettings
 		wantErr []string
 	}{
-		{cfg: Config{}, want: transportSettings{0, false, 7, 7}},
-		{cfg: Config{AckTimeout: -1}, want: transportSettings{0, true, 7, 7}},
-		{cfg: Config{AckTimeout: time.Nanosecond}, want: transportSettings{1, false, 7, 7}},
-		{cfg: Config{AckTimeout: 8192 * time.Nanosecond}, want: transportSettings{1, false, 7, 7}},
-		{cfg: Config{AckTimeout: 8193 * time.Nanosecond}, want: transportSettings{2, false, 7, 7}},
-		{cfg: Config{AckTimeout: 67 * time.Millisecond}, want: transportSettings{14, false, 7, 7}},
-		{cfg: Config{AckTimeout: 67108864 * time.Nanosecond}, want: transportSettings{14, false, 7, 7}},
-		{cfg: Config{AckTimeout: 67108865 * time.Nanosecond}, want: transportSettings{15, false, 7, 7}},
-		{cfg: Config{AckTimeout: most}, want: transportSettings{31, false, 7, 7}},
+		{cfg: Config{}, want: transportSettings{0, false, 7, 7, 0, false}},
+		{cfg: Config{AckTimeout: -1}, want: transportSettings{0, true, 7, 7, 0, false}},
+		{cfg: Config{AckTimeout: time.Nanosecond}, want: transportSettings{1, false, 7, 7, 0, false}},
+		{cfg: Config{AckTimeout: 8192 * time.Nanosecond}, want: transportSettings{1, false, 7, 7, 0, false}},
+		{cfg: Config{AckTimeout: 8193 * time.Nanosecond}, want: transportSettings{2, false, 7, 7, 0, false}},
+		{cfg: Config{AckTimeout: 67 * time.Millisecond}, want: transportSettings{14, false, 7, 7, 0, false}},
+		{cfg: Config{AckTimeout: 67108864 * time.Nanosecond}, want: transportSettings{14, false, 7, 7, 0, false}},
+		{cfg: Config{AckTimeout: 67108865 * time.Nanosecond}, want: transportSettings{15, false, 7, 7, 0, false}},
+		{cfg: Config{AckTimeout: most}, want: transportSettings{31, false, 7, 7, 0, false}},
 		{cfg: Config{AckTimeout: most + 1}, wantErr: []string{"Config.AckTimeout", "out of range", "at most 2h26m36.093022208s", "negative"}},
-		{cfg: Config{RetryCount: -5, RNRRetryCount: 3}, want: transportSettings{0, false, 0, 3}},
-		{cfg: Config{RetryCount: 1, RNRRetryCount: -1}, want: transportSettings{0, false, 1, 0}},
+		{cfg: Config{RetryCount: -5, RNRRetryCount: 3}, want: transportSettings{0, false, 0, 3, 0, false}},
+		{cfg: Config{RetryCount: 1, RNRRetryCount: -1}, want: transportSettings{0, false, 1, 0, 0, false}},
 		{cfg: Config{RetryCount: 8}, wantErr: []string{"Config.RetryCount 8", "1 to 7"}},
 		{cfg: Config{RNRRetryCount: 8}, wantErr: []string{"Config.RNRRetryCount 8", "1 to 7"}},
+		{cfg: Config{TrafficClass: 106}, want: transportSettings{0, false, 7, 7, 106, true}},
+		{cfg: Config{TrafficClass: 255}, want: transportSettings{0, false, 7, 7, 255, true}},
+		{cfg: Config{TrafficClass: -1}, want: transportSettings{0, false, 7, 7, 0, true}},
+		{cfg: Config{TrafficClass: 256}, wantErr: []string{"Config.TrafficClass is 256", "1 to 255", "TOS byte", "negative for 0"}},
 	} {
 		got, err := tc.cfg.transportSettings()
 		if tc.wantErr != nil {
@@ -54,7 +58,7 @@ func TestTransportSettings(t *testing.T) {
 		}
 	}
 	var nilCfg *Config
-	if s := nilCfg.settings(); s.transport != (transportSettings{0, false, 7, 7}) {
+	if s := nilCfg.settings(); s.transport != (transportSettings{0, false, 7, 7, 0, false}) {
 		t.Errorf("nil Config: %+v", s.transport)
 	}
 }

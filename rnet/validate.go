@@ -72,6 +72,6 @@ func (c *Config) validate() error {
 				Want: fmt.Sprintf("0 (the default), at least %v, or negative %s", d.lo, d.off)}
 		}
 	}
-	_, err := c.transportSettings() // AckTimeout, RetryCount, RNRRetryCount
+	_, err := c.transportSettings() // AckTimeout, RetryCount, RNRRetryCount, TrafficClass
 	return err
 }

@@ -28,6 +28,7 @@ func TestConfigOutOfRange(t *testing.T) {
 		{Config{SendQueueSize: 15}, "SendQueueSize"},
 		{Config{RecvQueueSize: 1 << 20}, "RecvQueueSize"},
 		{Config{InlineThreshold: 1 << 16}, "InlineThreshold"},
+		{Config{TrafficClass: 256}, "TrafficClass"},
 	}
 	for _, b := range bad {
 		check := func(op string, err error) {
@@ -55,6 +56,7 @@ func TestConfigOutOfRange(t *testing.T) {
 		{SendBufferSize: 64, RecvBufferSize: 1 << 30, SendQueueSize: 16, RecvQueueSize: 65534, InlineThreshold: 65535},
 		{IdleBufferSize: 64}, {IdleBufferSize: 1 << 30},
 		{BusyPoll: time.Minute},
+		{TrafficClass: 255}, {TrafficClass: -1},
 	} {
 		if err := good.validate(); err != nil {
 			t.Errorf("%+v: %v, want valid", good, err)

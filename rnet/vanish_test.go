@@ -138,7 +138,8 @@ func TestSimLingerExpiryIsNotEOF(t *testing.T) {
 // keepaliveProbes periods (it did, dropping the written bytes); once the
 // peer polls, every byte arrives.
 func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
-	set := (&Config{KeepAlive: 5 * time.Millisecond}).settings()
+	// One transfer per Write: the test needs more DATA messages than credits.
+	set := (&Config{KeepAlive: 5 * time.Millisecond, NoDelay: true}).settings()
 	peerCfg := ring.Config{RecvQueueSize: 16}.Normalize()
 	f := simfabric.New(1, simfabric.Options{Auto: true, DirectLanding: true, RNRRetry: true})
 	la, lb := set.ring.Layout(), peerCfg.Layout()

@@ -9,6 +9,9 @@
 //
 // rnet's and TCP's figures come from the rnet command (rnet perf, rnet ping
 // and their -tcp baselines), so they are what a user reproduces by hand.
+//
+// It is a module of its own (go.mod beside this file), so that gonum/plot,
+// which draws its SVG, is not among the core module's requirements.
 package main
 
 import (

@@ -2,14 +2,26 @@ package main
 
 import (
 	"fmt"
+	"image/color"
 	"io"
 	"math"
 	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // colors of the transports' lines: a polling and a sleeping variant share
 // a colour, the sleeping one dashed.
-var colors = map[string]string{RNet: "#d62728", RNetPoll: "#d62728", RStream: "#1f77b4", RStreamBlock: "#1f77b4", Verbs: "#2ca02c", TCP: "#7f7f7f"}
+var colors = map[string]color.RGBA{
+	RNet: rgb(0xd62728), RNetPoll: rgb(0xd62728), RStream: rgb(0x1f77b4), RStreamBlock: rgb(0x1f77b4),
+	Verbs: rgb(0x2ca02c), TCP: rgb(0x7f7f7f),
+}
 
 var dashed = map[string]bool{RNet: true, RStreamBlock: true}
 
@@ -18,106 +30,148 @@ var labels = map[string]string{
 	RStreamBlock: "rstream -T b (spin, then sleep)", Verbs: "ib_write_bw / ib_write_lat", TCP: "TCP (Go)",
 }
 
-// stroke is the SVG stroke attributes of a transport's line.
-func stroke(t string) string {
-	a := fmt.Sprintf(`stroke="%s" stroke-width="2.5"`, colors[t])
-	if dashed[t] {
-		a += ` stroke-dasharray="7,4"`
-	}
-	return a
+func rgb(v uint32) color.RGBA {
+	return color.RGBA{R: uint8(v >> 16), G: uint8(v >> 8), B: uint8(v), A: 0xff}
 }
 
-// WriteSVG draws two panels, throughput against message size and mean round
-// trip against message size, one line per transport, both axes logarithmic.
-func (r *Report) WriteSVG(w io.Writer) error {
-	const W, H = 1000, 490
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
-	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" text-anchor="middle">%s</text>`+"\n", W/2,
-		esc(fmt.Sprintf("rnet vs rstream, ib_write and TCP — %s, medians of %d runs", r.Devices, r.Runs)))
-	r.panel(&b, 60, 50, 400, 330, Throughput, r.Throughput, "throughput (MB/s)")
-	r.panel(&b, 560, 50, 400, 330, Latency, r.Latency, "mean round trip (µs)")
-	// Legend, in rows that fit the width.
-	x, y := 70, 436
-	for _, t := range transportOrder {
-		wide := 34 + 7*len(labels[t]) + 24
-		if x+wide > W-20 {
-			x, y = 70, y+22
-		}
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" %s/>`, x, y, x+28, y, stroke(t))
-		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", x+34, y+4, esc(labels[t]))
-		x += wide
+// lineStyle is a transport's line.
+func lineStyle(t string) draw.LineStyle {
+	s := draw.LineStyle{Color: colors[t], Width: vg.Points(1.8)}
+	if dashed[t] {
+		s.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 	}
-	b.WriteString("</svg>\n")
-	_, err := io.WriteString(w, b.String())
+	return s
+}
+
+// The SVG's size, and the heights of its title and legend bands.
+const (
+	svgWidth     = vg.Length(750) // points
+	svgHeight    = vg.Length(370)
+	titleHeight  = vg.Length(28)
+	legendHeight = vg.Length(48)
+)
+
+// WriteSVG draws two panels, throughput against message size and mean round
+// trip against message size, one line per transport, both axes logarithmic,
+// under a title and over one legend.
+func (r *Report) WriteSVG(w io.Writer) error {
+	// Sans serif, as the hand-drawn plot had; plot's own default is serif.
+	plot.DefaultFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
+	plotter.DefaultFont = plot.DefaultFont
+	c := vgsvg.New(svgWidth, svgHeight)
+	dc := draw.New(c)
+	dc.SetColor(color.White)
+	dc.Fill(rectangle(dc.Rectangle))
+
+	title := text.Style{Font: font.From(plot.DefaultFont, 13), Color: color.Black, XAlign: draw.XCenter, YAlign: draw.YTop, Handler: plot.DefaultTextHandler}
+	dc.FillText(title, vg.Point{X: dc.Center().X, Y: dc.Max.Y - 8},
+		fmt.Sprintf("rnet vs rstream, ib_write and TCP — %s, medians of %d runs", r.Devices, r.Runs))
+
+	panels := dc
+	panels.Max.Y -= titleHeight
+	panels.Min.Y += legendHeight + 8 // clear of the axes' labels
+	plots := [][]*plot.Plot{{
+		r.panel(Throughput, r.Throughput, "throughput (MB/s)"),
+		r.panel(Latency, r.Latency, "mean round trip (µs)"),
+	}}
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(28), PadLeft: vg.Points(6), PadRight: vg.Points(10)}
+	canvases := plot.Align(plots, tiles, panels)
+	for i, p := range plots[0] {
+		p.Draw(canvases[0][i])
+	}
+
+	// The legend: three columns of two entries, across the bottom.
+	band := dc
+	band.Max.Y = dc.Min.Y + legendHeight
+	cols := draw.Tiles{Rows: 1, Cols: 3, PadLeft: vg.Points(40), PadX: vg.Points(10)}
+	for col := range 3 {
+		l := plot.NewLegend()
+		l.Top, l.Left = true, true
+		l.TextStyle.Font.Size = vg.Points(10)
+		l.ThumbnailWidth = vg.Points(26)
+		l.Padding = vg.Points(5)
+		for _, t := range transportOrder[2*col : 2*col+2] {
+			l.Add(labels[t], &plotter.Line{LineStyle: lineStyle(t)})
+		}
+		l.Draw(cols.At(band, col, 0))
+	}
+	_, err := c.WriteTo(w)
 	return err
 }
 
-func (r *Report) panel(b *strings.Builder, x0, y0, w, h int, kind string, sizes []int, ylabel string) {
-	var lo, hi = math.Inf(1), math.Inf(-1)
+func rectangle(r vg.Rectangle) vg.Path {
+	var p vg.Path
+	p.Move(r.Min)
+	p.Line(vg.Point{X: r.Max.X, Y: r.Min.Y})
+	p.Line(r.Max)
+	p.Line(vg.Point{X: r.Min.X, Y: r.Max.Y})
+	p.Close()
+	return p
+}
+
+// panel plots one kind of measurement: a line per transport that has any.
+func (r *Report) panel(kind string, sizes []int, ylabel string) *plot.Plot {
+	p := plot.New()
+	p.X.Label.Text = "message size (bytes per write)"
+	p.Y.Label.Text = ylabel
+	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range r.Series {
 		if s.Kind == kind && len(s.Runs) > 0 && s.Median > 0 {
 			lo, hi = math.Min(lo, s.Median), math.Max(hi, s.Median)
 		}
 	}
 	if math.IsInf(lo, 0) || len(sizes) == 0 {
-		fmt.Fprintf(b, `<text x="%d" y="%d">no data</text>`, x0+w/2, y0+h/2)
-		return
+		p.Title.Text = ylabel + ": no data"
+		return p
 	}
-	ylo, yhi := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
-	if yhi == ylo {
-		yhi++
+	// Whole decades on y, and a little room beside the first and last size.
+	p.Y.Scale, p.X.Scale = plot.LogScale{}, plot.LogScale{}
+	p.Y.Min, p.Y.Max = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
+	if p.Y.Max == p.Y.Min {
+		p.Y.Max *= 10
 	}
-	xlo, xhi := math.Log2(float64(sizes[0])), math.Log2(float64(sizes[len(sizes)-1]))
-	if xhi == xlo {
-		xhi++
-	}
-	px := func(size int) float64 { return float64(x0) + (math.Log2(float64(size))-xlo)/(xhi-xlo)*float64(w) }
-	py := func(v float64) float64 { return float64(y0+h) - (math.Log10(v)-ylo)/(yhi-ylo)*float64(h) }
-	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333"/>`+"\n", x0, y0, w, h)
-	// Y grid: decades, with 2 and 5 as minor lines.
-	for e := ylo; e <= yhi; e++ {
-		for _, m := range []float64{1, 2, 5} {
-			v := m * math.Pow(10, e)
-			if math.Log10(v) > yhi+1e-9 {
-				break
-			}
-			y := py(v)
-			stroke := "#eee"
-			if m == 1 {
-				stroke = "#ccc"
-			}
-			fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`, x0, y, x0+w, y, stroke)
-			fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" fill="#444">%s</text>`+"\n", x0-6, y+4, tick(v))
-		}
-	}
+	p.X.Min, p.X.Max = float64(sizes[0])/1.25, float64(sizes[len(sizes)-1])*1.25
+	p.Y.Tick.Marker = plot.TickerFunc(decadeTicks)
+	var xt plot.ConstantTicks
 	for _, s := range sizes {
-		x := px(s)
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>`, x, y0, x, y0+h)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#444">%s</text>`+"\n", x, y0+h+16, axisSize(s))
+		xt = append(xt, plot.Tick{Value: float64(s), Label: axisSize(s)})
 	}
-	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">message size (bytes per write)</text>`+"\n", x0+w/2, y0+h+36)
-	fmt.Fprintf(b, `<text transform="translate(%d,%d) rotate(-90)" text-anchor="middle">%s</text>`+"\n", x0-44, y0+h/2, esc(ylabel))
+	p.X.Tick.Marker = xt
+	grid := plotter.NewGrid()
+	grid.Vertical.Color, grid.Horizontal.Color = color.Gray{Y: 0xe8}, color.Gray{Y: 0xd8}
+	p.Add(grid)
 	for _, t := range transportOrder {
-		var pts []string
+		var xys plotter.XYs
 		for _, s := range sizes {
-			v := r.get(t, kind, s)
-			if math.IsNaN(v) || v <= 0 {
-				continue
+			if v := r.get(t, kind, s); !math.IsNaN(v) && v > 0 {
+				xys = append(xys, plotter.XY{X: float64(s), Y: v})
 			}
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s), py(v)))
 		}
-		if len(pts) == 0 {
+		if len(xys) == 0 {
 			continue
 		}
-		fmt.Fprintf(b, `<polyline points="%s" fill="none" %s/>`+"\n", strings.Join(pts, " "), stroke(t))
-		for _, p := range pts {
-			xy := strings.Split(p, ",")
-			fmt.Fprintf(b, `<circle cx="%s" cy="%s" r="3.5" fill="%s"/>`, xy[0], xy[1], colors[t])
+		line, points, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			continue // only non-finite values fail, and none come here
 		}
-		b.WriteString("\n")
+		line.LineStyle = lineStyle(t)
+		points.GlyphStyle = draw.GlyphStyle{Color: colors[t], Radius: vg.Points(2.6), Shape: draw.CircleGlyph{}}
+		p.Add(line, points)
 	}
+	return p
+}
+
+// decadeTicks marks 1, 2 and 5 of every decade from min to max, labelled.
+func decadeTicks(min, max float64) []plot.Tick {
+	var ticks []plot.Tick
+	for e := math.Floor(math.Log10(min)); e <= math.Ceil(math.Log10(max)); e++ {
+		for _, m := range []float64{1, 2, 5} {
+			if v := m * math.Pow(10, e); v >= min*(1-1e-9) && v <= max*(1+1e-9) {
+				ticks = append(ticks, plot.Tick{Value: v, Label: tick(v)})
+			}
+		}
+	}
+	return ticks
 }
 
 func tick(v float64) string {
@@ -128,10 +182,6 @@ func tick(v float64) string {
 		return fmt.Sprintf("%gk", v/1e3)
 	}
 	return fmt.Sprintf("%g", v)
-}
-
-func esc(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
 }
 
 // axisSize is 64 B, 1 KiB, 1 MiB.

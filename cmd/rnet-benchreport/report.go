@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"text/tabwriter"
 )
 
 // Transports, in the order of tables and legends.
@@ -131,6 +132,15 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2fx", a/b)
 }
 
+// table writes rows as right-aligned columns, two spaces apart.
+func table(w io.Writer, rows [][]string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, row := range rows {
+		fmt.Fprint(tw, strings.Join(row, "\t")+"\t\n")
+	}
+	tw.Flush()
+}
+
 // WriteTable prints the medians and rnet's ratios to each other transport.
 func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "rnet benchmark report: medians of %d runs, server %s, client %s (%s)\n", r.Runs, r.Server, r.Client, r.Devices)
@@ -141,31 +151,36 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
 	// Ratios: rnet/rstream as the targets are stated; rnet/rstr-b and
-	// poll/rstream with both sides sleeping, and both polling.
+	// poll/rstream with both sides sleeping, and both polling. An empty
+	// column sets the ratios apart.
 	fmt.Fprintf(w, "\nThroughput, MB/s (higher is better)\n")
-	fmt.Fprintf(w, "%6s %8s %9s %8s %9s %8s %8s  %12s %11s %12s %10s %8s\n", "size", RNet, RNetPoll, RStream, "rstream-b", Verbs+"_bw", TCP,
-		"rnet/rstream", "rnet/rstr-b", "poll/rstream", "rnet/ib_bw", "rnet/tcp")
+	rows := [][]string{{"size", RNet, RNetPoll, RStream, "rstream-b", Verbs + "_bw", TCP, "",
+		"rnet/rstream", "rnet/rstr-b", "poll/rstream", "rnet/ib_bw", "rnet/tcp"}}
 	for _, s := range r.Throughput {
 		rn, rp, rs, rb := r.get(RNet, Throughput, s), r.get(RNetPoll, Throughput, s), r.get(RStream, Throughput, s), r.get(RStreamBlock, Throughput, s)
 		ib, tc := r.get(Verbs, Throughput, s), r.get(TCP, Throughput, s)
-		fmt.Fprintf(w, "%6s %8s %9s %8s %9s %8s %8s  %12s %11s %12s %10s %8s\n", sizeName(s), fmtVal(rn), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc),
-			ratio(rn, rs), ratio(rn, rb), ratio(rp, rs), ratio(rn, ib), ratio(rn, tc))
+		rows = append(rows, []string{sizeName(s), fmtVal(rn), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc), "",
+			ratio(rn, rs), ratio(rn, rb), ratio(rp, rs), ratio(rn, ib), ratio(rn, tc)})
 	}
+	table(w, rows)
 	fmt.Fprintf(w, "\nRound-trip latency, µs (lower is better; ratios to rstream compare means, rnet/ib_lat and rnet/tcp medians)\n")
-	fmt.Fprintf(w, "%6s %9s %8s %9s %9s %10s %7s %7s  %12s %11s %12s %11s %8s\n", "size", "rnet-mean", "rnet-p50", "poll-mean", "rstr-mean", "rstrb-mean", "ib-p50", "tcp-p50",
-		"rnet/rstream", "rnet/rstr-b", "poll/rstream", "rnet/ib_lat", "rnet/tcp")
+	rows = [][]string{{"size", "rnet-mean", "rnet-p50", "poll-mean", "rstr-mean", "rstrb-mean", "ib-p50", "tcp-p50", "",
+		"rnet/rstream", "rnet/rstr-b", "poll/rstream", "rnet/ib_lat", "rnet/tcp"}}
 	for _, s := range r.Latency {
 		rn, rp, rs, rb := r.get(RNet, Latency, s), r.get(RNetPoll, Latency, s), r.get(RStream, Latency, s), r.get(RStreamBlock, Latency, s)
 		p50, ib, tc := r.p50(RNet, s), r.p50(Verbs, s), r.p50(TCP, s)
-		fmt.Fprintf(w, "%6s %9s %8s %9s %9s %10s %7s %7s  %12s %11s %12s %11s %8s\n", sizeName(s), fmtVal(rn), fmtVal(p50), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc),
-			ratio(rn, rs), ratio(rn, rb), ratio(rp, rs), ratio(p50, ib), ratio(p50, tc))
+		rows = append(rows, []string{sizeName(s), fmtVal(rn), fmtVal(p50), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc), "",
+			ratio(rn, rs), ratio(rn, rb), ratio(rp, rs), ratio(p50, ib), ratio(p50, tc)})
 	}
+	table(w, rows)
 	r.writeWork(w)
 	if fc, fg := r.extraMedian(FloorC, Latency), r.extraMedian(FloorGo, Latency); !math.IsNaN(fc) || !math.IsNaN(fg) {
 		fmt.Fprintf(w, "\nGo runtime floor, no RDMA (benchmarks/gofloor; round trip, µs)\n")
-		fmt.Fprintf(w, "%9s %8s %9s %8s  %9s %8s\n", "c-mean", "c-p50", "go-mean", "go-p50", "go/c mean", "go/c p50")
 		fc50, fg50 := r.extraMedian(FloorC, LatencyP50), r.extraMedian(FloorGo, LatencyP50)
-		fmt.Fprintf(w, "%9s %8s %9s %8s  %9s %8s\n", fmtVal(fc), fmtVal(fc50), fmtVal(fg), fmtVal(fg50), ratio(fg, fc), ratio(fg50, fc50))
+		table(w, [][]string{
+			{"c-mean", "c-p50", "go-mean", "go-p50", "", "go/c mean", "go/c p50"},
+			{fmtVal(fc), fmtVal(fc50), fmtVal(fg), fmtVal(fg50), "", ratio(fg, fc), ratio(fg50, fc50)},
+		})
 	}
 	var fails []string
 	for _, s := range append(append([]*Series(nil), r.Series...), r.Extra...) {
@@ -186,32 +201,32 @@ func (r *Report) WriteTable(w io.Writer) {
 // if the report has it.
 func (r *Report) writeWork(w io.Writer) {
 	transports := []string{RNet, RNetPoll, RStream, RStreamBlock}
-	var rows []int
+	var sizes []int
 	for _, s := range r.Throughput {
 		if workSize(s) && !math.IsNaN(r.work(RNet, SyscallsPerMsg, s)) {
-			rows = append(rows, s)
+			sizes = append(sizes, s)
 		}
 	}
-	if len(rows) == 0 {
+	if len(sizes) == 0 {
 		return
 	}
 	fmt.Fprintf(w, "\nClient work per message, throughput tests (syscalls: read/write system calls, on rxe doorbells and channel reads; cgo: crossings into C; wc: completions)\n")
-	fmt.Fprintf(w, "%6s", "size")
+	rows := [][]string{{"size"}}
 	for _, t := range transports {
-		fmt.Fprintf(w, " %29s", t+" syscalls/cgo/wc")
+		rows[0] = append(rows[0], t+" syscalls/cgo/wc")
 	}
-	fmt.Fprintln(w)
-	for _, s := range rows {
-		fmt.Fprintf(w, "%6s", sizeName(s))
+	for _, s := range sizes {
+		row := []string{sizeName(s)}
 		for _, t := range transports {
 			var parts []string
 			for _, k := range workKinds {
 				parts = append(parts, fmtVal(r.work(t, k, s)))
 			}
-			fmt.Fprintf(w, " %29s", strings.Join(parts, " / "))
+			row = append(row, strings.Join(parts, " / "))
 		}
-		fmt.Fprintln(w)
+		rows = append(rows, row)
 	}
+	table(w, rows)
 }
 
 // work is a transport's median of a per-message figure (kept in Extra).

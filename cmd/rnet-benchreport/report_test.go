@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/xml"
+	"html"
 	"slices"
 	"strings"
 	"testing"
@@ -41,17 +42,57 @@ func sample() *Report {
 	return r
 }
 
+// tableRows returns the rows of the table under the line that starts with
+// title, each split into its fields, and fails unless every row is as wide
+// as the header: the columns are right-aligned.
+func tableRows(t *testing.T, report, title string) [][]string {
+	t.Helper()
+	_, rest, ok := strings.Cut(report, "\n"+title)
+	if !ok {
+		t.Fatalf("no table %q in:\n%s", title, report)
+	}
+	lines := strings.Split(rest, "\n")[1:]
+	var rows [][]string
+	for _, line := range lines {
+		if line == "" {
+			break
+		}
+		if len(line) != len(lines[0]) {
+			t.Errorf("table %q: row %q is not as wide as its header %q", title, line, lines[0])
+		}
+		rows = append(rows, strings.Fields(line))
+	}
+	return rows
+}
+
 func TestTable(t *testing.T) {
 	var b strings.Builder
 	sample().WriteTable(&b)
 	s := b.String()
+	if !strings.Contains(s, "medians of 3 runs") {
+		t.Errorf("no header:\n%s", s)
+	}
 	// Throughput is size/1000 times the transport's place in
 	// transportOrder: rnet/rstream 1/3, rnet/rstream-block 1/4,
 	// rnet-poll/rstream 2/3, in that order on every row.
-	for _, want := range []string{"medians of 3 runs", "64K", "0.33x       0.25x        0.67x", "rnet/rstr-b", "poll/rstream", "rnet/ib_bw", "rnet/tcp", "rstrb-mean"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("table lacks %q:\n%s", want, s)
+	rows := tableRows(t, s, "Throughput, MB/s")
+	if want := []string{"size", "rnet", "rnet-poll", "rstream", "rstream-b", "ib_write_bw", "tcp", "rnet/rstream", "rnet/rstr-b", "poll/rstream", "rnet/ib_bw", "rnet/tcp"}; !slices.Equal(rows[0], want) {
+		t.Errorf("throughput header %q, want %q", rows[0], want)
+	}
+	if len(rows) != 1+len(throughputSizes) {
+		t.Fatalf("%d throughput rows", len(rows))
+	}
+	for _, row := range rows[1:] {
+		if !slices.Equal(row[7:10], []string{"0.33x", "0.25x", "0.67x"}) {
+			t.Errorf("throughput row %q", row)
 		}
+	}
+	if rows[4][0] != "64K" {
+		t.Errorf("throughput row %q, want 64K first", rows[4])
+	}
+	rows = tableRows(t, s, "Round-trip latency")
+	if len(rows) != 1+len(latencySizes) || rows[0][5] != "rstrb-mean" || len(rows[1]) != len(rows[0]) {
+		t.Errorf("latency table %q", rows)
 	}
 }
 
@@ -60,8 +101,9 @@ func TestSVGIsWellFormed(t *testing.T) {
 	if err := sample().WriteSVG(&b); err != nil {
 		t.Fatal(err)
 	}
-	d := xml.NewDecoder(strings.NewReader(b.String()))
-	lines := 0
+	svg := b.String()
+	d := xml.NewDecoder(strings.NewReader(svg))
+	lines, dashedLines := 0, 0
 	for {
 		tok, err := d.Token()
 		if err != nil {
@@ -70,12 +112,30 @@ func TestSVGIsWellFormed(t *testing.T) {
 			}
 			break
 		}
-		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
-			lines++
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "path" {
+			for _, a := range se.Attr {
+				if a.Name.Local == "style" && strings.Contains(a.Value, "fill:none") && strings.Contains(a.Value, "stroke-width:1.8") {
+					lines++
+					if strings.Contains(a.Value, "stroke-dasharray") {
+						dashedLines++
+					}
+				}
+			}
 		}
 	}
-	if lines != 2*len(transportOrder) {
-		t.Errorf("%d lines, want one per transport in each of two panels (%d)", lines, 2*len(transportOrder))
+	// One per transport in each of two panels, and its legend entry.
+	if lines != 3*len(transportOrder) || dashedLines != 3*len(dashed) {
+		t.Errorf("%d lines (%d dashed), want %d (%d)", lines, dashedLines, 3*len(transportOrder), 3*len(dashed))
+	}
+	for _, s := range []string{"throughput (MB/s)", "mean round trip (µs)", "message size (bytes per write)", "medians of 3 runs", "64KiB", "1MiB"} {
+		if !strings.Contains(svg, s) {
+			t.Errorf("SVG lacks %q", s)
+		}
+	}
+	for _, tr := range transportOrder {
+		if strings.Count(svg, ">"+html.EscapeString(labels[tr])+"<") != 1 {
+			t.Errorf("SVG lacks one legend entry %q", labels[tr])
+		}
 	}
 	// An empty report still draws.
 	b.Reset()
@@ -167,12 +227,17 @@ func TestWorkTable(t *testing.T) {
 		t.Fatalf("no work table:\n%s", s)
 	}
 	work := s[i:]
-	for _, want := range []string{"0.50 / 1.25 / 1.50", "2.00 / - / -", "\n    4K "} {
+	for _, want := range []string{"0.50 / 1.25 / 1.50", "2.00 / - / -"} {
 		if !strings.Contains(work, want) {
 			t.Errorf("work table lacks %q:\n%s", want, work)
 		}
 	}
-	if strings.Contains(work, "\n   64K ") {
-		t.Errorf("work table has a row for 64K, where setup would count:\n%s", work)
+	var sizes []string
+	for _, row := range tableRows(t, s, "Client work per message")[1:] {
+		sizes = append(sizes, row[0])
+	}
+	// Not 64K, where setup would count.
+	if want := []string{"64", "1K", "4K"}; !slices.Equal(sizes, want) {
+		t.Errorf("work table rows for %q, want %q:\n%s", sizes, want, work)
 	}
 }

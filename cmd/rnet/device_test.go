@@ -189,3 +189,63 @@ func TestRXEScale(t *testing.T) {
 	}
 	t.Log(release)
 }
+
+// TestRXEPerfParallelAndReverse runs -P 4 and -R over rxe between two
+// processes: the streams share -n, the intervals add up, every stream
+// reports its own rdma counters, and the server reports the -P test once,
+// as its four streams and their sum.
+func TestRXEPerfParallelAndReverse(t *testing.T) {
+	p := rdmatest.Require(t)
+	srv := startCmd(t, "perf", "-s", p.Server.String()+":0")
+	out, errs, code := rnetCmd(t, "perf", "-c", srv.addr, "-from", p.Client.String(), "-P", "4", "-n", "4M", "-size", "64K", "--json", "-i", "100ms")
+	if code != 0 {
+		t.Fatalf("rnet perf -c -P 4: exit %d: %s %s", code, out, errs)
+	}
+	var r PerfResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Transport != "rdma" || r.Parallel != 4 || len(r.Streams) != 4 || r.Bytes != 4<<20 || r.CgoPerWrite <= 0 {
+		t.Fatalf("perf -P 4 result %q: %+v, %v", out, r, err)
+	}
+	for _, s := range r.Streams {
+		if s.Bytes != 1<<20 || s.Stats == nil || s.Stats.BytesWritten != 1<<20+helloLen {
+			t.Errorf("stream %+v", s)
+		}
+	}
+	checkIntervals(t, r)
+	// The server's lines: one per stream, then the sum.
+	var lines []string
+	for len(lines) < 5 {
+		select {
+		case line := <-srv.lines:
+			lines = append(lines, line)
+		case <-time.After(time.Minute):
+			t.Fatalf("server lines after the -P client finished: %q", lines)
+		}
+	}
+	for i, line := range lines[:4] {
+		if !strings.HasPrefix(line, fmt.Sprintf("[%3d] rdma perf from ", i+1)) || !strings.Contains(line, "1.0 MiB") {
+			t.Errorf("server stream line %q", line)
+		}
+	}
+	if !strings.HasPrefix(lines[4], "[SUM] 4 streams, rdma perf from "+p.Client.String()+":") || !strings.Contains(lines[4], "4.0 MiB") {
+		t.Errorf("server sum line %q", lines[4])
+	}
+
+	out, errs, code = rnetCmd(t, "perf", "-c", srv.addr, "-from", p.Client.String(), "-R", "-n", "2M", "--json", "-q")
+	if code != 0 {
+		t.Fatalf("rnet perf -c -R: exit %d: %s %s", code, out, errs)
+	}
+	r = PerfResult{} // a fresh one: Unmarshal leaves fields the JSON lacks
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Transport != "rdma" || !r.Reverse || r.Bytes != 2<<20 || r.Reads == 0 || r.CgoPerRead <= 0 ||
+		r.Stats == nil || r.Stats.BytesRead != 2<<20 {
+		t.Fatalf("perf -R result %q: %+v, %v", out, r, err)
+	}
+	checkIntervals(t, r)
+	select {
+	case line := <-srv.lines:
+		if !strings.HasPrefix(line, "rdma perf -R from ") || !strings.Contains(line, "2.0 MiB") || !strings.Contains(line, "cgo calls/write") {
+			t.Errorf("server -R line %q", line)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no server line after the -R client finished")
+	}
+}

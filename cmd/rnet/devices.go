@@ -16,11 +16,16 @@ import (
 
 type devicesOpts struct{ json bool }
 
-func parseDevices(args []string, stderr io.Writer) (devicesOpts, error) {
-	var o devicesOpts
+func devicesFlags(o *devicesOpts, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("rnet devices", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.BoolVar(&o.json, "json", false, "print the devices as JSON")
+	return fs
+}
+
+func parseDevices(args []string, stderr io.Writer) (devicesOpts, error) {
+	var o devicesOpts
+	fs := devicesFlags(&o, stderr)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return o, err

@@ -3,25 +3,29 @@
 //
 //	rnet devices [--json]                     devices, ports, MTUs and GID tables with their IPs
 //	rnet perf -s [addr] [-once] [-tcp]        serve perf and ping clients (default :7471)
-//	rnet perf -c host[:port] [-size N] [-t 10s | -n BYTES] [-from ip] [-tcp] [--json]
+//	rnet perf -c host[:port] [-size N] [-t 10s | -n BYTES] [-P N] [-R] [-a] [-from ip] [-tcp] [--json]
 //	rnet ping host[:port] [-size 64] [-n 1000] [-from ip] [-tcp] [--json]
+//	rnet help [COMMAND]
 //	rnet scale -s [addr] [-tcp]                serve one scale client (control on port+1)
 //	rnet scale -c host[:port] [-conns 10000] [-parallel 16] [-busy 100] [-from ip] [--json]
 //
 // perf streams writes of -size bytes to the server for -t (or -n bytes) and
-// reports throughput; a live progress line goes to stderr, the summary to
-// stdout (as one JSON object with --json). ping sends -n messages of -size
-// bytes, each echoed by the server, and reports round-trip percentiles.
+// reports throughput; -P runs parallel streams, -R has the server send, -a
+// sweeps the write size. A live progress line goes to stderr, the summary
+// to stdout (as one JSON object with --json, with a record per interval).
+// ping sends -n messages of -size bytes, each echoed by the server, and
+// reports round-trip percentiles, with a progress line per second.
 // -tcp runs the same test over TCP, for a baseline on the same addresses.
 // scale opens -conns connections to the server, echoes a checksummed message
 // on each, holds them idle while the server measures its pinned bytes, fds,
 // threads and CQs, streams on -busy of them, and prints a SCALE line.
 //
-// Exit status: 0 success, 1 failure (with a one-line explanation on stderr),
-// 2 bad usage.
+// Exit status: 0 success, 1 failure (with a one-line explanation on stderr,
+// and with --json an {"error": ...} object on stdout), 2 bad usage.
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -55,17 +59,37 @@ func main() {
 // already been printed.
 var errUsage = errors.New("usage")
 
+// usageError is a command-line mistake with its message, for --json.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string        { return e.msg }
+func (e usageError) Is(target error) bool { return target == errUsage }
+
 const usage = `usage:
   rnet devices [--json]
   rnet perf -s [addr] [-once] [-tcp] [--json]
-  rnet perf -c host[:port] [-size N] [-t DURATION | -n BYTES] [-from IP] [-tcp] [--json] [-q]
-  rnet ping host[:port] [-size N] [-n COUNT] [-from IP] [-tcp] [--json]
+  rnet perf -c host[:port] [-size N] [-t DURATION | -n BYTES] [-P N] [-R] [-a] [-from IP] [-tcp] [--json] [-q]
+  rnet ping host[:port] [-size N] [-n COUNT] [-from IP] [-tcp] [--json] [-q]
   rnet scale -s [addr] [-tcp]
   rnet scale -c host[:port] [-conns N] [-parallel N] [-busy N] [-busy-bytes N] [-from IP] [-tcp] [--json]
+  rnet help [COMMAND]
   rnet --version
+perf and ping also take -buffer SIZE, -busy-poll D, -busy-poll-limit D and -ack-timeout D
+(rnet's Config; they override RNET_BUFFER_SIZE, RNET_BUSY_POLL, ... of the environment).
 Sizes take the suffixes K, M, G (powers of 1024): -size 4K, -n 1G.
-Run "rnet COMMAND -h" for a command's flags.
+Run "rnet help COMMAND" for a command's flags.
 `
+
+// ErrorResult is what a command given --json prints on stdout when it
+// fails, in place of its result; the exit status stays non-zero.
+type ErrorResult struct {
+	Error     string `json:"error"`
+	Command   string `json:"command"`
+	ExitCode  int    `json:"exit_code"` // 1 failure, 2 bad usage
+	Usage     bool   `json:"usage,omitempty"`
+	Address   string `json:"address,omitempty"` // the server, or the address served
+	Transport string `json:"transport,omitempty"`
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -73,6 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var err error
+	var addr, transport string
 	switch args[0] {
 	case "devices":
 		var o devicesOpts
@@ -82,6 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "perf":
 		var o perfOpts
 		if o, err = parsePerf(args[1:], stderr); err == nil {
+			addr, transport = o.addr, netName(o.tcp)
 			if o.server {
 				err = runServer(o, stdout, stderr)
 			} else {
@@ -91,11 +117,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "ping":
 		var o pingOpts
 		if o, err = parsePing(args[1:], stderr); err == nil {
-			err = runPing(o, stdout)
+			addr, transport = o.addr, netName(o.tcp)
+			err = runPing(o, stdout, stderr)
 		}
 	case "scale":
 		var o scaleOpts
 		if o, err = parseScale(args[1:], stderr); err == nil {
+			addr, transport = o.addr, netName(o.tcp)
 			if o.server {
 				err = runScaleServer(o, stdout, stderr)
 			} else {
@@ -106,22 +134,77 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version())
 		return 0
 	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return 0
+		return help(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "rnet: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
+	code := 1
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
+		code = 2
+	default:
+		fmt.Fprintf(stderr, "rnet %s: %v\n", args[0], err)
+	}
+	if wantsJSON(args[1:]) {
+		e := ErrorResult{Error: err.Error(), Command: args[0], ExitCode: code, Usage: code == 2, Address: addr, Transport: transport}
+		json.NewEncoder(stdout).Encode(e)
+	}
+	return code
+}
+
+// wantsJSON reports whether the command line asks for --json, even one
+// that does not parse.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-json", "--json", "-json=true", "--json=true":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
+}
+
+// help prints the list of commands, or one command's flags.
+func help(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	var fs *flag.FlagSet
+	var text string
+	switch args[0] {
+	case "perf":
+		var size int64
+		fs, text = perfFlags(&perfOpts{}, &size, stdout), perfUsage
+	case "ping":
+		var size int64
+		fs, text = pingFlags(&pingOpts{}, &size, stdout), pingUsage
+	case "devices":
+		fs, text = devicesFlags(&devicesOpts{}, stdout), "usage: rnet devices [--json]\n"
+	case "scale":
+		fs, text = scaleFlags(&scaleOpts{}, stdout), "usage: rnet scale -s [addr] | -c host[:port] [flags]\n"
+	default:
+		fmt.Fprintf(stderr, "rnet help: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
-	fmt.Fprintf(stderr, "rnet %s: %v\n", args[0], err)
-	return 1
+	printHelp(stdout, text, fs)
+	return 0
+}
+
+// printHelp prints a command's usage line and its flags.
+func printHelp(w io.Writer, text string, fs *flag.FlagSet) {
+	fmt.Fprint(w, text+"\nflags:\n")
+	out := fs.Output()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
 }
 
 // parseInterleaved parses flags that may come before and after positional
@@ -133,7 +216,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, err
 			}
-			return nil, errUsage
+			return nil, usageError{err.Error()}
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -145,6 +228,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func usageErr(w io.Writer, format string, a ...any) error {
-	fmt.Fprintf(w, "rnet: "+format+"\n", a...)
-	return errUsage
+	msg := fmt.Sprintf(format, a...)
+	fmt.Fprintln(w, "rnet: "+msg)
+	return usageError{msg}
 }

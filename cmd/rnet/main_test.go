@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +71,9 @@ func TestParsePerf(t *testing.T) {
 			want.duration = 10 * time.Second
 		}
 		want.interval = time.Second
+		if want.parallel == 0 {
+			want.parallel = 1
+		}
 		if got != want {
 			t.Errorf("parsePerf(%q) = %+v, want %+v", c.args, got, want)
 		}
@@ -82,7 +86,7 @@ func TestParsePing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := pingOpts{addr: "10.77.0.2:7471", from: "10.77.0.1", size: 4096, count: 50, warmup: 100, json: true}
+	want := pingOpts{addr: "10.77.0.2:7471", from: "10.77.0.1", size: 4096, count: 50, warmup: 100, progressEvery: time.Second, json: true}
 	if o != want {
 		t.Errorf("got %+v, want %+v", o, want)
 	}
@@ -109,7 +113,7 @@ func TestRunExitCodes(t *testing.T) {
 }
 
 func TestHello(t *testing.T) {
-	h := hello{mode: modePing, size: 4096, count: 7}
+	h := hello{mode: modePing, stream: 2, streams: 3, size: 4096, test: 7}
 	got, err := decodeHello(h.encode())
 	if err != nil || got != h {
 		t.Fatalf("round trip = %+v, %v", got, err)
@@ -158,7 +162,7 @@ func TestPerfJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back PerfResult
-	if err := json.Unmarshal(out.Bytes(), &back); err != nil || back != r {
+	if err := json.Unmarshal(out.Bytes(), &back); err != nil || !reflect.DeepEqual(back, r) {
 		t.Errorf("JSON round trip = %+v, %v (from %s)", back, err, out.String())
 	}
 	if strings.Contains(out.String(), "stats") || strings.Contains(out.String(), "cgo") {
@@ -170,7 +174,7 @@ func TestPerfJSON(t *testing.T) {
 	if err := printPerf(&out, false, r); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "1.50 cgo calls/write; waits: 7 spun, 3 parked") {
+	if !strings.Contains(out.String(), "2 writes of 64 B") || !strings.Contains(out.String(), "1.50 cgo calls/write; waits: 7 spun, 3 parked") {
 		t.Errorf("text result: %s", out.String())
 	}
 }
@@ -344,7 +348,7 @@ func TestTCPDialFromZonedAddress(t *testing.T) {
 			c.Close()
 		}
 	}()
-	c, err := dial(true, false, ln.Addr().String(), from.String())
+	c, err := dial(true, false, ln.Addr().String(), from.String(), nil)
 	if err != nil {
 		t.Fatalf("dial -tcp -from %v: %v", from, err)
 	}

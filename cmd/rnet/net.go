@@ -20,28 +20,51 @@ import (
 // DefaultPort is rstream's port.
 const DefaultPort = 7471
 
-// The hello a client sends first: magic, mode, size, count.
+// The hello a client sends first: magic, mode, the stream's number in its
+// test (from 1), the number of streams in the test, the size of each write,
+// and the test's id, which the streams of one -P test share. Clients from
+// before -P send 0 for the number, the streams and the id: one stream. A
+// reverse (-R) hello is followed by helloExtLen bytes: how many bytes the
+// server is to send, or for how long.
 const (
-	helloLen  = 16
-	magic     = "RNT1"
-	modePerf  = 1
-	modePing  = 2
-	maxSize   = 64 << 20
-	dialLimit = 15 * time.Second
+	helloLen        = 16
+	helloExtLen     = 16
+	magic           = "RNT1"
+	modePerf        = 1
+	modePing        = 2
+	modePerfReverse = 3
+	maxSize         = 64 << 20
+	maxStreams      = 128
+	// The longest, and the most bytes, a reverse stream may ask the server
+	// to send: a bound on what one hello can make the server do.
+	maxReverseDuration = 24 * time.Hour
+	maxReverseBytes    = 1 << 40
+	dialLimit          = 15 * time.Second
 )
 
 type hello struct {
-	mode  byte
-	size  uint32
-	count uint32
+	mode    byte
+	stream  byte   // this stream's number in its test, from 1; 0 from clients before -P
+	streams uint16 // in this stream's test; 0 from clients before -P
+	size    uint32
+	test    uint32 // the id the streams of one test share
+	// Reverse tests only: the server sends bytes, or for duration.
+	bytes    int64
+	duration time.Duration
 }
 
 func (h hello) encode() []byte {
-	b := make([]byte, helloLen)
+	b := make([]byte, helloLen, helloLen+helloExtLen)
 	copy(b, magic)
 	b[4] = h.mode
+	b[5] = h.stream
+	binary.BigEndian.PutUint16(b[6:], h.streams)
 	binary.BigEndian.PutUint32(b[8:], h.size)
-	binary.BigEndian.PutUint32(b[12:], h.count)
+	binary.BigEndian.PutUint32(b[12:], h.test)
+	if h.mode == modePerfReverse {
+		b = binary.BigEndian.AppendUint64(b, uint64(h.bytes))
+		b = binary.BigEndian.AppendUint64(b, uint64(h.duration))
+	}
 	return b
 }
 
@@ -49,11 +72,23 @@ func decodeHello(b []byte) (hello, error) {
 	if len(b) != helloLen || string(b[:4]) != magic {
 		return hello{}, errors.New("not an rnet perf/ping client")
 	}
-	h := hello{mode: b[4], size: binary.BigEndian.Uint32(b[8:]), count: binary.BigEndian.Uint32(b[12:])}
-	if (h.mode != modePerf && h.mode != modePing) || h.size == 0 || h.size > maxSize {
-		return hello{}, fmt.Errorf("bad hello: mode %d size %d", h.mode, h.size)
+	h := hello{mode: b[4], stream: b[5], streams: binary.BigEndian.Uint16(b[6:]), size: binary.BigEndian.Uint32(b[8:]), test: binary.BigEndian.Uint32(b[12:])}
+	knownMode := h.mode == modePerf || h.mode == modePing || h.mode == modePerfReverse
+	if !knownMode || h.size == 0 || h.size > maxSize || h.streams > maxStreams || uint16(h.stream) > max(h.streams, 1) {
+		return hello{}, fmt.Errorf("bad hello: mode %d size %d streams %d", h.mode, h.size, h.streams)
 	}
+	h.streams, h.stream = max(h.streams, 1), max(h.stream, 1)
 	return h, nil
+}
+
+// decodeHelloExt reads a reverse hello's extension into h.
+func decodeHelloExt(h *hello, b []byte) error {
+	h.bytes = int64(binary.BigEndian.Uint64(b))
+	h.duration = time.Duration(binary.BigEndian.Uint64(b[8:]))
+	if (h.bytes > 0) == (h.duration > 0) || h.bytes < 0 || h.bytes > maxReverseBytes || h.duration < 0 || h.duration > maxReverseDuration {
+		return fmt.Errorf("bad reverse hello: %d bytes, duration %v (want one of them, up to %d bytes or %v)", h.bytes, h.duration, int64(maxReverseBytes), maxReverseDuration)
+	}
+	return nil
 }
 
 // hostPort completes "host", "host:port", ":port" or "" with DefaultPort.
@@ -109,7 +144,7 @@ func withFallback(transport, fallback string) string {
 }
 
 // listen listens on addr over TCP, RDMA, or (fallback) both on one port.
-func listen(tcp, fallback bool, addr string) (net.Listener, error) {
+func listen(tcp, fallback bool, addr string, cfg *rnet.Config) (net.Listener, error) {
 	if tcp {
 		return net.Listen("tcp", addr)
 	}
@@ -118,7 +153,7 @@ func listen(tcp, fallback bool, addr string) (net.Listener, error) {
 			return nil, err
 		}
 	}
-	lc := &rnet.ListenConfig{Config: rdmaConfig()}
+	lc := &rnet.ListenConfig{Config: cfg}
 	if fallback {
 		ln, err := lc.ListenDual(context.Background(), "rdma", addr)
 		if err != nil {
@@ -137,7 +172,7 @@ func listen(tcp, fallback bool, addr string) (net.Listener, error) {
 }
 
 // dial connects to addr over TCP, RDMA, or RDMA falling back to TCP.
-func dial(tcp, fallback bool, addr, from string) (net.Conn, error) {
+func dial(tcp, fallback bool, addr, from string, cfg *rnet.Config) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialLimit)
 	defer cancel()
 	var fromIP netip.Addr
@@ -158,7 +193,7 @@ func dial(tcp, fallback bool, addr, from string) (net.Conn, error) {
 		}
 		return c, nil
 	}
-	d := rnet.Dialer{Config: rdmaConfig(), TCPFallback: fallback}
+	d := rnet.Dialer{Config: cfg, TCPFallback: fallback}
 	if fromIP.IsValid() {
 		if err := checkRDMAAddr(fromIP, "-from address"); err != nil && !fallback {
 			return nil, err
@@ -189,7 +224,7 @@ func explain(err error, addr string) error {
 	return err
 }
 
-// readAck reads the server's 8-byte count of bytes received.
+// readAck reads the peer's 8-byte count of bytes received.
 func readAck(c net.Conn) (uint64, error) {
 	var b [8]byte
 	if _, err := io.ReadFull(c, b[:]); err != nil {
@@ -198,46 +233,8 @@ func readAck(c net.Conn) (uint64, error) {
 	return binary.BigEndian.Uint64(b[:]), nil
 }
 
-// rdmaConfig is the connection Config of both ends, from the environment:
-//
-//	RNET_BUSY_POLL    how long a blocked Read or Write spins on the completion
-//	                  queue before parking (a Go duration, e.g. 200us); on
-//	                  machines where waking a parked goroutine is slow (an
-//	                  emulated guest) spinning longer trades CPU for latency.
-//	RNET_BUSY_POLL_LIMIT  how far the spin may grow on a connection whose
-//	                  waits are short (Config.BusyPollLimit; -1 turns the
-//	                  adaptive spin off).
-//	RNET_ACK_TIMEOUT  how long the transport waits for an acknowledgement
-//	                  before it resends (Config.AckTimeout, a Go duration).
-//	RNET_BUFFER_SIZE  bytes in each of the send and receive rings (rstream
-//	                  uses 1 MiB; rnet's default is rsocket's 128 KiB).
-func rdmaConfig() *rnet.Config {
-	var c rnet.Config
-	set := false
-	for _, d := range []struct {
-		name string
-		dst  *time.Duration
-	}{{"RNET_BUSY_POLL", &c.BusyPoll}, {"RNET_BUSY_POLL_LIMIT", &c.BusyPollLimit}, {"RNET_ACK_TIMEOUT", &c.AckTimeout}} {
-		v := os.Getenv(d.name)
-		if v == "" {
-			continue
-		}
-		if t, err := time.ParseDuration(v); err != nil {
-			fmt.Fprintf(os.Stderr, "rnet: ignoring %s=%q: %v\n", d.name, v, err)
-		} else {
-			*d.dst, set = t, true
-		}
-	}
-	if v := os.Getenv("RNET_BUFFER_SIZE"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			fmt.Fprintf(os.Stderr, "rnet: ignoring RNET_BUFFER_SIZE=%q: want a number of bytes\n", v)
-		} else {
-			c.SendBufferSize, c.RecvBufferSize, set = n, n, true
-		}
-	}
-	if !set {
-		return nil
-	}
-	return &c
+// writeAck sends the 8-byte count of bytes received.
+func writeAck(c net.Conn, n int64) error {
+	_, err := c.Write(binary.BigEndian.AppendUint64(nil, uint64(n)))
+	return err
 }

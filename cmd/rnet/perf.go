@@ -1,13 +1,13 @@
 package main
 
 import (
-	"encoding/binary"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
-	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,35 +24,57 @@ type perfOpts struct {
 	duration time.Duration
 	bytes    int64
 	interval time.Duration
+	parallel int
+	reverse  bool
+	sweep    bool
 	tcp      bool
 	fallback bool
 	json     bool
 	quiet    bool
 	once     bool
+	rdma     rdmaFlags
+}
+
+const perfUsage = `usage: rnet perf -s [addr] [flags]          serve perf and ping clients (default :7471)
+       rnet perf -c host[:port] [flags]     measure throughput to a server
+`
+
+// perfFlags defines perf's flags on a new FlagSet that fills o.
+func perfFlags(o *perfOpts, size *int64, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("rnet perf", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { printHelp(fs.Output(), perfUsage, fs) }
+	fs.BoolVar(&o.server, "s", false, "serve perf and ping clients, on [addr] (default :7471)")
+	fs.StringVar(&o.client, "c", "", "run the client against `host[:port]`")
+	fs.StringVar(&o.from, "from", "", "client: local `IP` to connect from (picks the RDMA device)")
+	fs.Var(byteSize{size}, "size", "client: `bytes` per write, such as 64, 4K or 1M (default 64K)")
+	fs.DurationVar(&o.duration, "t", 10*time.Second, "client: how long to send (with -a: per size, default 1s)")
+	fs.Var(byteSize{&o.bytes}, "n", "client: send this many `bytes` in all (such as 1G) instead of for -t")
+	fs.DurationVar(&o.interval, "i", time.Second, "client: interval of the progress lines and of --json's intervals")
+	fs.IntVar(&o.parallel, "P", 1, "client: parallel streams, each its own connection (-n is shared among them)")
+	fs.BoolVar(&o.reverse, "R", false, "client: reverse the direction: the server sends, the client receives")
+	fs.BoolVar(&o.sweep, "a", false, "client: sweep -size from 2 B to 8 MiB in powers of two, one line per size (each moves -n bytes, at least one write per stream)")
+	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
+	fs.BoolVar(&o.fallback, "fallback", false, "client: fall back to TCP where RDMA cannot be used; server: serve RDMA and TCP on one port")
+	fs.BoolVar(&o.json, "json", false, "print the summary as JSON (errors too, as {\"error\": ...})")
+	fs.BoolVar(&o.quiet, "q", false, "client: no progress lines")
+	fs.BoolVar(&o.once, "once", false, "server: exit after serving one test (all of a -P test's streams)")
+	o.rdma.register(fs)
+	return fs
 }
 
 func parsePerf(args []string, stderr io.Writer) (perfOpts, error) {
 	o := perfOpts{}
-	fs := flag.NewFlagSet("rnet perf", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.BoolVar(&o.server, "s", false, "serve perf and ping clients, on [addr] (default :7471)")
-	fs.StringVar(&o.client, "c", "", "run the client against `host[:port]`")
-	fs.StringVar(&o.from, "from", "", "client: local `IP` to connect from (picks the RDMA device)")
 	size := int64(64 << 10)
-	fs.Var(byteSize{&size}, "size", "client: bytes per write, such as 64, 4K or 1M (default 64K)")
-	fs.DurationVar(&o.duration, "t", 10*time.Second, "client: how long to send")
-	fs.Var(byteSize{&o.bytes}, "n", "client: send this many `bytes` (such as 1G) instead of for -t")
-	fs.DurationVar(&o.interval, "i", time.Second, "client: progress line interval")
-	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
-	fs.BoolVar(&o.fallback, "fallback", false, "client: fall back to TCP where RDMA cannot be used; server: serve RDMA and TCP on one port")
-	fs.BoolVar(&o.json, "json", false, "print the summary as JSON")
-	fs.BoolVar(&o.quiet, "q", false, "client: no progress line")
-	fs.BoolVar(&o.once, "once", false, "server: exit after serving one client")
+	fs := perfFlags(&o, &size, stderr)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return o, err
 	}
 	o.size = int(min(size, maxSize+1))
+	if o.sweep && !flagSet(fs, "t") {
+		o.duration = time.Second
+	}
 	switch {
 	case o.server && o.client != "":
 		return o, usageErr(stderr, "perf: -s and -c exclude each other")
@@ -64,6 +86,17 @@ func parsePerf(args []string, stderr io.Writer) (perfOpts, error) {
 		return o, usageErr(stderr, "perf: -size must be in 1..%d", maxSize)
 	case o.bytes < 0 || o.duration <= 0 || o.interval <= 0:
 		return o, usageErr(stderr, "perf: -n, -t and -i must be positive")
+	case o.duration > maxReverseDuration:
+		return o, usageErr(stderr, "perf: -t must be at most %v", maxReverseDuration)
+	case o.parallel < 1 || o.parallel > maxStreams:
+		return o, usageErr(stderr, "perf: -P must be in 1..%d", maxStreams)
+	case o.bytes > 0 && o.bytes < int64(o.parallel):
+		return o, usageErr(stderr, "perf: -n %d cannot be shared among -P %d streams", o.bytes, o.parallel)
+	case o.reverse && share(o.bytes, 0, o.parallel) > maxReverseBytes:
+		return o, usageErr(stderr, "perf: with -R a stream takes at most 1T (-n %d over -P %d streams); raise -P", o.bytes, o.parallel)
+	}
+	if err := o.rdma.check(); err != nil {
+		return o, usageErr(stderr, "perf: %v", err)
 	}
 	target := o.client
 	if o.server && len(pos) == 1 {
@@ -75,48 +108,178 @@ func parsePerf(args []string, stderr io.Writer) (perfOpts, error) {
 	return o, nil
 }
 
-// PerfResult is the summary of `rnet perf -c`, and its --json form.
-type PerfResult struct {
-	Test        string      `json:"test"` // "perf"
-	Transport   string      `json:"transport"`
-	Fallback    string      `json:"fallback,omitempty"` // why TCP, when it fell back from RDMA
-	Server      string      `json:"server"`
-	Local       string      `json:"local"`
-	Size        int         `json:"size"`
-	Writes      int64       `json:"writes"`
-	Bytes       int64       `json:"bytes"`
-	Seconds     float64     `json:"seconds"`
-	MBps        float64     `json:"MBps"` // 10^6 bytes per second
-	Gbps        float64     `json:"Gbps"`
-	CgoPerWrite float64     `json:"cgo_per_write,omitempty"`
-	Stats       *rnet.Stats `json:"stats,omitempty"`
+// flagSet reports whether the command line set the named flag.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// sweepSizes are -a's write sizes, as ib_write_bw -a runs them.
+func sweepSizes() []int {
+	var s []int
+	for n := 2; n <= 8<<20; n *= 2 {
+		s = append(s, n)
+	}
+	return s
 }
 
 func runPerf(o perfOpts, stdout, stderr io.Writer) error {
-	c, err := dial(o.tcp, o.fallback, o.addr, o.from)
-	if err != nil {
+	o.parallel = max(o.parallel, 1)
+	cfg := o.rdma.config()
+	if !o.sweep {
+		r, err := perfTest(o, o.size, cfg, stderr, !o.quiet)
+		if err != nil {
+			return err
+		}
+		return printPerf(stdout, o.json, r)
+	}
+	sw := SweepResult{Test: "perf-sweep", Reverse: o.reverse, Parallel: o.parallel}
+	if !o.json {
+		printSweepHeader(stdout, o)
+	}
+	for _, size := range sweepSizes() {
+		// Every stream makes at least one whole write of each size.
+		so := o
+		if so.bytes > 0 {
+			so.bytes = max(so.bytes, int64(size)*int64(so.parallel))
+		}
+		r, err := perfTest(so, size, cfg, stderr, false)
+		if err != nil {
+			return fmt.Errorf("-a at %d B: %w", size, err)
+		}
+		sw.Results = append(sw.Results, r)
+		if !o.json {
+			printSweepLine(stdout, r)
+		}
+	}
+	if o.json {
+		return writeJSON(stdout, sw)
+	}
+	return nil
+}
+
+// perfStream is one connection of a test and what it has moved.
+type perfStream struct {
+	c     net.Conn
+	moved atomic.Int64 // bytes written (reads, with -R)
+	calls int64        // Write calls (Read calls, with -R)
+	end   time.Time    // when the peer had counted every byte
+}
+
+// perfTest runs one test of -P streams at one write size.
+func perfTest(o perfOpts, size int, cfg *rnet.Config, stderr io.Writer, progress bool) (PerfResult, error) {
+	streams := make([]*perfStream, o.parallel)
+	defer func() {
+		for _, s := range streams {
+			if s != nil {
+				s.c.Close()
+			}
+		}
+	}()
+	// Every stream connects before any starts, so that they run together.
+	for i := range streams {
+		c, err := dial(o.tcp, o.fallback, o.addr, o.from, cfg)
+		if err != nil {
+			return PerfResult{}, streamErr(i, o.parallel, "dial", err)
+		}
+		streams[i] = &perfStream{c: c}
+	}
+	h := hello{mode: modePerf, streams: uint16(o.parallel), size: uint32(size), test: rand.Uint32()}
+	if o.reverse {
+		h.mode = modePerfReverse
+	}
+	for i, s := range streams {
+		h.stream = byte(i + 1)
+		if o.reverse {
+			h.bytes, h.duration = share(o.bytes, i, o.parallel), 0
+			if o.bytes == 0 {
+				h.duration = o.duration
+			}
+		}
+		if _, err := s.c.Write(h.encode()); err != nil {
+			return PerfResult{}, streamErr(i, o.parallel, "hello", err)
+		}
+	}
+	start := time.Now()
+	m := startMeter(streams, start, o.interval, o.reverse, progress, stderr)
+	cgo0 := verbs.CgoCalls()
+	errs := make([]error, len(streams))
+	var wg sync.WaitGroup
+	var closeAll sync.Once
+	for i, s := range streams {
+		wg.Go(func() {
+			if o.reverse {
+				errs[i] = s.receive(size)
+			} else {
+				errs[i] = s.send(size, share(o.bytes, i, o.parallel), start.Add(o.duration))
+			}
+			if errs[i] != nil {
+				// The others may wait on a server that has given up:
+				// closing their connections ends their calls.
+				closeAll.Do(func() {
+					for _, s := range streams {
+						s.c.Close()
+					}
+				})
+			}
+		})
+	}
+	wg.Wait()
+	cgo := verbs.CgoCalls() - cgo0
+	intervals := m.stop()
+	if i, err := firstCause(errs); err != nil {
+		return PerfResult{}, streamErr(i, o.parallel, "", err)
+	}
+	return perfResult(o, size, start, streams, intervals, cgo), nil
+}
+
+// firstCause is the first stream's error that is not its connection closed
+// after another stream failed, and that stream's index.
+func firstCause(errs []error) (int, error) {
+	first := -1
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			return i, err
+		}
+		if err != nil && first < 0 {
+			first = i
+		}
+	}
+	if first < 0 {
+		return 0, nil
+	}
+	return first, errs[first]
+}
+
+// share is stream i's part of n bytes among streams: the first n%streams
+// get one byte more, so that the parts add up to n.
+func share(n int64, i, streams int) int64 {
+	part := n / int64(streams)
+	if int64(i) < n%int64(streams) {
+		part++
+	}
+	return part
+}
+
+func streamErr(i, streams int, step string, err error) error {
+	if step != "" {
+		err = fmt.Errorf("%s: %w", step, err)
+	}
+	if streams == 1 {
 		return err
 	}
-	defer c.Close()
-	if _, err := c.Write(hello{mode: modePerf, size: uint32(o.size)}.encode()); err != nil {
-		return fmt.Errorf("hello: %w", err)
-	}
-	buf := make([]byte, o.size)
-	var sent atomic.Int64
-	stop := make(chan struct{})
-	progressDone := make(chan struct{})
-	start := time.Now()
-	if o.quiet {
-		close(progressDone)
-	} else {
-		go progress(stderr, &sent, start, o.interval, stop, progressDone)
-	}
-	cgo0 := verbs.CgoCalls()
-	end := start.Add(o.duration)
-	var writes int64
+	return fmt.Errorf("stream %d of %d: %w", i+1, streams, err)
+}
+
+// send writes size-byte writes until it has sent bytes (if positive) or
+// until the first write that ends past end, then half-closes and waits for
+// the server's count.
+func (s *perfStream) send(size int, bytes int64, end time.Time) error {
+	buf := make([]byte, size)
 	for {
-		if o.bytes > 0 {
-			left := o.bytes - sent.Load()
+		if bytes > 0 {
+			left := bytes - s.moved.Load()
 			if left <= 0 {
 				break
 			}
@@ -126,230 +289,107 @@ func runPerf(o perfOpts, stdout, stderr io.Writer) error {
 		} else if time.Now().After(end) {
 			break // a clock read is cheap next to a Write
 		}
-		n, err := c.Write(buf)
-		sent.Add(int64(n))
-		writes++
+		n, err := s.c.Write(buf)
+		s.moved.Add(int64(n))
+		s.calls++
 		if err != nil {
-			close(stop)
-			<-progressDone
 			return fmt.Errorf("write: %w", err)
 		}
 	}
-	cgo := verbs.CgoCalls() - cgo0
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+	if cw, ok := s.c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	got, err := readAck(c)
-	elapsed := time.Since(start)
-	close(stop)
-	<-progressDone
+	got, err := readAck(s.c)
+	s.end = time.Now()
 	if err != nil {
 		return fmt.Errorf("waiting for the server's count: %w", err)
 	}
-	if got != uint64(sent.Load()) {
-		return fmt.Errorf("server received %d bytes, sent %d", got, sent.Load())
+	if got != uint64(s.moved.Load()) {
+		return fmt.Errorf("server received %d bytes, sent %d", got, s.moved.Load())
 	}
-	r := PerfResult{
-		Test: "perf", Server: c.RemoteAddr().String(), Local: c.LocalAddr().String(),
-		Size: o.size, Writes: writes, Bytes: sent.Load(), Seconds: elapsed.Seconds(),
-	}
-	r.Transport, r.Fallback = transportOf(c, o.tcp)
-	r.MBps = float64(r.Bytes) / r.Seconds / 1e6
-	r.Gbps = r.MBps * 8 / 1000
-	if rc, ok := c.(*rnet.Conn); ok {
-		st := rc.Stats()
-		r.Stats = &st
-		r.CgoPerWrite = float64(cgo) / float64(max(writes, 1))
-	}
-	return printPerf(stdout, o.json, r)
-}
-
-func printPerf(w io.Writer, asJSON bool, r PerfResult) error {
-	if asJSON {
-		return json.NewEncoder(w).Encode(r)
-	}
-	fmt.Fprintf(w, "%s %s -> %s: %d writes of %d B, %s in %.2f s = %.1f MB/s (%.3f Gb/s)",
-		withFallback(r.Transport, r.Fallback), r.Local, r.Server, r.Writes, r.Size, human(r.Bytes), r.Seconds, r.MBps, r.Gbps)
-	if r.Stats != nil {
-		fmt.Fprintf(w, ", %.2f cgo calls/write; waits: %d spun, %d parked", r.CgoPerWrite, r.Stats.Spins, r.Stats.Parks)
-	}
-	fmt.Fprintln(w)
 	return nil
 }
 
-// progress prints a live line every interval: on a terminal it rewrites one
-// line, elsewhere it prints one line per interval.
-func progress(w io.Writer, sent *atomic.Int64, start time.Time, every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	tty := isTerminal(w)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	last, lastT := int64(0), start
+// receive reads what the server sends until it half-closes, then tells it
+// how much came.
+func (s *perfStream) receive(size int) error {
+	buf := make([]byte, max(size, 256<<10))
 	for {
-		select {
-		case <-stop:
-			if tty {
-				fmt.Fprint(w, "\r\033[K")
-			}
-			return
-		case now := <-t.C:
-			n := sent.Load()
-			rate := float64(n-last) / now.Sub(lastT).Seconds() / 1e6
-			avg := float64(n) / now.Sub(start).Seconds() / 1e6
-			line := fmt.Sprintf("[%6.1fs] %10s sent  %8.1f MB/s now  %8.1f MB/s average", now.Sub(start).Seconds(), human(n), rate, avg)
-			if tty {
-				fmt.Fprint(w, "\r\033[K"+line)
-			} else {
-				fmt.Fprintln(w, line)
-			}
-			last, lastT = n, now
+		n, err := s.c.Read(buf)
+		s.moved.Add(int64(n))
+		s.calls++
+		if err == io.EOF {
+			break
 		}
-	}
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
-// runServer serves perf and ping clients concurrently, each in its own
-// goroutine; with -once it serves the first client alone and returns.
-func runServer(o perfOpts, stdout, stderr io.Writer) error {
-	ln, err := listen(o.tcp, o.fallback, o.addr)
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
-	// With --json, standard output carries the results alone, one JSON
-	// object per client, so that it can go straight to a parser.
-	banner := stdout
-	if o.json {
-		banner = stderr
-	}
-	name := netName(o.tcp)
-	if o.fallback && !o.tcp {
-		name = "rdma and tcp"
-	}
-	fmt.Fprintf(banner, "rnet perf: listening on %s (%s)\n", ln.Addr(), name)
-	if f, ok := banner.(*os.File); ok {
-		f.Sync()
-	}
-	for {
-		c, err := ln.Accept()
 		if err != nil {
-			return fmt.Errorf("accept: %w", err)
+			return fmt.Errorf("read: %w", err)
 		}
-		if o.once {
-			return serveConn(c, o, stdout)
-		}
-		go func() {
-			if err := serveConn(c, o, stdout); err != nil {
-				fmt.Fprintf(stderr, "rnet perf: client %s: %v\n", c.RemoteAddr(), err)
-			}
-		}()
 	}
+	s.end = time.Now()
+	if s.moved.Load() == 0 {
+		// A server that takes -R always sends something.
+		return errors.New("the server sent nothing: it refused the test (see its output), or it predates -R")
+	}
+	if err := writeAck(s.c, s.moved.Load()); err != nil {
+		return fmt.Errorf("sending the count: %w", err)
+	}
+	return nil
 }
 
-// ServerResult is what the server prints per client.
-type ServerResult struct {
-	Test      string  `json:"test"`
-	Transport string  `json:"transport"`
-	Fallback  string  `json:"fallback,omitempty"`
-	Client    string  `json:"client"`
-	Size      int     `json:"size"`
-	Bytes     int64   `json:"bytes"`
-	Messages  int64   `json:"messages"`
-	Reads     int64   `json:"reads"` // perf: Read calls, so that Stats can be put per call
-	Seconds   float64 `json:"seconds"`
-	// Cgo is how many crossings into C the server process made while it
-	// served this client (RDMA only): exact when it serves one at a time.
-	Cgo uint64 `json:"cgo,omitempty"`
-	// Stats is the connection's counters at the end (RDMA only): among
-	// them how often the server's calls waited by spinning or parking.
-	Stats *rnet.Stats `json:"stats,omitempty"`
-}
-
-func serveConn(c net.Conn, o perfOpts, stdout io.Writer) error {
-	defer c.Close()
-	hb := make([]byte, helloLen)
-	if _, err := io.ReadFull(c, hb); err != nil {
-		return fmt.Errorf("hello: %w", err)
+func perfResult(o perfOpts, size int, start time.Time, streams []*perfStream, intervals []Interval, cgo uint64) PerfResult {
+	c := streams[0].c
+	r := PerfResult{
+		Test: "perf", Server: c.RemoteAddr().String(), Local: c.LocalAddr().String(),
+		Size: size, Reverse: o.reverse, Intervals: intervals,
 	}
-	h, err := decodeHello(hb)
-	if err != nil {
-		return err
-	}
-	start, cgo0 := time.Now(), verbs.CgoCalls()
-	res := ServerResult{Client: c.RemoteAddr().String(), Size: int(h.size)}
-	res.Transport, res.Fallback = transportOf(c, o.tcp)
-	switch h.mode {
-	case modePerf:
-		res.Test = "perf"
-		buf := make([]byte, max(int(h.size), 256<<10))
-		for {
-			n, err := c.Read(buf)
-			res.Reads++
-			res.Bytes += int64(n)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("read: %w", err)
-			}
+	r.Transport, r.Fallback = transportOf(c, o.tcp)
+	var end time.Time
+	var calls int64
+	for i, s := range streams {
+		if s.end.After(end) {
+			end = s.end
 		}
-		var ack [8]byte
-		binary.BigEndian.PutUint64(ack[:], uint64(res.Bytes))
-		if _, err := c.Write(ack[:]); err != nil {
-			return fmt.Errorf("ack: %w", err)
-		}
-	case modePing:
-		res.Test = "ping"
-		buf := make([]byte, h.size)
-		for {
-			if _, err := io.ReadFull(c, buf); err == io.EOF {
-				break
-			} else if err != nil {
-				return fmt.Errorf("read: %w", err)
+		calls += s.calls
+		r.Bytes += s.moved.Load()
+		if len(streams) > 1 {
+			sr := StreamResult{Stream: i + 1, Local: s.c.LocalAddr().String(), Bytes: s.moved.Load(), Seconds: s.end.Sub(start).Seconds()}
+			sr.MBps = mbps(sr.Bytes, sr.Seconds)
+			if rc, ok := s.c.(*rnet.Conn); ok {
+				st := rc.Stats()
+				sr.Stats = &st
 			}
-			if _, err := c.Write(buf); err != nil {
-				return fmt.Errorf("write: %w", err)
-			}
-			res.Messages++
-			res.Bytes += int64(h.size)
+			r.Streams = append(r.Streams, sr)
 		}
 	}
-	res.Seconds = time.Since(start).Seconds()
+	if len(streams) > 1 {
+		r.Parallel = len(streams)
+	}
+	r.Seconds = end.Sub(start).Seconds()
+	r.MBps = mbps(r.Bytes, r.Seconds)
+	r.Gbps = r.MBps * 8 / 1000
+	if o.reverse {
+		r.Reads = calls
+	} else {
+		r.Writes = calls
+	}
 	if rc, ok := c.(*rnet.Conn); ok {
-		st := rc.Stats()
-		res.Stats = &st
-		res.Cgo = verbs.CgoCalls() - cgo0
-	}
-	if o.json {
-		return json.NewEncoder(stdout).Encode(res)
-	}
-	line := fmt.Sprintf("%s %s from %s: %d B messages, %s in %.2f s", withFallback(res.Transport, res.Fallback), res.Test, res.Client, res.Size, human(res.Bytes), res.Seconds)
-	if res.Stats != nil {
-		if res.Reads > 0 {
-			line += fmt.Sprintf("; %.2f cgo calls/read", float64(res.Cgo)/float64(res.Reads))
+		if len(streams) == 1 {
+			st := rc.Stats()
+			r.Stats = &st
 		}
-		line += fmt.Sprintf("; waits: %d spun, %d parked", res.Stats.Spins, res.Stats.Parks)
+		perCall := float64(cgo) / float64(max(calls, 1))
+		if o.reverse {
+			r.CgoPerRead = perCall
+		} else {
+			r.CgoPerWrite = perCall
+		}
 	}
-	_, err = fmt.Fprintln(stdout, line)
-	return err
+	return r
+}
+
+func mbps(bytes int64, seconds float64) float64 {
+	if seconds <= 0 {
+		return 0
+	}
+	return float64(bytes) / seconds / 1e6
 }

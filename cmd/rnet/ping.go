@@ -14,30 +14,45 @@ import (
 )
 
 type pingOpts struct {
-	addr     string
-	from     string
-	size     int
-	count    int
-	warmup   int
-	interval time.Duration
-	tcp      bool
-	fallback bool
-	json     bool
+	addr          string
+	from          string
+	size          int
+	count         int
+	warmup        int
+	interval      time.Duration
+	progressEvery time.Duration // between progress lines
+	tcp           bool
+	fallback      bool
+	json          bool
+	quiet         bool
+	rdma          rdmaFlags
+}
+
+const pingUsage = "usage: rnet ping host[:port] [flags]     round trips to an rnet perf -s server\n"
+
+// pingFlags defines ping's flags on a new FlagSet that fills o.
+func pingFlags(o *pingOpts, size *int64, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("rnet ping", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { printHelp(fs.Output(), pingUsage, fs) }
+	fs.StringVar(&o.from, "from", "", "local `IP` to connect from (picks the RDMA device)")
+	fs.Var(byteSize{size}, "size", "`bytes` per message (each way), such as 64 or 4K (default 64)")
+	fs.IntVar(&o.count, "n", 1000, "round trips to measure")
+	fs.IntVar(&o.warmup, "warmup", 100, "round trips before measuring")
+	fs.DurationVar(&o.interval, "i", 0, "pause between round trips (0: back to back)")
+	fs.DurationVar(&o.progressEvery, "progress", time.Second, "interval of the progress lines (on stderr; none with -q or --json)")
+	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
+	fs.BoolVar(&o.fallback, "fallback", false, "fall back to TCP where RDMA cannot be used")
+	fs.BoolVar(&o.json, "json", false, "print the result as JSON (errors too, as {\"error\": ...})")
+	fs.BoolVar(&o.quiet, "q", false, "no progress lines")
+	o.rdma.register(fs)
+	return fs
 }
 
 func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
 	o := pingOpts{}
-	fs := flag.NewFlagSet("rnet ping", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.from, "from", "", "local `IP` to connect from (picks the RDMA device)")
 	size := int64(64)
-	fs.Var(byteSize{&size}, "size", "bytes per message (each way), such as 64 or 4K (default 64)")
-	fs.IntVar(&o.count, "n", 1000, "round trips to measure")
-	fs.IntVar(&o.warmup, "warmup", 100, "round trips before measuring")
-	fs.DurationVar(&o.interval, "i", 0, "pause between round trips (0: back to back)")
-	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
-	fs.BoolVar(&o.fallback, "fallback", false, "fall back to TCP where RDMA cannot be used")
-	fs.BoolVar(&o.json, "json", false, "print the result as JSON")
+	fs := pingFlags(&o, &size, stderr)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return o, err
@@ -48,8 +63,11 @@ func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
 		return o, usageErr(stderr, "ping: want exactly one host[:port], got %q", pos)
 	case o.size <= 0 || o.size > maxSize:
 		return o, usageErr(stderr, "ping: -size must be in 1..%d", maxSize)
-	case o.count <= 0 || o.warmup < 0 || o.interval < 0:
-		return o, usageErr(stderr, "ping: -n must be positive, -warmup and -i not negative")
+	case o.count <= 0 || o.warmup < 0 || o.interval < 0 || o.progressEvery <= 0:
+		return o, usageErr(stderr, "ping: -n and -progress must be positive, -warmup and -i not negative")
+	}
+	if err := o.rdma.check(); err != nil {
+		return o, usageErr(stderr, "ping: %v", err)
 	}
 	if o.addr, err = hostPort(pos[0]); err != nil {
 		return o, usageErr(stderr, "ping: %v", err)
@@ -82,8 +100,8 @@ type PingResult struct {
 	ParksPerTrip *float64 `json:"parks_per_round_trip,omitempty"`
 }
 
-func runPing(o pingOpts, stdout io.Writer) error {
-	c, err := dial(o.tcp, o.fallback, o.addr, o.from)
+func runPing(o pingOpts, stdout, stderr io.Writer) error {
+	c, err := dial(o.tcp, o.fallback, o.addr, o.from, o.rdma.config())
 	if err != nil {
 		return err
 	}
@@ -96,11 +114,19 @@ func runPing(o pingOpts, stdout io.Writer) error {
 	rc, _ := c.(*rnet.Conn)
 	var cgo0 uint64
 	var st0 rnet.Stats
+	var prog *pingProgress
+	if !o.quiet && !o.json {
+		prog = &pingProgress{w: stderr, tty: isTerminal(stderr), every: o.progressEvery}
+		defer prog.end() // on an error, before its message
+	}
 	for i := 0; i < o.warmup+o.count; i++ {
 		if i == o.warmup {
 			cgo0 = verbs.CgoCalls()
 			if rc != nil {
 				st0 = rc.Stats()
+			}
+			if prog != nil {
+				prog.start(time.Now())
 			}
 		}
 		t0 := time.Now()
@@ -111,13 +137,20 @@ func runPing(o pingOpts, stdout io.Writer) error {
 			return fmt.Errorf("read: %w", err)
 		}
 		if i >= o.warmup {
-			rtt = append(rtt, time.Since(t0))
+			now := time.Now()
+			rtt = append(rtt, now.Sub(t0))
+			if prog != nil {
+				prog.tick(now, rtt)
+			}
 		}
 		if o.interval > 0 {
 			time.Sleep(o.interval)
 		}
 	}
 	cgo := verbs.CgoCalls() - cgo0
+	if prog != nil {
+		prog.end()
+	}
 	r := summarize(rtt)
 	r.Server, r.Local, r.Size = c.RemoteAddr().String(), c.LocalAddr().String(), o.size
 	r.Transport, r.Fallback = transportOf(c, o.tcp)
@@ -160,3 +193,45 @@ func summarize(rtt []time.Duration) PingResult {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// pingProgress prints a line per interval while ping measures: the round
+// trips so far and the last interval's median and mean. It looks at the
+// clock after each round trip, so a round trip that hangs holds it up too.
+type pingProgress struct {
+	w          io.Writer
+	tty        bool
+	every      time.Duration
+	begin      time.Time
+	next       time.Time
+	from       int // the first round trip of the interval
+	lastPrint  time.Time
+	printedAny bool
+}
+
+func (p *pingProgress) start(now time.Time) {
+	p.begin, p.lastPrint, p.next = now, now, now.Add(p.every)
+}
+
+func (p *pingProgress) tick(now time.Time, rtt []time.Duration) {
+	if now.Before(p.next) {
+		return
+	}
+	r := summarize(rtt[p.from:])
+	line := fmt.Sprintf("[%6.1fs] %8d round trips  %8.1f µs p50  %8.1f µs mean  %8.1f µs max (last %.1f s)",
+		now.Sub(p.begin).Seconds(), len(rtt), r.P50Us, r.MeanUs, r.MaxUs, now.Sub(p.lastPrint).Seconds())
+	if p.tty {
+		fmt.Fprint(p.w, "\r\033[K"+line)
+	} else {
+		fmt.Fprintln(p.w, line)
+	}
+	p.printedAny = true
+	p.from, p.lastPrint, p.next = len(rtt), now, now.Add(p.every)
+}
+
+// end clears a terminal's progress line before the summary (once).
+func (p *pingProgress) end() {
+	if p.tty && p.printedAny {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+	p.printedAny = false
+}

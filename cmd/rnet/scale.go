@@ -53,8 +53,7 @@ const (
 	scaleBusyLimit = 15 * time.Minute
 )
 
-func parseScale(args []string, stderr io.Writer) (scaleOpts, error) {
-	o := scaleOpts{}
+func scaleFlags(o *scaleOpts, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("rnet scale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.BoolVar(&o.server, "s", false, "serve one scale client, on [addr] (default :7471; control on port+1, TCP)")
@@ -66,6 +65,12 @@ func parseScale(args []string, stderr io.Writer) (scaleOpts, error) {
 	fs.Int64Var(&o.busyBytes, "busy-bytes", 4<<20, "client: `bytes` each busy connection streams, in 64 KiB writes")
 	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
 	fs.BoolVar(&o.json, "json", false, "client: print the result as JSON")
+	return fs
+}
+
+func parseScale(args []string, stderr io.Writer) (scaleOpts, error) {
+	o := scaleOpts{}
+	fs := scaleFlags(&o, stderr)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return o, err
@@ -298,7 +303,7 @@ func openOne(o scaleOpts, i int) (net.Conn, error) {
 	fail := func(step string, err error) error {
 		return fmt.Errorf("connection %d of %d, %s: %w%s", i, o.conns, step, err, limitHint(err))
 	}
-	c, err := dial(o.tcp, false, o.addr, o.from)
+	c, err := dial(o.tcp, false, o.addr, o.from, rdmaConfig())
 	if err != nil {
 		return nil, fail("dial", err)
 	}

@@ -4,6 +4,14 @@
 //	grpc -s -addr 10.77.0.2:50051                  # server
 //	grpc -c -addr 10.77.0.2:50051 -size 64 -n 2000 # client
 //
+// With -tls both ends use gRPC's TLS credentials. The server serves the
+// certificate in -cert with the key in -key, or, without -key, makes a
+// self-signed one at start and writes the certificate (not the key) to
+// -cert; the client trusts the certificates in -cert:
+//
+//	grpc -s -tls -cert /tmp/grpc.pem -addr 10.77.0.2:50051
+//	grpc -c -tls -cert /tmp/grpc.pem -addr 10.77.0.2:50051
+//
 // The service, rnet.examples.Echo, is declared by hand with grpc.ServiceDesc
 // and carries raw bytes through a tiny codec, so the example needs no protoc:
 //
@@ -15,7 +23,7 @@
 // adds rnetgrpc.DialOption(nil) to grpc.NewClient: that is the whole change.
 // The client's last line is machine-readable:
 //
-//	RESULT grpc net=rdma size=64 count=2000 p50_us=... p99_us=... mean_us=... download_MBps=... upload_MBps=...
+//	RESULT grpc net=rdma tls=off size=64 count=2000 p50_us=... p99_us=... mean_us=... download_MBps=... upload_MBps=...
 package main
 
 import (
@@ -33,6 +41,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 
@@ -50,6 +59,9 @@ func main() {
 	streamMiB := flag.Int("stream-mib", 16, "client: MiB to download and to upload through the streaming calls, in 64 KiB messages")
 	tcp := flag.Bool("tcp", false, "use TCP instead of RDMA")
 	once := flag.Bool("once", false, "server: exit after the first client connection closes")
+	useTLS := flag.Bool("tls", false, "use TLS (gRPC's credentials.NewTLS)")
+	certFile := flag.String("cert", "", "with -tls: server: the certificate to serve, or the file to write a self-signed one to (without -key); client: the certificates to trust")
+	keyFile := flag.String("key", "", "with -tls: server: the certificate's private key")
 	flag.Parse()
 
 	switch {
@@ -58,7 +70,14 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	case *server:
-		if err := serve(*tcp, *addr, *once); err != nil {
+		creds := insecure.NewCredentials()
+		if *useTLS {
+			var err error
+			if creds, err = serverTLS(*addr, *certFile, *keyFile); err != nil {
+				exutil.Fatal("grpc", *tcp, err)
+			}
+		}
+		if err := serve(*tcp, *addr, *once, creds); err != nil {
 			exutil.Fatal("grpc", *tcp, err)
 		}
 	default:
@@ -66,7 +85,14 @@ func main() {
 			fmt.Fprintln(os.Stderr, "grpc: -n must be positive, -size and -stream-mib not negative")
 			os.Exit(2)
 		}
-		if err := run(*tcp, *addr, *from, *size, *count, *streamMiB<<20); err != nil {
+		creds := insecure.NewCredentials()
+		if *useTLS {
+			var err error
+			if creds, err = clientTLS(*certFile); err != nil {
+				exutil.Fatal("grpc", *tcp, err)
+			}
+		}
+		if err := run(*tcp, *addr, *from, *size, *count, *streamMiB<<20, creds); err != nil {
 			exutil.Fatal("grpc", *tcp, err)
 		}
 	}
@@ -159,14 +185,14 @@ func pattern(n int) []byte {
 	return b
 }
 
-func serve(tcp bool, addr string, once bool) error {
+func serve(tcp bool, addr string, once bool, creds credentials.TransportCredentials) error {
 	ln, err := exutil.Listen(tcp, addr)
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(grpc.Creds(creds))
 	srv.RegisterService(&echoService, nil)
-	fmt.Printf("grpc: serving rnet.examples.Echo on %s (%s)\n", ln.Addr(), exutil.Network(tcp))
+	fmt.Printf("grpc: serving rnet.examples.Echo on %s (%s, %s)\n", ln.Addr(), exutil.Network(tcp), creds.Info().SecurityProtocol)
 	if once {
 		ol := &onceListener{Listener: ln, connClosed: make(chan struct{}), closed: make(chan struct{})}
 		go func() {
@@ -217,7 +243,7 @@ func (c *notifyConn) Close() error {
 	return err
 }
 
-func run(tcp bool, target, from string, size, count, streamBytes int) error {
+func run(tcp bool, target, from string, size, count, streamBytes int, creds credentials.TransportCredentials) error {
 	dial, err := exutil.Dialer(tcp, from)
 	if err != nil {
 		return err
@@ -257,7 +283,7 @@ func run(tcp bool, target, from string, size, count, streamBytes int) error {
 		})
 	}
 	cc, err := grpc.NewClient(target, dialOpt,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(rawCodec{}.Name())))
 	if err != nil {
 		return err
@@ -309,8 +335,12 @@ func run(tcp bool, target, from string, size, count, streamBytes int) error {
 	}
 	fmt.Printf("upload:   %d messages of %d B in %v: %s MB/s\n", n, chunk, up.Round(time.Microsecond), exutil.MBps(int64(n*chunk), up))
 
-	fmt.Printf("RESULT grpc net=%s size=%d count=%d p50_us=%s p99_us=%s mean_us=%s download_MBps=%s upload_MBps=%s\n",
-		exutil.Network(tcp), size, count, exutil.Micros(p50), exutil.Micros(p99), exutil.Micros(mean),
+	tlsState := "off"
+	if creds.Info().SecurityProtocol == "tls" {
+		tlsState = "on"
+	}
+	fmt.Printf("RESULT grpc net=%s tls=%s size=%d count=%d p50_us=%s p99_us=%s mean_us=%s download_MBps=%s upload_MBps=%s\n",
+		exutil.Network(tcp), tlsState, size, count, exutil.Micros(p50), exutil.Micros(p99), exutil.Micros(mean),
 		exutil.MBps(int64(n*chunk), down), exutil.MBps(int64(n*chunk), up))
 	return cc.Close()
 }

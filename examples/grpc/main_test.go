@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,19 +17,26 @@ func TestMain(m *testing.M) {
 }
 
 // TestGRPCExample runs this program as a server and as a client, over rnet
-// and with -tcp, the way a user would.
+// and with -tcp, and over rnet with -tls, the way a user would.
 func TestGRPCExample(t *testing.T) {
 	pair := rdmatest.Require(t)
-	for _, tcp := range []bool{false, true} {
-		name, netFlags := "rdma", []string{}
-		if tcp {
-			name, netFlags = "tcp", []string{"-tcp"}
-		}
-		t.Run(name, func(t *testing.T) {
-			addr, wait := extest.Server(t, append(netFlags, "-s", "-once", "-addr", net.JoinHostPort(pair.Server.String(), "0"))...)
-			out := extest.Client(t, append(netFlags, "-c", "-addr", addr, "-from", pair.Client.String(), "-size", "1000", "-n", "100", "-stream-mib", "2")...)
+	for _, tc := range []struct {
+		name, net, tls string
+		flags          []string
+	}{
+		{"rdma", "rdma", "off", nil},
+		{"tcp", "tcp", "off", []string{"-tcp"}},
+		{"rdma-tls", "rdma", "on", []string{"-tls", "-cert"}}, // the certificate file follows
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			flags := tc.flags
+			if tc.tls == "on" {
+				flags = append(flags, filepath.Join(t.TempDir(), "cert.pem"))
+			}
+			addr, wait := extest.Server(t, append(flags, "-s", "-once", "-addr", net.JoinHostPort(pair.Server.String(), "0"))...)
+			out := extest.Client(t, append(flags, "-c", "-addr", addr, "-from", pair.Client.String(), "-size", "1000", "-n", "100", "-stream-mib", "2")...)
 			r := extest.Result(t, out)
-			if r["net"] != name || r["count"] != "100" || r["download_MBps"] == "" || r["upload_MBps"] == "" {
+			if r["net"] != tc.net || r["tls"] != tc.tls || r["count"] != "100" || r["download_MBps"] == "" || r["upload_MBps"] == "" {
 				t.Errorf("RESULT line %v does not describe the run", r)
 			}
 			if !strings.Contains(out, "download: 32 messages") || !strings.Contains(out, "upload:   32 messages") {

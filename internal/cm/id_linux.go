@@ -128,6 +128,19 @@ func (id *ID) SetAckTimeout(exp uint8) error {
 	})
 }
 
+// SetTOS sets the IP TOS byte (DSCP << 2 | ECN) of the id's connection: on
+// RoCE, the traffic class of its packets, from which the kernel also derives
+// the service level (the Ethernet priority). It must come before
+// ResolveRoute, which puts it in the path that the connection request
+// carries to the peer, whose queue pair takes it from there (a listening
+// id's does not reach the connections it accepts). iWARP connections are
+// TCP's and do not use it.
+func (id *ID) SetTOS(tos uint8) error {
+	return id.call("rdma_set_option(TOS)", func(c *C.struct_rdma_cm_id) C.int {
+		return C.rnet_set_tos(c, C.uint8_t(tos))
+	})
+}
+
 // Listen starts listening; CONNECT_REQUEST events follow on the channel.
 func (id *ID) Listen(backlog int) error {
 	backlog = min(max(backlog, 0), 1<<31-1) // the kernel caps it far lower anyway

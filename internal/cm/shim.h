@@ -88,6 +88,14 @@ static inline int rnet_set_ack_timeout(struct rdma_cm_id *id, uint8_t timeout)
 	return rnet_errno(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout));
 }
 
+/* The IP TOS byte (the RoCE traffic class) of the id's connection; set before
+ * rdma_resolve_route, which puts it in the path, or before rdma_listen. */
+static inline int rnet_set_tos(struct rdma_cm_id *id, uint8_t tos)
+{
+	errno = 0;
+	return rnet_errno(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof tos));
+}
+
 static inline int rnet_resolve_addr(struct rdma_cm_id *id, struct rnet_addr src, struct rnet_addr dst, int timeout_ms)
 {
 	struct sockaddr_storage s, d;

@@ -31,6 +31,7 @@ func (id *ID) Bind(addr netip.AddrPort) error { return unsupported("rdma_bind_ad
 func (id *ID) SetAFOnly(only bool) error      { return unsupported("rdma_set_option") }
 func (id *ID) Listen(backlog int) error       { return unsupported("rdma_listen") }
 func (id *ID) SetAckTimeout(exp uint8) error  { return unsupported("rdma_set_option") }
+func (id *ID) SetTOS(tos uint8) error         { return unsupported("rdma_set_option") }
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	return unsupported("rdma_resolve_addr")
 }

@@ -385,6 +385,10 @@ func isFlush(err error) bool {
 // Err returns the error that ended the connection, or nil.
 func (e *Engine) Err() error { return e.err }
 
+// CreditWindow is how many messages each credit update lets the peer
+// send ahead of our reading (it grows with SharedRecv).
+func (e *Engine) CreditWindow() int { return int(e.window) }
+
 // Stats returns a snapshot of the counters.
 func (e *Engine) Stats() Stats { return e.stats }
 

@@ -112,6 +112,32 @@ func (qp *QP) Attrs() (QPAttrs, error) {
 	}, nil
 }
 
+// Path queries the port and address vector the QP sends on, as the
+// connection manager set them when it made the QP ready to receive.
+func (qp *QP) Path() (QPPath, error) {
+	qp.mu.RLock()
+	defer qp.mu.RUnlock()
+	if qp.c == nil {
+		return QPPath{}, &Error{Op: "ibv_query_qp", Device: qp.dev, Err: errClosed}
+	}
+	var attr C.struct_ibv_qp_attr
+	var init C.struct_ibv_qp_init_attr
+	mask := C.IBV_QP_PORT | C.IBV_QP_PATH_MTU | C.IBV_QP_AV
+	CountCgoCall()
+	if r, err := C.ibv_query_qp(qp.c, &attr, C.int(mask), &init); r != 0 {
+		return QPPath{}, &Error{Op: "ibv_query_qp", Device: qp.dev, Errno: retErrno(r, err)}
+	}
+	return QPPath{
+		Port:         int(attr.port_num),
+		PathMTU:      mtuBytes(uint32(attr.path_mtu)),
+		GIDIndex:     int(attr.ah_attr.grh.sgid_index),
+		TrafficClass: uint8(attr.ah_attr.grh.traffic_class),
+		HopLimit:     uint8(attr.ah_attr.grh.hop_limit),
+		ServiceLevel: uint8(attr.ah_attr.sl),
+		GlobalRoute:  attr.ah_attr.is_global != 0,
+	}, nil
+}
+
 // SetError moves the QP to the error state, which flushes every outstanding
 // work request with IBV_WC_WR_FLUSH_ERR (rsocket does this on close).
 func (qp *QP) SetError() error {

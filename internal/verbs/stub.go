@@ -81,6 +81,7 @@ func (qp *QP) Caps() QPCaps                        { return QPCaps{} }
 func (qp *QP) Ptr() unsafe.Pointer                 { return nil }
 func (qp *QP) State() (QPState, error)             { return QPUnknown, unsupported("ibv_query_qp") }
 func (qp *QP) Attrs() (QPAttrs, error)             { return QPAttrs{}, unsupported("ibv_query_qp") }
+func (qp *QP) Path() (QPPath, error)               { return QPPath{}, unsupported("ibv_query_qp") }
 func (qp *QP) SetError() error                     { return unsupported("ibv_modify_qp") }
 func (qp *QP) Close() error                        { return nil }
 func (qp *QP) PostSend(wrs []wr.Send) (int, error) { return 0, unsupported("ibv_post_send") }

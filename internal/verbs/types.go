@@ -307,3 +307,18 @@ type QPAttrs struct {
 	// refuses for want of a receive.
 	MinRNRTimer uint8
 }
+
+// QPPath is where a connected QP sends, as ibv_query_qp reports it.
+type QPPath struct {
+	Port    int // the device port, from 1
+	PathMTU int // bytes (256..4096); 0 if the device reports none (iWARP)
+	// GIDIndex is the source GID's index in the port's GID table, and
+	// TrafficClass and HopLimit the global route header's fields: on RoCE
+	// the IP header's TOS byte and TTL. They mean something only with
+	// GlobalRoute.
+	GIDIndex     int
+	TrafficClass uint8
+	HopLimit     uint8
+	ServiceLevel uint8 // the InfiniBand service level (on RoCE, the priority the kernel derived from the TOS)
+	GlobalRoute  bool  // the QP sends with a global route header (always on RoCE)
+}

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rnet-dev/rnet/rnet"
+)
+
+// PerfResult is the summary of `rnet perf -c`, and its --json form. With
+// -P its figures are the sum of the streams', each also in Streams.
+type PerfResult struct {
+	Test        string         `json:"test"` // "perf"
+	Transport   string         `json:"transport"`
+	Fallback    string         `json:"fallback,omitempty"` // why TCP, when it fell back from RDMA
+	Server      string         `json:"server"`
+	Local       string         `json:"local"`
+	Reverse     bool           `json:"reverse,omitempty"`  // -R: the server sent
+	Parallel    int            `json:"parallel,omitempty"` // -P, when more than one stream
+	Size        int            `json:"size"`
+	Writes      int64          `json:"writes,omitempty"`
+	Reads       int64          `json:"reads,omitempty"` // -R: the client's Read calls
+	Bytes       int64          `json:"bytes"`
+	Seconds     float64        `json:"seconds"`
+	MBps        float64        `json:"MBps"` // 10^6 bytes per second
+	Gbps        float64        `json:"Gbps"`
+	CgoPerWrite float64        `json:"cgo_per_write,omitempty"`
+	CgoPerRead  float64        `json:"cgo_per_read,omitempty"`
+	Stats       *rnet.Stats    `json:"stats,omitempty"` // one stream's; with -P in Streams
+	Streams     []StreamResult `json:"streams,omitempty"`
+	Intervals   []Interval     `json:"intervals"`
+}
+
+// StreamResult is one stream of a -P test.
+type StreamResult struct {
+	Stream  int         `json:"stream"` // from 1
+	Local   string      `json:"local"`
+	Bytes   int64       `json:"bytes"`
+	Seconds float64     `json:"seconds"`
+	MBps    float64     `json:"MBps"`
+	Stats   *rnet.Stats `json:"stats,omitempty"`
+}
+
+// Interval is what moved in one -i interval (the last one is shorter), in
+// all and, with -P, per stream.
+type Interval struct {
+	Start   float64          `json:"start"` // seconds since the test started
+	End     float64          `json:"end"`
+	Bytes   int64            `json:"bytes"`
+	MBps    float64          `json:"MBps"`
+	Streams []StreamInterval `json:"streams,omitempty"`
+}
+
+// StreamInterval is one stream's part of an Interval.
+type StreamInterval struct {
+	Stream int     `json:"stream"`
+	Bytes  int64   `json:"bytes"`
+	MBps   float64 `json:"MBps"`
+}
+
+// SweepResult is `rnet perf -c -a --json`: one test per size.
+type SweepResult struct {
+	Test     string       `json:"test"` // "perf-sweep"
+	Reverse  bool         `json:"reverse,omitempty"`
+	Parallel int          `json:"parallel"`
+	Results  []PerfResult `json:"results"`
+}
+
+func writeJSON(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}
+
+func direction(reverse bool) string {
+	if reverse {
+		return "<-"
+	}
+	return "->"
+}
+
+func printPerf(w io.Writer, asJSON bool, r PerfResult) error {
+	if asJSON {
+		return writeJSON(w, r)
+	}
+	for _, s := range r.Streams {
+		fmt.Fprintf(w, "[%3d] %s %s %s: %s in %.2f s = %.1f MB/s\n", s.Stream, s.Local, direction(r.Reverse), r.Server, human(s.Bytes), s.Seconds, s.MBps)
+	}
+	calls, what := r.Writes, "writes"
+	if r.Reverse {
+		calls, what = r.Reads, "reads"
+	}
+	prefix := ""
+	if r.Parallel > 1 {
+		prefix = fmt.Sprintf("[SUM] %d streams, ", r.Parallel)
+	}
+	fmt.Fprintf(w, "%s%s %s %s %s: %d %s of %d B, %s in %.2f s = %.1f MB/s (%.3f Gb/s)",
+		prefix, withFallback(r.Transport, r.Fallback), r.Local, direction(r.Reverse), r.Server, calls, what, r.Size, human(r.Bytes), r.Seconds, r.MBps, r.Gbps)
+	if r.CgoPerWrite > 0 {
+		fmt.Fprintf(w, ", %.2f cgo calls/write", r.CgoPerWrite)
+	}
+	if r.CgoPerRead > 0 {
+		fmt.Fprintf(w, ", %.2f cgo calls/read", r.CgoPerRead)
+	}
+	if r.Stats != nil {
+		fmt.Fprintf(w, "; waits: %d spun, %d parked", r.Stats.Spins, r.Stats.Parks)
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+func printSweepHeader(w io.Writer, o perfOpts) {
+	what := fmt.Sprintf("for %v", o.duration)
+	if o.bytes > 0 {
+		what = human(o.bytes)
+	}
+	fmt.Fprintf(w, "sweep %s %s, %d stream(s), %s per size\n", direction(o.reverse), o.addr, o.parallel, what)
+	fmt.Fprintf(w, "%10s %12s %12s %10s %12s %12s\n", "size", "calls", "bytes", "seconds", "MB/s", "Gb/s")
+}
+
+func printSweepLine(w io.Writer, r PerfResult) {
+	fmt.Fprintf(w, "%10d %12d %12d %10.3f %12.2f %12.4f\n", r.Size, r.Writes+r.Reads, r.Bytes, r.Seconds, r.MBps, r.Gbps)
+}
+
+// meter records what the streams of a test move in each interval and, for
+// the progress lines, prints it: on a terminal it rewrites one line (the
+// sum), elsewhere it prints lines per interval (each stream's and the sum
+// with -P).
+type meter struct {
+	streams []*perfStream
+	start   time.Time
+	last    []int64 // each stream's bytes at the end of the last interval
+	lastT   time.Time
+	reverse bool
+	print   bool
+	tty     bool
+	w       io.Writer
+	records []Interval
+	stopc   chan struct{}
+	done    chan struct{}
+}
+
+func startMeter(streams []*perfStream, start time.Time, every time.Duration, reverse, print bool, w io.Writer) *meter {
+	m := &meter{
+		streams: streams, start: start, last: make([]int64, len(streams)), lastT: start,
+		reverse: reverse, print: print, tty: print && isTerminal(w), w: w,
+		stopc: make(chan struct{}), done: make(chan struct{}),
+	}
+	go m.run(every)
+	return m
+}
+
+func (m *meter) run(every time.Duration) {
+	defer close(m.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stopc:
+			return
+		case now := <-t.C:
+			m.record(now)
+		}
+	}
+}
+
+// stop ends the meter, records the last (shorter) interval and returns
+// every interval's record.
+func (m *meter) stop() []Interval {
+	close(m.stopc)
+	<-m.done
+	if m.tty {
+		fmt.Fprint(m.w, "\r\033[K")
+	}
+	end := m.start
+	for _, s := range m.streams {
+		if s.end.After(end) {
+			end = s.end
+		}
+	}
+	if end.After(m.lastT) || len(m.records) == 0 {
+		m.print = false // the summary follows
+		m.record(later(end, m.lastT))
+	}
+	return m.records
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func (m *meter) record(now time.Time) {
+	secs := now.Sub(m.lastT).Seconds()
+	iv := Interval{Start: m.lastT.Sub(m.start).Seconds(), End: now.Sub(m.start).Seconds()}
+	for i, s := range m.streams {
+		n := s.moved.Load()
+		d := n - m.last[i]
+		iv.Bytes += d
+		if len(m.streams) > 1 {
+			iv.Streams = append(iv.Streams, StreamInterval{Stream: i + 1, Bytes: d, MBps: mbps(d, secs)})
+		}
+		m.last[i] = n
+	}
+	iv.MBps = mbps(iv.Bytes, secs)
+	m.records = append(m.records, iv)
+	m.lastT = now
+	if m.print {
+		m.printInterval(iv)
+	}
+}
+
+func (m *meter) printInterval(iv Interval) {
+	var total int64
+	for _, n := range m.last {
+		total += n
+	}
+	verb := "sent"
+	if m.reverse {
+		verb = "received"
+	}
+	sum := fmt.Sprintf("[%6.1fs] %10s %s  %8.1f MB/s now  %8.1f MB/s average", iv.End, human(total), verb, iv.MBps, mbps(total, iv.End))
+	if m.tty {
+		fmt.Fprint(m.w, "\r\033[K"+sum)
+		return
+	}
+	var b strings.Builder
+	for _, s := range iv.Streams {
+		fmt.Fprintf(&b, "[%6.1fs] [%3d] %10s %s  %8.1f MB/s now\n", iv.End, s.Stream, human(m.last[s.Stream-1]), verb, s.MBps)
+	}
+	if len(iv.Streams) > 0 {
+		sum = strings.Replace(sum, "] ", "] [SUM] ", 1)
+	}
+	b.WriteString(sum + "\n")
+	io.WriteString(m.w, b.String())
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

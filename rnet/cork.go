@@ -1,0 +1,65 @@
+package rnet
+
+import (
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// Autocorking (Config.NoDelay off): the engine holds small writes back while
+// a transfer of the connection is in flight (ring.Engine.Corked); this file
+// decides when a Write looks at completions, and makes sure nobody waits on
+// corked bytes.
+
+// reapDelay is how long after a transfer was posted that a Write behind it
+// reaps completions before it decides whether to cork: about a small RDMA
+// write's round trip to the peer's device. A Write within that time corks
+// behind the transfer; a Write after a pause must not cork behind one that
+// has long completed, and goes out at once.
+const reapDelay = 10 * time.Microsecond
+
+// monoBase anchors monotonic, which reads only the monotonic clock: the
+// wall clock that time.Now also reads costs as much again on some
+// machines.
+var monoBase = time.Now()
+
+func monotonic() time.Duration { return time.Since(monoBase) }
+
+// postWriteLocked posts the n bytes a Write took; wasCorked says bytes were
+// corked before it. With autocorking on, for a Write smaller than a
+// transfer, while the send ring and the credits have room, it posts without
+// polling: the completions are left to whoever waits next (a Read, the
+// pusher), so the transfers just posted stay in flight and the Writes that
+// follow cork behind them, as TCP's do behind packets its device has not
+// yet sent. A Write that would cork behind a transfer posted reapDelay ago
+// or longer reaps first.
+func (c *conn) postWriteLocked(n int, wasCorked bool) {
+	send, _ := c.eng.RingSizes()
+	if !c.set.ring.Autocork || n >= ring.MaxTransfer || c.eng.SendSpace() < send/2 ||
+		c.eng.Credits() < 2 || !wasCorked && c.eng.InFlight() > 0 && monotonic()-c.lastPost >= reapDelay {
+		c.driveLocked()
+		return
+	}
+	c.reapless = true
+	c.stepLocked(false, 0)
+	c.reapless = false
+}
+
+// uncorkLocked posts the bytes autocorking holds back, for a caller about
+// to wait or give up waiting: the peer may be waiting for them, and nobody
+// should wait on a cork.
+func (c *conn) uncorkLocked() {
+	if c.eng.Corked() {
+		c.eng.Uncork()
+		c.flushLocked()
+	}
+}
+
+// uncork is uncorkLocked for a caller without c.mu.
+func (c *conn) uncork() {
+	c.mu.Lock()
+	if !c.closing {
+		c.uncorkLocked()
+	}
+	c.mu.Unlock()
+}

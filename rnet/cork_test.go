@@ -1,0 +1,192 @@
+package rnet
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
+)
+
+// holdQP is a simulated queue pair that can hold back its send
+// completions, so that a transfer stays in flight for as long as a test
+// wants and the bytes written meanwhile stay corked.
+type holdQP struct {
+	*simQP
+	mu      sync.Mutex
+	holding bool
+	held    []wr.Completion
+}
+
+func (q *holdQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	if !q.holding {
+		// Held completions come first: sends complete in posting order.
+		n = copy(out, q.held)
+		q.held = q.held[n:]
+	}
+	m, err := q.simQP.step(flags, recvs, sends, out[n:], tries)
+	if err != nil || !q.holding {
+		return n + m, err
+	}
+	kept := 0
+	for _, wc := range out[:m] {
+		if wc.ID&ring.RecvIDFlag != 0 {
+			out[kept] = wc
+			kept++
+		} else {
+			q.held = append(q.held, wc)
+		}
+	}
+	return kept, nil
+}
+
+// release lets the held completions through and wakes whoever waits.
+func (q *holdQP) release() {
+	q.mu.Lock()
+	q.holding = false
+	q.mu.Unlock()
+	q.kick()
+}
+
+// corkedPipe returns a pipe whose first end has written three messages,
+// the first posted and held in flight, the other two corked behind it; and
+// the 128 bytes written.
+func corkedPipe(t *testing.T) (*Conn, *Conn, *holdQP, []byte) {
+	t.Helper()
+	var hold *holdQP
+	c, s := simPipeWrap(t, nil, func(q *simQP) queuePair {
+		hold = &holdQP{simQP: q, holding: true}
+		return hold
+	})
+	want := make([]byte, 128)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	for _, m := range [][]byte{want[:64], want[64:96], want[96:]} {
+		if _, err := c.Write(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Stats(); st.MessagesSent != 1 || st.BytesSent != 64 || st.CoalescedWrites != 1 {
+		t.Fatalf("%d transfers of %d bytes, %d coalesced writes; want the later writes corked (1, 64, 1)",
+			st.MessagesSent, st.BytesSent, st.CoalescedWrites)
+	}
+	if c.Config().NoDelay {
+		t.Fatal("Config().NoDelay is true by default")
+	}
+	return c, s, hold, want
+}
+
+func closeBoth(t *testing.T, hold *holdQP, conns ...*Conn) {
+	t.Helper()
+	hold.release()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// TestSimCorkWriteThenRead: a writer that writes while earlier data is in
+// flight and then only reads gets its bytes to the peer, whose answer it
+// waits for, while the completion is still held.
+func TestSimCorkWriteThenRead(t *testing.T) {
+	c, s, hold, want := corkedPipe(t)
+	defer closeBoth(t, hold, c, s)
+	errc := make(chan error, 1)
+	go func() {
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(s, got); err != nil {
+			errc <- err
+			return
+		}
+		if !bytes.Equal(got, want) {
+			errc <- errors.New("peer read other bytes than written")
+			return
+		}
+		_, err := s.Write([]byte("ok"))
+		errc <- err
+	}()
+	reply := make([]byte, 2)
+	if _, err := io.ReadFull(c, reply); err != nil || string(reply) != "ok" {
+		t.Fatalf("reply %q, %v", reply, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSimCorkCloseWrite: CloseWrite sends the corked bytes, then EOF.
+func TestSimCorkCloseWrite(t *testing.T) {
+	c, s, hold, want := corkedPipe(t)
+	defer closeBoth(t, hold, c, s)
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(s)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, %v; want %d and EOF", len(got), err, len(want))
+	}
+}
+
+// TestSimCorkDeadline: a Read whose deadline has passed posts the corked
+// bytes as it gives up.
+func TestSimCorkDeadline(t *testing.T) {
+	c, s, hold, want := corkedPipe(t)
+	defer closeBoth(t, hold, c, s)
+	if err := c.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past its deadline: %v", err)
+	}
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %v; bytes equal %v", err, bytes.Equal(got, want))
+	}
+}
+
+// TestSimCorkIdleWriter: a writer that does nothing after its Writes gets
+// its corked bytes out when the transfer in flight completes: the pusher
+// polls for that completion.
+func TestSimCorkIdleWriter(t *testing.T) {
+	c, s, hold, want := corkedPipe(t)
+	defer closeBoth(t, hold, c, s)
+	hold.release()
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %v; bytes equal %v", err, bytes.Equal(got, want))
+	}
+	if st := c.Stats(); st.MessagesSent != 2 {
+		t.Fatalf("%d transfers for three writes, want 2", st.MessagesSent)
+	}
+}
+
+// TestSimNoDelay: with NoDelay, a Write behind a transfer in flight is
+// posted at once, and Config reports the switch.
+func TestSimNoDelay(t *testing.T) {
+	var hold *holdQP
+	c, s := simPipeWrap(t, &Config{NoDelay: true}, func(q *simQP) queuePair {
+		hold = &holdQP{simQP: q, holding: true}
+		return hold
+	})
+	defer closeBoth(t, hold, c, s)
+	for range 2 {
+		if _, err := c.Write(make([]byte, 64)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Stats(); st.MessagesSent != 2 || st.CoalescedWrites != 0 {
+		t.Fatalf("NoDelay: %d transfers, %d coalesced writes; want 2, 0", st.MessagesSent, st.CoalescedWrites)
+	}
+	if !c.Config().NoDelay {
+		t.Fatal("Config().NoDelay = false with NoDelay set")
+	}
+}

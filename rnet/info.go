@@ -1,0 +1,103 @@
+package rnet
+
+import (
+	"net"
+	"net/netip"
+	"runtime"
+	"time"
+)
+
+// ConnInfo is what a connection runs with: where its queue pair sends, the
+// settings the device and the connection manager put in effect, and its
+// rings now. Conn.Info returns it.
+type ConnInfo struct {
+	// Transport is "RoCE", "InfiniBand" or "iWARP", or "simulated" for
+	// a connection over the test fabric, which has no device.
+	Transport string
+	Device    string // the RDMA device, e.g. "mlx5_0" or "rxe0"
+	Port      int    // the device port, from 1
+	// GIDIndex is the source GID's index in the port's GID table (the
+	// show_gids column), and GID that entry; on RoCE the GID stands for
+	// the local IP address and the index picks RoCE v1 or v2.
+	GIDIndex int
+	GID      netip.Addr
+	// PathMTU is the largest packet payload on the path, in bytes (256 to
+	// 4096), as the connection manager chose it from the two ports'; 0
+	// on iWARP, which has none of its own.
+	PathMTU int
+	// TrafficClass is the TOS byte of the packets' IP header on RoCE (the
+	// GRH traffic class on InfiniBand), and ServiceLevel the priority the
+	// kernel derived from it (on InfiniBand, the path record's). See
+	// Config.TrafficClass.
+	TrafficClass int
+	ServiceLevel int
+	// AckTimeout is the queue pair's local ACK timeout, 0 if it has none
+	// (iWARP); RetryCount and RNRRetryCount the resends its transport
+	// makes. See Config.AckTimeout, RetryCount and RNRRetryCount.
+	AckTimeout    time.Duration
+	RetryCount    int
+	RNRRetryCount int
+	// MaxInlineData is the most the device copies into a work request,
+	// and InlineThreshold the largest transfer rnet sends that way (0:
+	// none).
+	MaxInlineData   int
+	InlineThreshold int
+	// SendRingSize and RecvRingSize are the rings' sizes now, and
+	// SendBufferSize and RecvBufferSize the most they grow to (see
+	// Config.IdleBufferSize).
+	SendRingSize, SendBufferSize int
+	RecvRingSize, RecvBufferSize int
+	// SendQueueSize is the send queue's depth; CreditWindow the messages
+	// the peer may send ahead of our reading now, and RecvQueueSize the
+	// most it grows to.
+	SendQueueSize int
+	CreditWindow  int
+	RecvQueueSize int
+	// SharedRecvQueue says the connection takes its receives from its
+	// poll group's shared receive queue (see docs/design.md, "Poll
+	// groups").
+	SharedRecvQueue bool
+}
+
+// pathReporter is a queue pair that can say where it sends; the test
+// fabric's cannot, as it has no device.
+type pathReporter interface {
+	path(*ConnInfo) error
+}
+
+// Info reports what the connection runs with. It queries the device, so
+// it is for diagnostics, not for every call. After Close it fails with
+// net.ErrClosed; once the device is gone, the device's part is left zero
+// and the error says why.
+func (h *Conn) Info() (ConnInfo, error) {
+	info, err := h.conn.info()
+	runtime.KeepAlive(h)
+	return info, err
+}
+
+func (c *conn) info() (ConnInfo, error) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return ConnInfo{}, c.opError("info", net.ErrClosed)
+	}
+	cfg := c.eng.Config()
+	info := ConnInfo{
+		Transport:       "simulated",
+		InlineThreshold: max(cfg.InlineThreshold, 0),
+		SendBufferSize:  cfg.SendBufferSize,
+		RecvBufferSize:  cfg.RecvBufferSize,
+		SendQueueSize:   cfg.SendQueueSize,
+		CreditWindow:    c.eng.CreditWindow(),
+		RecvQueueSize:   cfg.RecvQueueSize,
+		SharedRecvQueue: cfg.SharedRecv,
+	}
+	info.SendRingSize, info.RecvRingSize = c.eng.RingSizes()
+	c.mu.Unlock()
+	if p, ok := c.qp.(pathReporter); ok {
+		if err := p.path(&info); err != nil {
+			return info, c.opError("info", err)
+		}
+	}
+	return info, nil
+}
