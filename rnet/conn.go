@@ -468,6 +468,7 @@ func (c *conn) close() error {
 	c.mu.Lock()
 	c.closing = true
 	close(c.closed)
+	c.eng.Uncork() // corked bytes must not wait on a completion within Linger
 	c.driveLocked()
 	c.kickLocked() // a Read or Write parked on the completion channel returns
 	c.keepalive.Stop()

@@ -62,8 +62,14 @@ func (q *holdQP) release() {
 // the 128 bytes written.
 func corkedPipe(t *testing.T) (*Conn, *Conn, *holdQP, []byte) {
 	t.Helper()
+	return corkedPipeConfig(t, nil)
+}
+
+// corkedPipeConfig is corkedPipe with cfg.
+func corkedPipeConfig(t *testing.T, cfg *Config) (*Conn, *Conn, *holdQP, []byte) {
+	t.Helper()
 	var hold *holdQP
-	c, s := simPipeWrap(t, nil, func(q *simQP) queuePair {
+	c, s := simPipeWrap(t, cfg, func(q *simQP) queuePair {
 		hold = &holdQP{simQP: q, holding: true}
 		return hold
 	})
@@ -120,6 +126,20 @@ func TestSimCorkWriteThenRead(t *testing.T) {
 	}
 	if err := <-errc; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSimCorkClose: Close posts the corked bytes at once, so that a Linger
+// that runs out before the in-flight transfer completes drops none of them.
+func TestSimCorkClose(t *testing.T) {
+	c, s, hold, want := corkedPipeConfig(t, &Config{Linger: -1})
+	defer closeBoth(t, hold, s)
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close with bytes corked: %v", err)
+	}
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("peer read %d bytes, %v; want every byte written", len(got), err)
 	}
 }
 
