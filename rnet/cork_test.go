@@ -189,6 +189,57 @@ func TestSimCorkIdleWriter(t *testing.T) {
 	}
 }
 
+// TestSimCorkParkedReader: a Read parked in another goroutine before the
+// writes cannot uncork them until it wakes; whatever corks behind the
+// transfer in flight goes out by the time its completion comes, and the
+// parked Read gets its reply.
+func TestSimCorkParkedReader(t *testing.T) {
+	var hold *holdQP
+	c, s := simPipeWrap(t, nil, func(q *simQP) queuePair {
+		hold = &holdQP{simQP: q, holding: true}
+		return hold
+	})
+	defer closeBoth(t, hold, c, s)
+	readc := make(chan error, 1)
+	go func() {
+		reply := make([]byte, 2)
+		_, err := io.ReadFull(c, reply)
+		if err == nil && string(reply) != "ok" {
+			err = errors.New("the reply was " + string(reply))
+		}
+		readc <- err
+	}()
+	waitUntil(t, "the Read to park", func() bool {
+		c.conn.mu.Lock()
+		defer c.conn.mu.Unlock()
+		return c.conn.waitOwned && !c.conn.pushing || c.conn.queued > 0
+	})
+	want := bytes.Repeat([]byte("abcdefgh"), 16)
+	for _, m := range [][]byte{want[:64], want[64:96], want[96:]} {
+		if _, err := c.Write(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// How many of them cork depends on whether the parked Read wakes in
+	// between (a Read about to wait again uncorks); the bytes must arrive
+	// either way once the completion comes. The deadline turns bytes
+	// stranded for good into a failure rather than a hang.
+	hold.release()
+	if err := s.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("peer read %v; bytes equal %v", err, bytes.Equal(got, want))
+	}
+	if _, err := s.Write([]byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-readc; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSimNoDelay: with NoDelay, a Write behind a transfer in flight is
 // posted at once, and Config reports the switch.
 func TestSimNoDelay(t *testing.T) {
