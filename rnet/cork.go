@@ -32,11 +32,17 @@ func monotonic() time.Duration { return time.Since(monoBase) }
 // pusher), so the transfers just posted stay in flight and the Writes that
 // follow cork behind them, as TCP's do behind packets its device has not
 // yet sent. A Write that would cork behind a transfer posted reapDelay ago
-// or longer reaps first.
+// or longer goes out at once instead, and reaps in the same crossing.
 func (c *conn) postWriteLocked(n int, wasCorked bool) {
 	send, _ := c.eng.RingSizes()
-	if !c.set.ring.Autocork || n >= ring.MaxTransfer || c.eng.SendSpace() < send/2 ||
-		c.eng.Credits() < 2 || !wasCorked && c.eng.InFlight() > 0 && monotonic()-c.lastPost >= reapDelay {
+	if !c.set.ring.Autocork || n >= ring.MaxTransfer || c.eng.SendSpace() < send/2 || c.eng.Credits() < 2 {
+		c.driveLocked()
+		return
+	}
+	if !wasCorked && c.eng.InFlight() > 0 && monotonic()-c.lastPost >= reapDelay {
+		// What is in flight has most likely completed: polling for
+		// it first would cost a crossing of its own.
+		c.eng.Uncork()
 		c.driveLocked()
 		return
 	}
