@@ -140,6 +140,7 @@ const (
 // settings is a Config with every default applied.
 type settings struct {
 	ring             ring.Config
+	reapDelay        time.Duration // see cork.go; tests that hold completions raise it
 	busyPoll         time.Duration
 	busyPollLimit    time.Duration // the spin limit, or its floor when adaptive
 	busyPollLimitMax time.Duration // the ceiling of an adaptive spin limit
@@ -167,6 +168,7 @@ func (c *Config) settings() settings {
 			IdleBufferSize:  cfg.IdleBufferSize,
 			Autocork:        !cfg.NoDelay,
 		},
+		reapDelay:        reapDelay,
 		busyPoll:         orDefault(cfg.BusyPoll, 10*time.Microsecond),
 		busyPollLimit:    orDefault(cfg.BusyPollLimit, defaultBusyPollLimit),
 		busyPollLimitMax: orDefault(cfg.BusyPollLimit, maxBusyPollLimit),

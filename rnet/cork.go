@@ -39,7 +39,7 @@ func (c *conn) postWriteLocked(n int, wasCorked bool) {
 		c.driveLocked()
 		return
 	}
-	if !wasCorked && c.eng.InFlight() > 0 && monotonic()-c.lastPost >= reapDelay {
+	if !wasCorked && c.eng.InFlight() > 0 && monotonic()-c.lastPost >= c.set.reapDelay {
 		// What is in flight has most likely completed: polling for
 		// it first would cost a crossing of its own.
 		c.eng.Uncork()

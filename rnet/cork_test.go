@@ -57,6 +57,15 @@ func (q *holdQP) release() {
 	q.kick()
 }
 
+// holdInFlight makes c treat a transfer in flight as in flight however
+// long ago it was posted (see reapDelay): a slow machine's Writes must not
+// find the held transfer stale and go out at once.
+func holdInFlight(c *Conn) {
+	c.conn.mu.Lock()
+	c.conn.set.reapDelay = time.Hour
+	c.conn.mu.Unlock()
+}
+
 // corkedPipe returns a pipe whose first end has written three messages,
 // the first posted and held in flight, the other two corked behind it; and
 // the 128 bytes written.
@@ -73,6 +82,7 @@ func corkedPipeConfig(t *testing.T, cfg *Config) (*Conn, *Conn, *holdQP, []byte)
 		hold = &holdQP{simQP: q, holding: true}
 		return hold
 	})
+	holdInFlight(c)
 	want := make([]byte, 128)
 	for i := range want {
 		want[i] = byte(i * 7)
@@ -200,6 +210,7 @@ func TestSimCorkParkedReader(t *testing.T) {
 		return hold
 	})
 	defer closeBoth(t, hold, c, s)
+	holdInFlight(c)
 	readc := make(chan error, 1)
 	go func() {
 		reply := make([]byte, 2)
