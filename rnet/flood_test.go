@@ -38,12 +38,12 @@ func TestRXEHandshakeFlood(t *testing.T) {
 	const (
 		stalledRequests = 500
 		realDials       = 20
-		maxPending      = defaultMaxPendingHandshakes
+		maxPending      = minDefaultPending // few slots, so that the flood fills them
 		// Twice the slots: every slot holds a stalled request and as many
 		// more wait for one, well within the connection manager's backlog.
 		flooders = 2 * maxPending
 	)
-	ln, err := (&ListenConfig{}).Listen(ctx, "rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	ln, err := (&ListenConfig{MaxPendingHandshakes: maxPending}).Listen(ctx, "rdma", net.JoinHostPort(pair.Server.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,18 +15,40 @@ import (
 //
 // When every slot is taken, a new request takes the slot of the handshake
 // that has waited longest for its dialer's last message (RTU), provided
-// that wait has passed staleAfter: a live dialer answers within a round
-// trip, so such a handshake is most likely one that will never complete.
-// The evicted handshake is cancelled, and its slot passes to the new one
-// once it has released its resources, so memory never exceeds the bound.
+// that wait has passed the stale age (see staleAgeLocked): a live dialer
+// answers within a round trip, so such a handshake is most likely one that
+// will never complete. The evicted handshake is cancelled, and its slot
+// passes to the new one once it has released its resources, so memory
+// never exceeds the bound.
 type pendingHandshakes struct {
 	slots      int
-	staleAfter time.Duration
+	staleAfter time.Duration // the least stale age
 
 	mu       sync.Mutex
 	free     int
 	awaiting list.List     // *pendingSlot whose reply is out, oldest reply first
 	changed  chan struct{} // closed and replaced when a slot frees or a reply goes out
+	// slowRTU is the longest recent wait for an RTU that came: the
+	// longest wait so far, decaying by a eighth with each handshake
+	// established since.
+	slowRTU time.Duration
+}
+
+// A dialer whose process is busy (a burst of its own dials, say) takes
+// longer than a round trip to answer, and the acceptor learns by how much
+// from the RTUs that do come: a handshake is stale only once it has waited
+// staleRTUFactor times the slowest recent one, and never before staleAfter
+// or after staleAfterMaxFactor times it, so that dialers which answer late
+// on purpose cannot slow the eviction of stalled requests by more.
+const (
+	staleRTUFactor      = 4
+	staleAfterMaxFactor = 10
+)
+
+// staleAgeLocked is how long a handshake must have waited for its RTU
+// before a newer request may take its slot.
+func (p *pendingHandshakes) staleAgeLocked() time.Duration {
+	return min(max(staleRTUFactor*p.slowRTU, p.staleAfter), staleAfterMaxFactor*p.staleAfter)
 }
 
 // pendingSlot is one request's hold on a pendingHandshakes slot.
@@ -56,7 +78,7 @@ func (p *pendingHandshakes) signalLocked() {
 }
 
 // take returns a slot for a new request: a free one, or that of the oldest
-// handshake past staleAfter, which it cancels; the slot is the request's
+// handshake past the stale age, which it cancels; the slot is the request's
 // own once wait returns true. With neither, take waits for one or the
 // other; it returns false if done is closed first.
 func (p *pendingHandshakes) take(done <-chan struct{}) (*pendingSlot, bool) {
@@ -78,7 +100,7 @@ func (p *pendingHandshakes) take(done <-chan struct{}) (*pendingSlot, bool) {
 		var stale <-chan time.Time
 		if e := p.awaiting.Front(); e != nil {
 			old := e.Value.(*pendingSlot)
-			if wait := p.staleAfter - time.Since(old.repliedAt); wait > 0 {
+			if wait := p.staleAgeLocked() - time.Since(old.repliedAt); wait > 0 {
 				if timer == nil {
 					timer = time.NewTimer(wait)
 				} else {
@@ -143,8 +165,9 @@ func (s *pendingSlot) replied(cancel func()) {
 }
 
 // established takes the handshake off the evictable list now that its
-// connection is up. It returns false if it was evicted first: the caller
-// then drops the connection, since its slot is promised to another.
+// connection is up, and learns from how long its RTU took. It returns false
+// if it was evicted first: the caller then drops the connection, since its
+// slot is promised to another.
 func (s *pendingSlot) established() bool {
 	p := s.p
 	p.mu.Lock()
@@ -153,7 +176,13 @@ func (s *pendingSlot) established() bool {
 		p.awaiting.Remove(s.elem)
 		s.elem = nil
 	}
-	return !s.evicted
+	if s.evicted {
+		return false
+	}
+	if !s.repliedAt.IsZero() {
+		p.slowRTU = max(time.Since(s.repliedAt), p.slowRTU-p.slowRTU/8)
+	}
+	return true
 }
 
 // release gives the slot back, or on to the request that evicted this one.

@@ -174,6 +174,61 @@ func TestPendingWaitsUntilTheOldestIsStale(t *testing.T) {
 	}
 }
 
+// TestPendingStaleAgeFollowsSlowRTUs checks that after a dialer's RTU took
+// long (its process busy with a burst of dials), a handshake counts as
+// stale only at four times that wait, up to ten times staleAfter, and that
+// the stale age comes back down as quick RTUs follow.
+func TestPendingStaleAgeFollowsSlowRTUs(t *testing.T) {
+	p := newPendingHandshakes(1, time.Second)
+	// establishAfter completes a handshake whose RTU took wait.
+	establishAfter := func(wait time.Duration) {
+		t.Helper()
+		s := mustTake(t, p)
+		s.replied(func() {})
+		s.repliedAt = s.repliedAt.Add(-wait)
+		if !s.established() {
+			t.Fatal("established = false for a handshake nobody evicted")
+		}
+		s.release()
+	}
+	// evicts reports whether a request evicts a handshake that has waited
+	// age for its RTU.
+	evicts := func(age time.Duration) bool {
+		t.Helper()
+		var c counter
+		s := mustTake(t, p)
+		s.replied(c.cancel)
+		s.repliedAt = s.repliedAt.Add(-age)
+		next, ok := p.take(closedDone)
+		s.release()
+		if ok {
+			next.release()
+		}
+		return ok && c.n.Load() == 1
+	}
+
+	if !evicts(1100 * time.Millisecond) {
+		t.Fatal("with no RTU seen yet, a handshake past staleAfter was not evicted")
+	}
+	establishAfter(800 * time.Millisecond)
+	if evicts(3 * time.Second) {
+		t.Fatal("after an RTU that took 0.8 s, a handshake was evicted at 3 s, before 4 times that")
+	}
+	if !evicts(3300 * time.Millisecond) {
+		t.Fatal("after an RTU that took 0.8 s, a handshake was not evicted at 3.3 s, past 4 times that")
+	}
+	establishAfter(time.Minute)
+	if !evicts(10*time.Second + 100*time.Millisecond) {
+		t.Fatal("a dialer slow on purpose raised the stale age past ten times staleAfter")
+	}
+	for range 64 {
+		establishAfter(time.Millisecond)
+	}
+	if !evicts(1100 * time.Millisecond) {
+		t.Fatal("after many quick RTUs, a handshake past staleAfter was not evicted")
+	}
+}
+
 func TestPendingTakeEndsWithDone(t *testing.T) {
 	p := newPendingHandshakes(1, time.Hour)
 	mustTake(t, p)
@@ -248,8 +303,9 @@ func TestListenConfigLimits(t *testing.T) {
 		lc                  ListenConfig
 		backlog, maxPending int
 	}{
-		{ListenConfig{}, 128, 16},
-		{ListenConfig{Backlog: -1, MaxPendingHandshakes: -1}, 128, 16},
+		{ListenConfig{}, 128, 4 << 20 / (40 << 10)}, // as many idle rings as fit in 4 MiB
+		{ListenConfig{Backlog: -1, MaxPendingHandshakes: -1}, 128, 102},
+		{ListenConfig{Config: &Config{IdleBufferSize: 1 << 20}}, 128, 16},
 		{ListenConfig{Backlog: 4, MaxPendingHandshakes: 1}, 4, 1},
 		{ListenConfig{Backlog: math.MaxInt, MaxPendingHandshakes: math.MaxInt}, 65535, 65535},
 	} {

@@ -329,16 +329,18 @@ type ListenConfig struct {
 	Backlog int
 	// MaxPendingHandshakes bounds the connection requests the Listener is
 	// setting up or whose dialer has yet to confirm our reply with its
-	// RTU. Each pins a connection's registered memory (264 KiB with the
-	// default Config) before the dialer has shown it is real, so this
-	// bound times that is the most that requests which never complete can
-	// pin: with the default, 4.1 MiB, half of a common 8 MiB
-	// RLIMIT_MEMLOCK. Past the bound a new request takes the slot of the
-	// handshake that has waited longest for its RTU, once that wait passes
-	// 1 s (a live dialer answers within a round trip; a stalled one never
-	// does), and waits in the Backlog until then; so under a flood of such
-	// requests the Listener still takes about this many new ones a second,
-	// real dialers among them. 0 means 16; range 1 to 65535.
+	// RTU. Each pins a connection's idle rings (40 KiB with the default
+	// Config) before the dialer has shown it is real, so this bound times
+	// that is the most that requests which never complete can pin. Past
+	// the bound a new request takes the slot of the handshake that has
+	// waited longest for its RTU, once that wait passes 1 s, or four times
+	// the slowest recent RTU if that is longer, up to 10 s (a live dialer
+	// answers within a round trip, later when its own process is busy; a
+	// stalled one never does). Until then it waits in the Backlog; so
+	// under a flood of such requests the Listener still takes at least a
+	// tenth of this many new ones a second, real dialers among them. 0
+	// means as many as pin 4 MiB, half of a common 8 MiB RLIMIT_MEMLOCK
+	// (102 with the default Config), and at least 16; range 1 to 65535.
 	MaxPendingHandshakes int
 	// HandshakeError, if set, is told of every connection request the
 	// Listener refused or dropped before Accept could return it: remote is
@@ -383,7 +385,7 @@ func (lc *ListenConfig) limits() (backlog, pending int) {
 		backlog = 128
 	}
 	if pending <= 0 {
-		pending = defaultMaxPendingHandshakes
+		pending = defaultMaxPending(lc.Config.settings().ring.Layout())
 	}
 	return min(backlog, maxBacklog), min(pending, maxBacklog)
 }
@@ -393,13 +395,9 @@ func (lc *ListenConfig) limits() (backlog, pending int) {
 // MaxPendingHandshakes alike.
 const maxBacklog = 65535
 
-// defaultMaxPendingHandshakes is ListenConfig.MaxPendingHandshakes's
-// default, and stalledHandshakeAfter how long a handshake's dialer has to
+// stalledHandshakeAfter is how long a handshake's dialer has at least to
 // confirm our reply before a newer request may take its slot.
-const (
-	defaultMaxPendingHandshakes = 16
-	stalledHandshakeAfter       = time.Second
-)
+const stalledHandshakeAfter = time.Second
 
 func ipWithZone(b net.IP, zone string) netip.Addr {
 	ip, _ := netip.AddrFromSlice(b)

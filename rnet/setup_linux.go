@@ -5,7 +5,6 @@ package rnet
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/cm"
@@ -160,24 +159,4 @@ func connParam(eng *ring.Engine, iwarp bool, t transportSettings) cm.ConnParam {
 		p.InitiatorDepth = 1
 	}
 	return p
-}
-
-// pinnedPerConn is the most memory one connection end registers, and so
-// pins, with both rings at their maximum: each region rounded up to whole
-// pages, as it is mapped and registered. (A ring that moves holds its old
-// region a little longer; an idle connection pins much less, see
-// pinnedIdle.)
-func pinnedPerConn(l ring.Layout) int {
-	return pages(l.MaxSendRegion) + pages(l.MaxRecvRegion) + pages(l.TargetRegion)
-}
-
-// pinnedIdle is what a connection end pins with both rings at their idle
-// size.
-func pinnedIdle(l ring.Layout) int {
-	return pages(l.SendRegion) + pages(l.RecvRegion) + pages(l.TargetRegion)
-}
-
-func pages(n int) int {
-	page := os.Getpagesize()
-	return (n + page - 1) / page * page
 }

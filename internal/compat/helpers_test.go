@@ -5,6 +5,8 @@ package compat
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -39,13 +41,73 @@ func listen(t *testing.T, pair rdmatest.Pair) net.Listener {
 	if overTCP() {
 		ln, err = net.Listen("tcp", net.JoinHostPort(pair.Server.String(), "0"))
 	} else {
-		ln, err = rnet.Listen("rdma", net.JoinHostPort(pair.Server.String(), "0"))
+		lc := rnet.ListenConfig{HandshakeError: func(remote net.Addr, err error) {
+			t.Logf("listener refused or dropped a connection from %v: %v", remote, err)
+		}}
+		ln, err = lc.Listen(context.Background(), "rdma", net.JoinHostPort(pair.Server.String(), "0"))
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	return ln
+	return &loggingListener{Listener: ln, t: t}
+}
+
+// loggingListener logs the first error other than io.EOF that each
+// accepted connection's Read or Write returns: servers such as http.Server
+// close a failed connection silently, and the client then sees only the
+// abrupt end, not its cause.
+type loggingListener struct {
+	net.Listener
+	t *testing.T
+}
+
+func (l *loggingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &loggingConn{Conn: c, t: l.t}, nil
+}
+
+type loggingConn struct {
+	net.Conn
+	t    *testing.T
+	once sync.Once
+}
+
+func (c *loggingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.log("Read", err)
+	return n, err
+}
+
+func (c *loggingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.log("Write", err)
+	return n, err
+}
+
+// CloseWrite keeps what http.Server does before closing a connection whose
+// request body it did not read.
+func (c *loggingConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
+func (c *loggingConn) log(op string, err error) {
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return
+	}
+	c.once.Do(func() {
+		if s, ok := c.Conn.(interface{ Stats() rnet.Stats }); ok {
+			c.t.Logf("server side of %v: %s: %v; stats %+v", c.RemoteAddr(), op, err, s.Stats())
+		} else {
+			c.t.Logf("server side of %v: %s: %v", c.RemoteAddr(), op, err)
+		}
+	})
 }
 
 // dialer dials from the lab's client address, so traffic crosses from rxe0 to rxe1.
