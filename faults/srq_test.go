@@ -16,10 +16,8 @@ import (
 
 // floodData posts n one-byte DATA messages (RDMA WRITE WITH IMMEDIATE into
 // the rnet side's first half, one byte after the other) at once, credits
-// or not, and waits for all their completions, whatever their status: the
-// rnet side may cut the connection off midway. It returns how many
-// succeeded.
-func (p *fakePeer) floodData(n int) int {
+// or not.
+func (p *fakePeer) floodData(n int) {
 	p.t.Helper()
 	copy(p.sbuf.Bytes(), pool[:n])
 	sends := make([]wr.Send, n)
@@ -32,11 +30,23 @@ func (p *fakePeer) floodData(n int) int {
 	if _, err := p.qp.PostSend(sends); err != nil {
 		p.t.Fatalf("post %d DATA messages: %v", n, err)
 	}
+}
+
+// disconnectAndCount disconnects, which moves our queue pair to the error
+// state, and so flushes the sends the rnet side will never acknowledge:
+// once it cut the connection off, our queue pair would retry them without
+// end (rxe takes retry count 7 as unlimited). It returns how many of the
+// n sends succeeded before that.
+func (p *fakePeer) disconnectAndCount(n int) int {
+	p.t.Helper()
+	if err := p.id.Disconnect(); err != nil {
+		p.t.Fatalf("disconnect: %v", err)
+	}
 	ok := 0
 	for done := 0; done < n; {
 		wc := p.completion()
 		if wc.ID&(1<<63) != 0 {
-			p.recvs++ // the rnet side's credit update: ignored
+			p.recvs++ // the rnet side's credit update, or a flushed receive
 			continue
 		}
 		done++
@@ -102,12 +112,13 @@ func TestHostilePeerOnSharedReceiveQueue(t *testing.T) {
 	// RecvHeadroom more, and may borrow RecvHeadroom more; 40 messages go
 	// beyond that.
 	n := int(p.peer.Credits) + 2*ring.RecvHeadroom + 40
-	took := p.floodData(n)
+	p.floodData(n)
 	c.SetReadDeadline(time.Now().Add(wait))
 	buf := make([]byte, 64<<10)
 	for err == nil {
 		_, err = c.Read(buf)
 	}
+	took := p.disconnectAndCount(n)
 	if !errors.Is(err, rnet.ErrProtocol) || !errors.Is(err, ring.ErrCreditOverrun) {
 		t.Errorf("after %d of %d DATA messages took receives: Read = %v, want rnet.ErrProtocol and %v", took, n, err, ring.ErrCreditOverrun)
 	}
