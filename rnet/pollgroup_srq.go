@@ -1,7 +1,6 @@
 package rnet
 
 import (
-	"errors"
 	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/ring"
@@ -192,5 +191,7 @@ func (m *groupMember) cutOff() {
 }
 
 // errCreditOverrun fails a connection whose peer took a receive of the
-// shared queue that was posted for another connection.
-var errCreditOverrun = errors.New("rdma: the peer sent more messages than its credits allow; connection cut off")
+// shared queue that was posted for another connection. It matches
+// ErrProtocol and ring.ErrCreditOverrun, as the engine's own check does.
+var errCreditOverrun error = &ring.ProtocolError{Check: ring.ErrCreditOverrun,
+	Detail: "its messages took receives of the shared queue posted for other connections; cut off"}

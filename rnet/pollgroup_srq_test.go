@@ -92,8 +92,8 @@ func TestPollGroupSharedReceiveQueueAccounts(t *testing.T) {
 	if n, _ := a.take(make([]wr.Completion, 64)); n != 8+ring.RecvHeadroom+1 {
 		t.Errorf("the member holds %d completions, want all %d (its engine fails on them too)", n, 8+ring.RecvHeadroom+1)
 	}
-	if _, err := a.take(make([]wr.Completion, 1)); !errors.Is(err, errCreditOverrun) {
-		t.Errorf("after the overrun the member's step fails with %v, want %v", err, errCreditOverrun)
+	if _, err := a.take(make([]wr.Completion, 1)); !errors.Is(err, errCreditOverrun) || !errors.Is(err, ErrProtocol) || !errors.Is(err, ring.ErrCreditOverrun) {
+		t.Errorf("after the overrun the member's step fails with %v, want %v, matching ErrProtocol and ring.ErrCreditOverrun", err, errCreditOverrun)
 	}
 	// Receives a's engine posts now repay what it borrowed: the group put
 	// those back already.
