@@ -1,8 +1,6 @@
 package rnet
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -176,7 +174,12 @@ type conn struct {
 	spins          uint64 // waits that busy-polled (Stats.Spins)
 	parks          uint64 // waits that parked (Stats.Parks)
 
+	// readMu serializes Reads. writeMu serializes the Writes that do not
+	// fit the send ring at once; writing (guarded by mu) says one of
+	// them is between its parts, so that a Write that fits waits its
+	// turn too rather than come between them.
 	readMu, writeMu sync.Mutex
+	writing         bool
 
 	// The completion channel wait (see wait.go): waitOwned says someone
 	// owns it, queued counts the blocked calls parked on their channels,
@@ -207,8 +210,8 @@ type conn struct {
 	closed    chan struct{} // closed when Close begins
 	closeOnce sync.Once
 	closeErr  error
-	readDL    deadline
-	writeDL   deadline
+	readDL    *deadline
+	writeDL   *deadline
 	keepalive *time.Timer // keepalives and housekeeping, see tick
 	// Keepalive ticks in a row that found sends in flight and not one
 	// send completion since the previous tick, and that count then.
@@ -372,8 +375,54 @@ func (c *conn) Read(b []byte) (int, error) {
 
 // Write: see Conn.Write.
 func (c *conn) Write(b []byte) (int, error) {
+	if n, done, err := c.writeWhole(b); done {
+		return n, err
+	}
+	return c.writeInParts(b)
+}
+
+// writeWhole writes all of b under mu alone if it fits the send ring now
+// and no other Write is between its parts, as most Writes do: writeMu is
+// for those that must wait for room. done says it wrote.
+func (c *conn) writeWhole(b []byte) (n int, done bool, err error) {
+	if isClosed(c.writeDL.wait()) {
+		return 0, false, nil
+	}
+	c.mu.Lock()
+	if c.writing || c.closing || c.fatal != nil || len(b) > c.eng.SendSpace() {
+		c.mu.Unlock()
+		return 0, false, nil
+	}
+	n, err = c.writeLocked(b)
+	c.mu.Unlock()
+	if err != nil {
+		return n, true, c.opError("write", err)
+	}
+	return n, true, nil
+}
+
+// writeLocked puts what fits of b in the send ring and posts it, or corks
+// it.
+func (c *conn) writeLocked(b []byte) (int, error) {
+	wasCorked := c.eng.Corked()
+	n, err := c.eng.Write(b)
+	if n > 0 {
+		c.wroteSinceRead = true
+		c.postWriteLocked(n, wasCorked)
+	}
+	return n, err
+}
+
+// writeInParts writes b as room in the send ring allows, holding writeMu
+// throughout.
+func (c *conn) writeInParts(b []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.writing = false
+		c.mu.Unlock()
+	}()
 	written := 0
 	spun := false
 	for {
@@ -394,15 +443,9 @@ func (c *conn) Write(b []byte) (int, error) {
 			c.mu.Unlock()
 			return written, c.opError("write", err)
 		}
-		wasCorked := c.eng.Corked()
-		n, err := c.eng.Write(b[written:])
+		c.writing = true
+		n, err := c.writeLocked(b[written:])
 		written += n
-		if n > 0 {
-			c.wroteSinceRead = true
-		}
-		if n > 0 {
-			c.postWriteLocked(n, wasCorked)
-		}
 		c.mu.Unlock()
 		if err != nil {
 			return written, c.opError("write", err)
@@ -423,117 +466,6 @@ func (c *conn) Write(b []byte) (int, error) {
 			continue
 		}
 		c.block(c.writeReadyLocked, c.writable, c.writeDL.wait(), c.closed)
-	}
-}
-
-// CloseWrite: see Conn.CloseWrite.
-func (c *conn) CloseWrite() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing {
-		return c.opError("close", net.ErrClosed)
-	}
-	c.eng.CloseWrite()
-	c.driveLocked()
-	return nil
-}
-
-// CloseRead: see Conn.CloseRead.
-func (c *conn) CloseRead() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing {
-		return c.opError("close", net.ErrClosed)
-	}
-	c.readShut = true
-	c.driveLocked()
-	c.kickLocked()
-	return nil
-}
-
-// Close: see Conn.Close.
-func (c *conn) Close() error {
-	first := false
-	c.closeOnce.Do(func() {
-		first = true
-		c.closeErr = c.close()
-	})
-	if !first {
-		return c.opError("close", net.ErrClosed)
-	}
-	return c.closeErr
-}
-
-func (c *conn) close() error {
-	c.mu.Lock()
-	c.closing = true
-	close(c.closed)
-	c.eng.Uncork() // corked bytes must not wait on a completion within Linger
-	c.driveLocked()
-	c.kickLocked() // a Read or Write parked on the completion channel returns
-	c.keepalive.Stop()
-	c.mu.Unlock()
-	c.readDL.stop()
-	c.writeDL.stop()
-
-	lingered := make(chan struct{})
-	linger := time.AfterFunc(c.set.linger, func() {
-		close(lingered)
-		c.qp.kick()
-	})
-	defer linger.Stop()
-	// First the data already written, like a TCP FIN after the send
-	// buffer drains.
-	sent := c.closeWait(lingered, func() bool {
-		return c.eng.Flushed() || c.eng.Finished() || c.transDown || c.fatal != nil
-	})
-	c.mu.Lock()
-	var closeErr error
-	switch {
-	case c.transDown || c.fatal != nil || c.eng.Err() != nil || c.eng.PeerDisconnected():
-		// Nothing more can go out, or the peer is already gone.
-	case sent:
-		c.eng.Close()
-	default:
-		if dropped := c.eng.Abort(); dropped > 0 {
-			// The peer sees the connection torn down, not a clean
-			// end, and the caller learns that bytes were lost.
-			closeErr = fmt.Errorf("%w: %d bytes written were not sent within Linger (%v)", ErrAborted, dropped, c.set.linger)
-		}
-	}
-	c.driveLocked()
-	c.mu.Unlock()
-	// Then our DISCONNECT, so the peer sees an orderly close rather than
-	// a torn-down queue pair.
-	c.closeWait(lingered, func() bool {
-		return c.eng.Flushed() || c.transDown || c.fatal != nil || c.eng.Err() != nil
-	})
-	c.qp.disconnect()
-	c.qp.shutdown()
-	<-c.pusherDone
-	// Once a caller still parked on the completion channel has left
-	// (shutdown failed its wait), nothing touches the queue pair again.
-	c.takeWaitForGood()
-	if err := c.qp.destroy(); err != nil {
-		closeErr = errors.Join(closeErr, err)
-	}
-	return c.opError("close", closeErr)
-}
-
-// closeWait drives the connection until cond (called with c.mu held) holds
-// or timeout is closed, and reports whether cond held.
-func (c *conn) closeWait(timeout <-chan struct{}, cond func() bool) bool {
-	for {
-		c.mu.Lock()
-		ok := cond()
-		c.mu.Unlock()
-		if ok {
-			return true
-		}
-		if isClosed(timeout) {
-			return false
-		}
-		c.block(cond, c.changed, timeout, nil)
 	}
 }
 

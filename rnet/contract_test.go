@@ -1,11 +1,14 @@
 package rnet
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,6 +65,72 @@ func testContract(t *testing.T, mk pipeMaker) {
 		}
 		if n, err := c2.Read(buf); n != 0 || err != io.EOF {
 			t.Fatalf("second read after EOF = %d, %v; want 0, io.EOF", n, err)
+		}
+	})
+	t.Run("ConcurrentWritesDoNotInterleave", func(t *testing.T) {
+		// As with *net.TCPConn, each Write's bytes arrive together, whether
+		// it fits the send ring at once (small records) or must wait for
+		// room (records larger than the ring).
+		c1, c2 := mk(t)
+		defer c1.Close()
+		defer c2.Close()
+		const writers, records = 4, 40
+		sizes := []int{1, 100, 3000, 300 << 10}
+		errc := make(chan error, writers)
+		for w := range writers {
+			go func() {
+				for i := range records {
+					rec := make([]byte, 5+sizes[(w+i)%len(sizes)])
+					rec[0] = byte(w)
+					binary.BigEndian.PutUint32(rec[1:], uint32(len(rec)-5))
+					for j := 5; j < len(rec); j++ {
+						rec[j] = byte(w)
+					}
+					if _, err := c1.Write(rec); err != nil {
+						errc <- err
+						return
+					}
+				}
+				errc <- nil
+			}()
+		}
+		var wg sync.WaitGroup
+		var writeErr error
+		wg.Go(func() {
+			for range writers {
+				if err := <-errc; err != nil && writeErr == nil {
+					writeErr = err
+				}
+			}
+			c1.CloseWrite()
+		})
+		defer func() { // on a failure below: unblock the writers first
+			c1.Close()
+			wg.Wait()
+		}()
+		r := bufio.NewReaderSize(c2, 64<<10)
+		var head [5]byte
+		n := 0
+		for ; ; n++ {
+			if _, err := io.ReadFull(r, head[:]); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatalf("record %d: %v", n, err)
+			}
+			body := make([]byte, binary.BigEndian.Uint32(head[1:]))
+			if _, err := io.ReadFull(r, body); err != nil {
+				t.Fatalf("record %d of writer %d, %d bytes: %v", n, head[0], len(body), err)
+			}
+			if i := bytes.IndexFunc(body, func(r rune) bool { return r != rune(head[0]) }); i >= 0 {
+				t.Fatalf("record %d of writer %d, %d bytes: another Write's bytes at %d", n, head[0], len(body), i)
+			}
+		}
+		wg.Wait()
+		if writeErr != nil {
+			t.Fatal(writeErr)
+		}
+		if n != writers*records {
+			t.Fatalf("%d records arrived, want %d", n, writers*records)
 		}
 	})
 	t.Run("WriteAfterCloseWrite", func(t *testing.T) {

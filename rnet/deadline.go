@@ -2,6 +2,7 @@ package rnet
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,16 +18,27 @@ type deadline struct {
 	// they choose.
 	afterFunc func(time.Duration, func()) stopper
 
+	// mu serializes set and stop; wait takes no lock, as every Read and
+	// Write calls it.
 	mu     sync.Mutex
-	timer  stopper
-	cancel chan struct{} // closed once the deadline has passed
+	timer  stopper                       // under mu
+	cancel atomic.Pointer[chan struct{}] // closed once the deadline has passed; replaced under mu
 }
 
 // stopper is the part of *time.Timer that deadline uses.
 type stopper interface{ Stop() bool }
 
-func newDeadline(expired func()) deadline {
-	return deadline{expired: expired, afterFunc: afterFunc, cancel: make(chan struct{})}
+func newDeadline(expired func()) *deadline {
+	d := &deadline{expired: expired, afterFunc: afterFunc}
+	d.renew()
+	return d
+}
+
+// renew gives the deadline a new channel, not closed. Called with mu held,
+// or before the deadline is shared.
+func (d *deadline) renew() {
+	ch := make(chan struct{})
+	d.cancel.Store(&ch)
 }
 
 func afterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
@@ -36,21 +48,21 @@ func (d *deadline) set(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.timer != nil && !d.timer.Stop() {
-		<-d.cancel // the timer fired and closed it; wait for that before replacing
+		<-d.wait() // the timer fired and closed it; wait for that before replacing
 	}
 	d.timer = nil
-	closed := isClosed(d.cancel)
+	closed := isClosed(d.wait())
 	if t.IsZero() {
 		if closed {
-			d.cancel = make(chan struct{})
+			d.renew()
 		}
 		return
 	}
 	if dur := time.Until(t); dur > 0 {
 		if closed {
-			d.cancel = make(chan struct{})
+			d.renew()
 		}
-		cancel := d.cancel
+		cancel := *d.cancel.Load()
 		expired := d.expired
 		d.timer = d.afterFunc(dur, func() {
 			close(cancel)
@@ -59,17 +71,13 @@ func (d *deadline) set(t time.Time) {
 		return
 	}
 	if !closed {
-		close(d.cancel)
+		close(*d.cancel.Load())
 		d.expired()
 	}
 }
 
 // wait returns the channel that is closed when the deadline passes.
-func (d *deadline) wait() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.cancel
-}
+func (d *deadline) wait() <-chan struct{} { return *d.cancel.Load() }
 
 // stop disarms the deadline for good (Close). A timer already firing is
 // waited for, as in set: forgotten, it would close a channel a later set
@@ -78,7 +86,7 @@ func (d *deadline) stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.timer != nil && !d.timer.Stop() {
-		<-d.cancel
+		<-d.wait()
 	}
 	d.timer = nil
 }

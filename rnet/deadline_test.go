@@ -35,7 +35,7 @@ func TestDeadlineWaitsForFiringTimer(t *testing.T) {
 			d.afterFunc = func(_ time.Duration, f func()) stopper { return &firingTimer{f} }
 			d.set(time.Now().Add(time.Hour))
 			first := d.wait()
-			op.do(&d)
+			op.do(d)
 			if !isClosed(first) {
 				t.Fatalf("%s returned before the firing timer's callback ran", op.name)
 			}

@@ -36,7 +36,7 @@ type DualListener struct {
 	failErr error // the first listener to fail for good; Accept returns it
 
 	acceptedRDMA, acceptedTCP atomic.Uint64
-	acceptDL                  deadline // SetDeadline's
+	acceptDL                  *deadline // SetDeadline's
 }
 
 // ListenDual listens on address over RDMA (network "rdma", "rdma4" or

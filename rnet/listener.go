@@ -88,7 +88,7 @@ type listener struct {
 	failed   chan struct{} // closed when the listener can accept no more, with failErr
 	failErr  error
 
-	acceptDL deadline // SetDeadline's: a blocked Accept returns when it passes
+	acceptDL *deadline // SetDeadline's: a blocked Accept returns when it passes
 
 	// requests counts the connection requests the acceptor has read and
 	// not yet finished with (refused, dropped or queued for Accept), under

@@ -1,0 +1,121 @@
+package rnet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// How a connection ends: half-closes, Close and its linger.
+
+// CloseWrite: see Conn.CloseWrite.
+func (c *conn) CloseWrite() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return c.opError("close", net.ErrClosed)
+	}
+	c.eng.CloseWrite()
+	c.driveLocked()
+	return nil
+}
+
+// CloseRead: see Conn.CloseRead.
+func (c *conn) CloseRead() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return c.opError("close", net.ErrClosed)
+	}
+	c.readShut = true
+	c.driveLocked()
+	c.kickLocked()
+	return nil
+}
+
+// Close: see Conn.Close.
+func (c *conn) Close() error {
+	first := false
+	c.closeOnce.Do(func() {
+		first = true
+		c.closeErr = c.close()
+	})
+	if !first {
+		return c.opError("close", net.ErrClosed)
+	}
+	return c.closeErr
+}
+
+func (c *conn) close() error {
+	c.mu.Lock()
+	c.closing = true
+	close(c.closed)
+	c.eng.Uncork() // corked bytes must not wait on a completion within Linger
+	c.driveLocked()
+	c.kickLocked() // a Read or Write parked on the completion channel returns
+	c.keepalive.Stop()
+	c.mu.Unlock()
+	c.readDL.stop()
+	c.writeDL.stop()
+
+	lingered := make(chan struct{})
+	linger := time.AfterFunc(c.set.linger, func() {
+		close(lingered)
+		c.qp.kick()
+	})
+	defer linger.Stop()
+	// First the data already written, like a TCP FIN after the send
+	// buffer drains.
+	sent := c.closeWait(lingered, func() bool {
+		return c.eng.Flushed() || c.eng.Finished() || c.transDown || c.fatal != nil
+	})
+	c.mu.Lock()
+	var closeErr error
+	switch {
+	case c.transDown || c.fatal != nil || c.eng.Err() != nil || c.eng.PeerDisconnected():
+		// Nothing more can go out, or the peer is already gone.
+	case sent:
+		c.eng.Close()
+	default:
+		if dropped := c.eng.Abort(); dropped > 0 {
+			// The peer sees the connection torn down, not a clean
+			// end, and the caller learns that bytes were lost.
+			closeErr = fmt.Errorf("%w: %d bytes written were not sent within Linger (%v)", ErrAborted, dropped, c.set.linger)
+		}
+	}
+	c.driveLocked()
+	c.mu.Unlock()
+	// Then our DISCONNECT, so the peer sees an orderly close rather than
+	// a torn-down queue pair.
+	c.closeWait(lingered, func() bool {
+		return c.eng.Flushed() || c.transDown || c.fatal != nil || c.eng.Err() != nil
+	})
+	c.qp.disconnect()
+	c.qp.shutdown()
+	<-c.pusherDone
+	// Once a caller still parked on the completion channel has left
+	// (shutdown failed its wait), nothing touches the queue pair again.
+	c.takeWaitForGood()
+	if err := c.qp.destroy(); err != nil {
+		closeErr = errors.Join(closeErr, err)
+	}
+	return c.opError("close", closeErr)
+}
+
+// closeWait drives the connection until cond (called with c.mu held) holds
+// or timeout is closed, and reports whether cond held.
+func (c *conn) closeWait(timeout <-chan struct{}, cond func() bool) bool {
+	for {
+		c.mu.Lock()
+		ok := cond()
+		c.mu.Unlock()
+		if ok {
+			return true
+		}
+		if isClosed(timeout) {
+			return false
+		}
+		c.block(cond, c.changed, timeout, nil)
+	}
+}
