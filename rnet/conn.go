@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/ring"
@@ -175,11 +176,12 @@ type conn struct {
 	parks          uint64 // waits that parked (Stats.Parks)
 
 	// readMu serializes Reads. writeMu serializes the Writes that do not
-	// fit the send ring at once; writing (guarded by mu) says one of
-	// them is between its parts, so that a Write that fits waits its
-	// turn too rather than come between them.
+	// fit the send ring at once; writing (set and read under mu, cleared
+	// by writeMu's holder alone) says one of them is between its parts,
+	// so that a Write that fits waits its turn too rather than come
+	// between them.
 	readMu, writeMu sync.Mutex
-	writing         bool
+	writing         atomic.Bool
 
 	// The completion channel wait (see wait.go): waitOwned says someone
 	// owns it, queued counts the blocked calls parked on their channels,
@@ -389,7 +391,7 @@ func (c *conn) writeWhole(b []byte) (n int, done bool, err error) {
 		return 0, false, nil
 	}
 	c.mu.Lock()
-	if c.writing || c.closing || c.fatal != nil || len(b) > c.eng.SendSpace() {
+	if c.writing.Load() || c.closing || c.fatal != nil || len(b) > c.eng.SendSpace() {
 		c.mu.Unlock()
 		return 0, false, nil
 	}
@@ -418,11 +420,9 @@ func (c *conn) writeLocked(b []byte) (int, error) {
 func (c *conn) writeInParts(b []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.writing = false
-		c.mu.Unlock()
-	}()
+	// Cleared without mu: the last part went in under mu already, and
+	// taking mu here would deadlock a Write that panics while holding it.
+	defer c.writing.Store(false)
 	written := 0
 	spun := false
 	for {
@@ -443,7 +443,7 @@ func (c *conn) writeInParts(b []byte) (int, error) {
 			c.mu.Unlock()
 			return written, c.opError("write", err)
 		}
-		c.writing = true
+		c.writing.Store(true)
 		n, err := c.writeLocked(b[written:])
 		written += n
 		c.mu.Unlock()
