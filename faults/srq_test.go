@@ -118,10 +118,10 @@ func TestHostilePeerOnSharedReceiveQueue(t *testing.T) {
 	for err == nil {
 		_, err = c.Read(buf)
 	}
-	took := p.disconnectAndCount(n)
 	if !errors.Is(err, rnet.ErrProtocol) || !errors.Is(err, ring.ErrCreditOverrun) {
-		t.Errorf("after %d of %d DATA messages took receives: Read = %v, want rnet.ErrProtocol and %v", took, n, err, ring.ErrCreditOverrun)
+		t.Errorf("after a flood of %d DATA messages: Read = %v, want rnet.ErrProtocol and %v", n, err, ring.ErrCreditOverrun)
 	}
+	took := p.disconnectAndCount(n)
 	t.Logf("%d of %d DATA messages took receives: %v", took, n, err)
 
 	wg.Wait()

@@ -52,6 +52,9 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 			device = vctx.Name()
 		}
 	}
+	if maxPending == 0 {
+		maxPending = defaultMaxPending(set.ring, device != "" && !onIWARP(laddr.Addr()))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &listener{
 		addr:           addr,
@@ -262,7 +265,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 	// the wait.
 	slot.replied(cancel)
 	_, err = id.Await(ctx, cm.EventEstablished)
-	if !slot.established() {
+	if !slot.established(err == nil) {
 		err = errEvicted // a newer request cancelled the wait
 	}
 	if err != nil {

@@ -165,10 +165,11 @@ func (s *pendingSlot) replied(cancel func()) {
 }
 
 // established takes the handshake off the evictable list now that its
-// connection is up, and learns from how long its RTU took. It returns false
-// if it was evicted first: the caller then drops the connection, since its
-// slot is promised to another.
-func (s *pendingSlot) established() bool {
+// wait for the RTU has ended, and, if the RTU came (rtu), learns from how
+// long it took: a request that never completes must not slow eviction
+// down. It returns false if it was evicted first: the caller then drops
+// the connection, since its slot is promised to another.
+func (s *pendingSlot) established(rtu bool) bool {
 	p := s.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -179,7 +180,7 @@ func (s *pendingSlot) established() bool {
 	if s.evicted {
 		return false
 	}
-	if !s.repliedAt.IsZero() {
+	if rtu && !s.repliedAt.IsZero() {
 		p.slowRTU = max(time.Since(s.repliedAt), p.slowRTU-p.slowRTU/8)
 	}
 	return true

@@ -75,7 +75,7 @@ func TestPendingYoungHandshakeIsNotEvicted(t *testing.T) {
 	if c.n.Load() != 0 {
 		t.Fatal("a young handshake was cancelled")
 	}
-	if !a.established() {
+	if !a.established(true) {
 		t.Fatal("a handshake nobody evicted could not be established")
 	}
 }
@@ -95,7 +95,7 @@ func TestPendingEvictsTheOldest(t *testing.T) {
 	if isOwn(d) {
 		t.Fatal("the evicting request owns the slot before the evicted handshake released it")
 	}
-	if b.established() {
+	if b.established(true) {
 		t.Fatal("an evicted handshake that then got ESTABLISHED may keep the slot promised to another")
 	}
 	b.release()
@@ -117,7 +117,7 @@ func TestPendingEstablishedAndFailedAreNotEvicted(t *testing.T) {
 	a, b := mustTake(t, p), mustTake(t, p)
 	a.replied(ca.cancel)
 	b.replied(cb.cancel)
-	if !a.established() {
+	if !a.established(true) {
 		t.Fatal("established = false for a handshake nobody evicted")
 	}
 	b.release() // failed: rejected, or timed out
@@ -186,7 +186,7 @@ func TestPendingStaleAgeFollowsSlowRTUs(t *testing.T) {
 		s := mustTake(t, p)
 		s.replied(func() {})
 		s.repliedAt = s.repliedAt.Add(-wait)
-		if !s.established() {
+		if !s.established(true) {
 			t.Fatal("established = false for a handshake nobody evicted")
 		}
 		s.release()
@@ -216,6 +216,16 @@ func TestPendingStaleAgeFollowsSlowRTUs(t *testing.T) {
 	}
 	if !evicts(3300 * time.Millisecond) {
 		t.Fatal("after an RTU that took 0.8 s, a handshake was not evicted at 3.3 s, past 4 times that")
+	}
+	// A request whose wait ended without its RTU (timed out, rejected)
+	// teaches nothing.
+	s := mustTake(t, p)
+	s.replied(func() {})
+	s.repliedAt = s.repliedAt.Add(-time.Minute)
+	s.established(false)
+	s.release()
+	if !evicts(3300 * time.Millisecond) {
+		t.Fatal("a handshake that timed out without its RTU raised the stale age")
 	}
 	establishAfter(time.Minute)
 	if !evicts(10*time.Second + 100*time.Millisecond) {
@@ -277,7 +287,7 @@ func TestPendingNeverOverBound(t *testing.T) {
 			s.replied(func() { once.Do(func() { close(cancelled) }) })
 			switch r.IntN(3) {
 			case 0: // a real dialer: established, unless evicted first
-				if s.established() {
+				if s.established(true) {
 					return
 				}
 			case 1: // stalled: waits until evicted, or the end
@@ -303,9 +313,8 @@ func TestListenConfigLimits(t *testing.T) {
 		lc                  ListenConfig
 		backlog, maxPending int
 	}{
-		{ListenConfig{}, 128, 4 << 20 / (40 << 10)}, // as many idle rings as fit in 4 MiB
-		{ListenConfig{Backlog: -1, MaxPendingHandshakes: -1}, 128, 102},
-		{ListenConfig{Config: &Config{IdleBufferSize: 1 << 20}}, 128, 16},
+		{ListenConfig{}, 128, 0},
+		{ListenConfig{Backlog: -1, MaxPendingHandshakes: -1}, 128, 0},
 		{ListenConfig{Backlog: 4, MaxPendingHandshakes: 1}, 4, 1},
 		{ListenConfig{Backlog: math.MaxInt, MaxPendingHandshakes: math.MaxInt}, 65535, 65535},
 	} {
@@ -313,6 +322,20 @@ func TestListenConfigLimits(t *testing.T) {
 		if b != tc.backlog || p != tc.maxPending {
 			t.Errorf("Backlog %d, MaxPendingHandshakes %d: limits %d, %d; want %d, %d",
 				tc.lc.Backlog, tc.lc.MaxPendingHandshakes, b, p, tc.backlog, tc.maxPending)
+		}
+	}
+	// MaxPendingHandshakes's default: as many idle connections as pin 4 MiB.
+	for _, tc := range []struct {
+		cfg      *Config
+		notIWARP bool
+		want     int
+	}{
+		{nil, true, 4 << 20 / (40 << 10)},   // 40 KiB each on RoCE
+		{nil, false, 4 << 20 / (156 << 10)}, // 156 KiB on iWARP, whose receive ring starts whole
+		{&Config{IdleBufferSize: 1 << 20}, true, 16},
+	} {
+		if got := defaultMaxPending(tc.cfg.settings().ring, tc.notIWARP); got != tc.want {
+			t.Errorf("default MaxPendingHandshakes with %+v, not iWARP %v: %d, want %d", tc.cfg, tc.notIWARP, got, tc.want)
 		}
 	}
 	if d := (*Config)(nil).settings().handshakeTimeout; d != 10*time.Second {

@@ -34,10 +34,20 @@ func pages(n int) int {
 const pendingMemory = 4 << 20
 
 // defaultMaxPending is ListenConfig.MaxPendingHandshakes's default for
-// connections laid out as l: as many handshakes as pendingMemory holds
-// (102 with the default Config), and no fewer than minDefaultPending.
-func defaultMaxPending(l ring.Layout) int {
-	return max(pendingMemory/pinnedIdle(l), minDefaultPending)
+// connections set up from cfg: as many handshakes as pendingMemory holds
+// at their idle size, and no fewer than minDefaultPending. An iWARP
+// connection starts with its whole receive ring (its messages need
+// buffers of their own), so unless the listener is on a RoCE or
+// InfiniBand device alone (notIWARP), the iWARP size counts: 102 with the
+// default Config on RoCE, 26 otherwise.
+func defaultMaxPending(cfg ring.Config, notIWARP bool) int {
+	cfg.IWARP = false
+	idle := pinnedIdle(cfg.Layout())
+	if !notIWARP {
+		cfg.IWARP = true
+		idle = max(idle, pinnedIdle(cfg.Layout()))
+	}
+	return max(pendingMemory/idle, minDefaultPending)
 }
 
 // minDefaultPending keeps a listener whose connections start large able to

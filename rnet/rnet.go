@@ -330,7 +330,7 @@ type ListenConfig struct {
 	// MaxPendingHandshakes bounds the connection requests the Listener is
 	// setting up or whose dialer has yet to confirm our reply with its
 	// RTU. Each pins a connection's idle rings (40 KiB with the default
-	// Config) before the dialer has shown it is real, so this bound times
+	// Config; 156 KiB on iWARP) before the dialer has shown it is real, so this bound times
 	// that is the most that requests which never complete can pin. Past
 	// the bound a new request takes the slot of the handshake that has
 	// waited longest for its RTU, once that wait passes 1 s, or four times
@@ -339,8 +339,11 @@ type ListenConfig struct {
 	// stalled one never does). Until then it waits in the Backlog; so
 	// under a flood of such requests the Listener still takes at least a
 	// tenth of this many new ones a second, real dialers among them. 0
-	// means as many as pin 4 MiB, half of a common 8 MiB RLIMIT_MEMLOCK
-	// (102 with the default Config), and at least 16; range 1 to 65535.
+	// means as many as pin 4 MiB, half of a common 8 MiB RLIMIT_MEMLOCK,
+	// and at least 16: with the default Config, 102 for a listener on a
+	// RoCE or InfiniBand address, 26 on an iWARP one or on every device
+	// (an iWARP connection starts with its whole receive ring). Range 1
+	// to 65535.
 	MaxPendingHandshakes int
 	// HandshakeError, if set, is told of every connection request the
 	// Listener refused or dropped before Accept could return it: remote is
@@ -377,17 +380,15 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	return listen(lc.Config.settings(), network, laddr, backlog, pending, lc.HandshakeError)
 }
 
-// limits returns Backlog and MaxPendingHandshakes with their defaults and
-// caps applied.
+// limits returns Backlog with its default and MaxPendingHandshakes, both
+// capped; a pending of 0 stands for MaxPendingHandshakes's default, which
+// the listener sizes for its device (see defaultMaxPending).
 func (lc *ListenConfig) limits() (backlog, pending int) {
-	backlog, pending = lc.Backlog, lc.MaxPendingHandshakes
+	backlog = lc.Backlog
 	if backlog <= 0 {
 		backlog = 128
 	}
-	if pending <= 0 {
-		pending = defaultMaxPending(lc.Config.settings().ring.Layout())
-	}
-	return min(backlog, maxBacklog), min(pending, maxBacklog)
+	return min(backlog, maxBacklog), min(max(lc.MaxPendingHandshakes, 0), maxBacklog)
 }
 
 // maxBacklog caps ListenConfig.Backlog: it sizes channels made up front,
