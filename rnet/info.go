@@ -57,6 +57,9 @@ type ConnInfo struct {
 	// poll group's shared receive queue (see docs/design.md, "Poll
 	// groups").
 	SharedRecvQueue bool
+	// NoDelay says autocorking is off: each Write is posted at once (see
+	// Config.NoDelay).
+	NoDelay bool
 }
 
 // pathReporter is a queue pair that can say where it sends; the test
@@ -91,6 +94,7 @@ func (c *conn) info() (ConnInfo, error) {
 		CreditWindow:    c.eng.CreditWindow(),
 		RecvQueueSize:   cfg.RecvQueueSize,
 		SharedRecvQueue: cfg.SharedRecv,
+		NoDelay:         !cfg.Autocork,
 	}
 	info.SendRingSize, info.RecvRingSize = c.eng.RingSizes()
 	c.mu.Unlock()

@@ -25,6 +25,12 @@ func TestSimInfo(t *testing.T) {
 	if info != want {
 		t.Errorf("Info = %+v, want %+v", info, want)
 	}
+	nd, ns := simPipe(t, &Config{NoDelay: true})
+	defer ns.Close()
+	defer nd.Close()
+	if info, err := nd.Info(); err != nil || !info.NoDelay {
+		t.Errorf("Info with Config.NoDelay: NoDelay %v, error %v; want true", info.NoDelay, err)
+	}
 	c.Close()
 	if _, err := c.Info(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Info after Close: %v, want net.ErrClosed", err)
