@@ -162,8 +162,10 @@ type conn struct {
 	wcs      []wr.Completion
 	reapless bool // this step posts without polling (postWriteLocked)
 	// lastPost is when a crossing last posted sends, on the monotonic
-	// clock, read after it (see postWriteLocked).
+	// clock, read after it, and postCost how long such crossings took
+	// lately (see corkWindow).
 	lastPost  time.Duration
+	postCost  time.Duration
 	readShut  bool  // CloseRead: inbound bytes are discarded
 	closing   bool  // Close has begun: inbound bytes are discarded, calls fail
 	transDown bool  // the transport reported the connection gone

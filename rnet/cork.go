@@ -18,6 +18,52 @@ import (
 // has long completed, and goes out at once.
 const reapDelay = 10 * time.Microsecond
 
+// maxCorkWindow bounds what slow posts add to the cork window (see
+// corkWindow): a stall of the posting thread must not hold the next writes
+// back for as long.
+const maxCorkWindow = 250 * time.Microsecond
+
+// corkWindow is how long after a post a Write corks behind it: reapDelay,
+// or as long as recent posting crossings took if that is longer. A device
+// in software (rxe, siw) does a transfer's work inside the call that posts
+// it, so its completion is there when the post returns, and corking only
+// "while a transfer is in flight" would hold nothing back; corking for as
+// long as the device spent on the last transfers instead coalesces the
+// writes made meanwhile into the next one. On hardware a post is a doorbell
+// and reapDelay decides.
+func (c *conn) corkWindow() time.Duration {
+	return max(c.set.reapDelay, min(c.postCost, maxCorkWindow))
+}
+
+// postStartLocked reads the clock before a crossing that posts a transfer
+// the device copies from the send ring, for notePostLocked; timed is false
+// before any other, so that a small (inline) request pays no second clock
+// read.
+func (c *conn) postStartLocked() (start time.Duration, timed bool) {
+	if c.set.ring.Autocork {
+		for i := range c.sends {
+			if c.sends[i].NumSGE > 0 && !c.sends[i].Inline {
+				return monotonic(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// notePostLocked records, after a crossing, when it last posted sends
+// (lastPost) and, if postStartLocked timed it, how long it took: postCost
+// is a running average over about the last four.
+func (c *conn) notePostLocked(start time.Duration, timed bool) {
+	if len(c.sends) == 0 || !c.set.ring.Autocork {
+		return
+	}
+	now := monotonic()
+	c.lastPost = now
+	if timed {
+		c.postCost += (now - start - c.postCost) / 4
+	}
+}
+
 // monoBase anchors monotonic, which reads only the monotonic clock: the
 // wall clock that time.Now also reads costs as much again on some
 // machines.
@@ -31,15 +77,15 @@ func monotonic() time.Duration { return time.Since(monoBase) }
 // polling: the completions are left to whoever waits next (a Read, the
 // pusher), so the transfers just posted stay in flight and the Writes that
 // follow cork behind them, as TCP's do behind packets its device has not
-// yet sent. A Write that would cork behind a transfer posted reapDelay ago
-// or longer goes out at once instead, and reaps in the same crossing.
+// yet sent. A Write that would cork behind a transfer posted corkWindow
+// ago or longer goes out at once instead, and reaps in the same crossing.
 func (c *conn) postWriteLocked(n int, wasCorked bool) {
 	send, _ := c.eng.RingSizes()
 	if !c.set.ring.Autocork || n >= ring.MaxTransfer || c.eng.SendSpace() < send/2 || c.eng.Credits() < 2 {
 		c.driveLocked()
 		return
 	}
-	if !wasCorked && c.eng.InFlight() > 0 && monotonic()-c.lastPost >= c.set.reapDelay {
+	if !wasCorked && c.eng.InFlight() > 0 && monotonic()-c.lastPost >= c.corkWindow() {
 		// What is in flight has most likely completed: polling for
 		// it first would cost a crossing of its own.
 		c.eng.Uncork()

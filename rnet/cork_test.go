@@ -272,3 +272,65 @@ func TestSimNoDelay(t *testing.T) {
 		t.Fatal("Config().NoDelay = false with NoDelay set")
 	}
 }
+
+// TestCorkWindowFollowsPostCost: a Write corks behind a transfer for
+// reapDelay, or as long as recent posts of transfers copied from the ring
+// took if that is longer, up to maxCorkWindow; small inline posts are not
+// timed.
+func TestCorkWindowFollowsPostCost(t *testing.T) {
+	c := &conn{set: settings{reapDelay: reapDelay, ring: ring.Config{Autocork: true}}}
+	// post notes a crossing that took d, as postStartLocked and
+	// notePostLocked see it.
+	post := func(d time.Duration) {
+		start, timed := c.postStartLocked()
+		c.notePostLocked(start-d, timed)
+	}
+	c.sends = []wr.Send{{NumSGE: 1, Inline: true}}
+	if _, timed := c.postStartLocked(); timed {
+		t.Fatal("an inline post was timed")
+	}
+	post(time.Second)
+	if c.lastPost == 0 || c.postCost != 0 {
+		t.Fatalf("after an inline post: lastPost %v, postCost %v; want the post noted, no cost", c.lastPost, c.postCost)
+	}
+	if w := c.corkWindow(); w != reapDelay {
+		t.Errorf("window with fast posts %v, want reapDelay %v", w, reapDelay)
+	}
+
+	// Posts of ring data that take 200 µs each, as a device in software
+	// does its work inside the call: the window grows to about that.
+	c.sends = []wr.Send{{NumSGE: 1}}
+	const slow = 200 * time.Microsecond
+	for range 16 {
+		post(slow)
+	}
+	if w := c.corkWindow(); w < slow*9/10 || w > maxCorkWindow {
+		t.Errorf("window after posts of %v: %v, want about that and at most %v", slow, w, maxCorkWindow)
+	}
+
+	// A stalled post raises it only to the cap; fast posts bring it back.
+	post(time.Second)
+	if w := c.corkWindow(); w != maxCorkWindow {
+		t.Errorf("window after a stalled post %v, want the cap %v", w, maxCorkWindow)
+	}
+	for range 64 {
+		post(0)
+	}
+	if w := c.corkWindow(); w > 2*reapDelay {
+		t.Errorf("window after fast posts again %v, want about reapDelay", w)
+	}
+
+	// A test that holds completions (holdInFlight) raises reapDelay above
+	// the cap, which must not lower it.
+	c.set.reapDelay = time.Hour
+	if w := c.corkWindow(); w != time.Hour {
+		t.Errorf("window with reapDelay an hour: %v", w)
+	}
+	// NoDelay: nothing is noted.
+	c.set.ring.Autocork = false
+	c.lastPost, c.postCost = 0, 0
+	post(slow)
+	if c.lastPost != 0 || c.postCost != 0 {
+		t.Errorf("with NoDelay: lastPost %v, postCost %v; want nothing noted", c.lastPost, c.postCost)
+	}
+}

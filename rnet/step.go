@@ -167,11 +167,10 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 		if flags == 0 && c.spinning && len(wcs) > 0 {
 			tries = spinPollTries
 		}
+		start, timed := c.postStartLocked()
 		n, err := c.qp.step(flags, c.recvs, c.sends, wcs, tries)
 		c.polls++
-		if len(c.sends) > 0 && c.set.ring.Autocork {
-			c.lastPost = monotonic()
-		}
+		c.notePostLocked(start, timed)
 		if err != nil {
 			c.failLocked(err)
 			break
