@@ -162,10 +162,12 @@ type conn struct {
 	wcs      []wr.Completion
 	reapless bool // this step posts without polling (postWriteLocked)
 	// lastPost is when a crossing last posted sends, on the monotonic
-	// clock, read after it, and postCost how long such crossings took
-	// lately (see corkWindow).
+	// clock, read after it; on a device in software (softPosts), postCost
+	// is how long the crossings that posted ring data took lately (see
+	// corkWindow).
 	lastPost  time.Duration
 	postCost  time.Duration
+	softPosts bool
 	readShut  bool  // CloseRead: inbound bytes are discarded
 	closing   bool  // Close has begun: inbound bytes are discarded, calls fail
 	transDown bool  // the transport reported the connection gone
@@ -261,6 +263,9 @@ func startConn(qp queuePair, eng *ring.Engine, set settings) *conn {
 		closed:     make(chan struct{}),
 		readDL:     newDeadline(qp.kick),
 		writeDL:    newDeadline(qp.kick),
+	}
+	if s, ok := qp.(softwarePoster); ok {
+		c.softPosts = s.postsInSoftware()
 	}
 	c.mu.Lock()
 	c.driveLocked()

@@ -18,29 +18,37 @@ import (
 // has long completed, and goes out at once.
 const reapDelay = 10 * time.Microsecond
 
-// maxCorkWindow bounds what slow posts add to the cork window (see
-// corkWindow): a stall of the posting thread must not hold the next writes
-// back for as long.
+// maxCorkWindow bounds the cork window on a device in software (see
+// corkWindow), and each post's share of it: a stall of the posting thread
+// must not hold the next writes back for long.
 const maxCorkWindow = 250 * time.Microsecond
 
-// corkWindow is how long after a post a Write corks behind it: reapDelay,
-// or as long as recent posting crossings took if that is longer. A device
-// in software (rxe, siw) does a transfer's work inside the call that posts
-// it, so its completion is there when the post returns, and corking only
-// "while a transfer is in flight" would hold nothing back; corking for as
-// long as the device spent on the last transfers instead coalesces the
-// writes made meanwhile into the next one. On hardware a post is a doorbell
-// and reapDelay decides.
-func (c *conn) corkWindow() time.Duration {
-	return max(c.set.reapDelay, min(c.postCost, maxCorkWindow))
+// softwarePoster is a queue pair whose device is a kernel driver doing the
+// adapter's work (rxe, siw).
+type softwarePoster interface {
+	// postsInSoftware reports that a post returns only once the
+	// transfer is done.
+	postsInSoftware() bool
 }
 
-// postStartLocked reads the clock before a crossing that posts a transfer
-// the device copies from the send ring, for notePostLocked; timed is false
-// before any other, so that a small (inline) request pays no second clock
-// read.
+// corkWindow is how long after a post a Write corks behind it. On hardware
+// a post is a doorbell and the transfer completes about a round trip
+// later: reapDelay. A device in software (rxe, siw) does a transfer's work
+// inside the call that posts it, so its completion is there when the post
+// returns and corking only "while a transfer is in flight" would hold
+// nothing back; there the window is as long as recent posts took, so that
+// the writes made meanwhile coalesce into the next transfer as they would
+// behind a hardware device that was still busy.
+func (c *conn) corkWindow() time.Duration {
+	return max(c.set.reapDelay, c.postCost)
+}
+
+// postStartLocked reads the clock before a crossing on a device in software
+// that posts a transfer the device copies from the send ring, for
+// notePostLocked. Any other crossing (hardware, inline, control or receives
+// only) is not timed, and so pays no second clock read.
 func (c *conn) postStartLocked() (start time.Duration, timed bool) {
-	if c.set.ring.Autocork {
+	if c.softPosts && c.set.ring.Autocork {
 		for i := range c.sends {
 			if c.sends[i].NumSGE > 0 && !c.sends[i].Inline {
 				return monotonic(), true
@@ -51,8 +59,7 @@ func (c *conn) postStartLocked() (start time.Duration, timed bool) {
 }
 
 // notePostLocked records, after a crossing, when it last posted sends
-// (lastPost) and, if postStartLocked timed it, how long it took: postCost
-// is a running average over about the last four.
+// (lastPost) and, if postStartLocked timed it, how long it took (postCost).
 func (c *conn) notePostLocked(start time.Duration, timed bool) {
 	if len(c.sends) == 0 || !c.set.ring.Autocork {
 		return
@@ -60,8 +67,14 @@ func (c *conn) notePostLocked(start time.Duration, timed bool) {
 	now := monotonic()
 	c.lastPost = now
 	if timed {
-		c.postCost += (now - start - c.postCost) / 4
+		c.postCost = nextPostCost(c.postCost, now-start)
 	}
+}
+
+// nextPostCost is the average of post durations after one of d: weight
+// 1/4, each one counted at most maxCorkWindow.
+func nextPostCost(avg, d time.Duration) time.Duration {
+	return avg + (min(d, maxCorkWindow)-avg)/4
 }
 
 // monoBase anchors monotonic, which reads only the monotonic clock: the

@@ -273,55 +273,61 @@ func TestSimNoDelay(t *testing.T) {
 	}
 }
 
-// TestCorkWindowFollowsPostCost: a Write corks behind a transfer for
-// reapDelay, or as long as recent posts of transfers copied from the ring
-// took if that is longer, up to maxCorkWindow; small inline posts are not
-// timed.
+// TestCorkWindowFollowsPostCost: on a device in software a Write corks
+// behind a transfer for as long as recent posts of ring data took, if that
+// is longer than reapDelay; no post counts for more than maxCorkWindow;
+// inline posts, and every post on hardware, are not timed.
 func TestCorkWindowFollowsPostCost(t *testing.T) {
-	c := &conn{set: settings{reapDelay: reapDelay, ring: ring.Config{Autocork: true}}}
-	// post notes a crossing that took d, as postStartLocked and
-	// notePostLocked see it.
-	post := func(d time.Duration) {
-		start, timed := c.postStartLocked()
-		c.notePostLocked(start-d, timed)
+	// The average, with exact durations.
+	avg := time.Duration(0)
+	for range 32 {
+		avg = nextPostCost(avg, 200*time.Microsecond)
 	}
+	if avg < 199*time.Microsecond || avg > 200*time.Microsecond {
+		t.Errorf("average of posts of 200µs: %v", avg)
+	}
+	if got := nextPostCost(avg, time.Second); got != avg+(maxCorkWindow-avg)/4 {
+		t.Errorf("a stalled post moved the average to %v, want it counted as %v", got, maxCorkWindow)
+	}
+	if got := nextPostCost(maxCorkWindow, time.Hour); got != maxCorkWindow {
+		t.Errorf("the average passed the cap: %v", got)
+	}
+	for range 64 {
+		avg = nextPostCost(avg, 0)
+	}
+	if avg > reapDelay/10 {
+		t.Errorf("average after fast posts %v, want it near 0", avg)
+	}
+
+	// The wiring: which crossings are timed, and the window they give.
+	c := &conn{set: settings{reapDelay: reapDelay, ring: ring.Config{Autocork: true}}}
+	c.sends = []wr.Send{{NumSGE: 1}}
+	if _, timed := c.postStartLocked(); timed {
+		t.Error("a post on hardware was timed")
+	}
+	c.softPosts = true
 	c.sends = []wr.Send{{NumSGE: 1, Inline: true}}
 	if _, timed := c.postStartLocked(); timed {
-		t.Fatal("an inline post was timed")
+		t.Error("an inline post was timed")
 	}
-	post(time.Second)
+	c.notePostLocked(0, false)
 	if c.lastPost == 0 || c.postCost != 0 {
-		t.Fatalf("after an inline post: lastPost %v, postCost %v; want the post noted, no cost", c.lastPost, c.postCost)
+		t.Errorf("after an inline post: lastPost %v, postCost %v; want the post noted, no cost", c.lastPost, c.postCost)
 	}
+	c.sends = []wr.Send{{NumSGE: 1}}
+	start, timed := c.postStartLocked()
+	if !timed {
+		t.Fatal("a post of ring data on a device in software was not timed")
+	}
+	c.notePostLocked(start-time.Second, timed) // at least a second, counted as the cap
+	if c.postCost != maxCorkWindow/4 || c.corkWindow() != maxCorkWindow/4 {
+		t.Errorf("after one stalled post: postCost %v, window %v; want %v", c.postCost, c.corkWindow(), maxCorkWindow/4)
+	}
+	c.postCost = reapDelay / 2
 	if w := c.corkWindow(); w != reapDelay {
 		t.Errorf("window with fast posts %v, want reapDelay %v", w, reapDelay)
 	}
-
-	// Posts of ring data that take 200 µs each, as a device in software
-	// does its work inside the call: the window grows to about that.
-	c.sends = []wr.Send{{NumSGE: 1}}
-	const slow = 200 * time.Microsecond
-	for range 16 {
-		post(slow)
-	}
-	if w := c.corkWindow(); w < slow*9/10 || w > maxCorkWindow {
-		t.Errorf("window after posts of %v: %v, want about that and at most %v", slow, w, maxCorkWindow)
-	}
-
-	// A stalled post raises it only to the cap; fast posts bring it back.
-	post(time.Second)
-	if w := c.corkWindow(); w != maxCorkWindow {
-		t.Errorf("window after a stalled post %v, want the cap %v", w, maxCorkWindow)
-	}
-	for range 64 {
-		post(0)
-	}
-	if w := c.corkWindow(); w > 2*reapDelay {
-		t.Errorf("window after fast posts again %v, want about reapDelay", w)
-	}
-
-	// A test that holds completions (holdInFlight) raises reapDelay above
-	// the cap, which must not lower it.
+	// A test that holds completions (holdInFlight) raises reapDelay.
 	c.set.reapDelay = time.Hour
 	if w := c.corkWindow(); w != time.Hour {
 		t.Errorf("window with reapDelay an hour: %v", w)
@@ -329,7 +335,7 @@ func TestCorkWindowFollowsPostCost(t *testing.T) {
 	// NoDelay: nothing is noted.
 	c.set.ring.Autocork = false
 	c.lastPost, c.postCost = 0, 0
-	post(slow)
+	c.notePostLocked(c.postStartLocked())
 	if c.lastPost != 0 || c.postCost != 0 {
 		t.Errorf("with NoDelay: lastPost %v, postCost %v; want nothing noted", c.lastPost, c.postCost)
 	}

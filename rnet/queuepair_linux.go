@@ -170,3 +170,11 @@ func (q *verbsQP) destroy() error {
 
 func (q *verbsQP) localAddr() net.Addr  { return q.laddr }
 func (q *verbsQP) remoteAddr() net.Addr { return q.raddr }
+
+// postsInSoftware reports that the device is a kernel driver doing the
+// adapter's work (rxe, siw): a post returns only once the transfer is
+// done (see corkWindow).
+func (q *verbsQP) postsInSoftware() bool {
+	v := q.deviceInfo.VendorID
+	return v == verbs.VendorSoftRoCE || v == verbs.VendorSoftIWARP
+}

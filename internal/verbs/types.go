@@ -128,6 +128,9 @@ type PortInfo struct {
 // VendorSoftRoCE is the vendor ID of Soft-RoCE (rxe) devices.
 const VendorSoftRoCE = 0xFFFFFF
 
+// VendorSoftIWARP is the vendor ID of SoftiWARP (siw) devices ("bmt").
+const VendorSoftIWARP = 0x626d74
+
 // DeviceInfo describes a device as ibv_query_device and friends see it.
 type DeviceInfo struct {
 	Name      string
