@@ -6,6 +6,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -68,4 +74,99 @@ func TestIWARPSendInlineAndRefused(t *testing.T) {
 		t.Fatalf("received %x, want %x", got, sbuf.Bytes()[:4])
 	}
 	p.disconnect(t, ctx)
+}
+
+// siw makes its TCP connection inside rdma_connect. A signal to the thread
+// waiting there (Go preempts with SIGURG) used to make the kernel restart
+// the call, which then failed with EINVAL, EADDRNOTAVAIL or ECONNREFUSED:
+// it was a CI failure, once in a few full device runs. With the link slowed
+// so that the wait is long, each connect here is signalled during it and
+// must still be established.
+func TestIWARPConnectSignalled(t *testing.T) {
+	addrs := rdmatest.RequireIWARP(t)
+	delayLink(t, addrs.Client, "20ms")
+	ctx := testCtx(t)
+	signalled := 0
+	for range 5 {
+		stop := signalDuringCgoCall("(*ID).Connect")
+		p := connectRecv(t, ctx, addrs.Client, addrs.Server, []byte("signalled"), true)
+		if stop() {
+			signalled++
+		}
+		p.disconnect(t, ctx)
+		p.close(t)
+	}
+	// A connect that ended before the signal proves nothing; five that
+	// each wait 20 ms for the link cannot all have.
+	if signalled == 0 {
+		t.Fatal("no connect was signalled while it waited in rdma_connect")
+	}
+	t.Logf("%d of 5 connects signalled inside rdma_connect", signalled)
+}
+
+// signalDuringCgoCall sends SIGURG to every thread of the process once a
+// goroutine is inside a cgo call made from fn. The returned stop ends the
+// watch and reports whether the signal went out.
+func signalDuringCgoCall(fn string) (stop func() bool) {
+	quit := make(chan struct{})
+	sent := make(chan bool, 1)
+	go func() {
+		for !inCgoCall(fn) {
+			select {
+			case <-quit:
+				sent <- false
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, task := range tasks {
+			if tid, err := strconv.Atoi(task.Name()); err == nil {
+				syscall.Tgkill(os.Getpid(), tid, syscall.SIGURG)
+			}
+		}
+		sent <- true
+	}()
+	return func() bool {
+		close(quit)
+		return <-sent
+	}
+}
+
+// delayLink delays what leaves the interface that holds addr, with netem,
+// until the test ends.
+func delayLink(t *testing.T, addr netip.Addr, delay string) {
+	t.Helper()
+	if _, err := exec.LookPath("tc"); err != nil {
+		t.Skip("tc (iproute2) is needed to slow the link")
+	}
+	dev := interfaceOf(t, addr)
+	if out, err := exec.Command("tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", delay).CombinedOutput(); err != nil {
+		t.Fatalf("tc qdisc add dev %s root netem delay %s: %v: %s", dev, delay, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("tc", "qdisc", "del", "dev", dev, "root").CombinedOutput(); err != nil {
+			t.Errorf("tc qdisc del dev %s root: %v: %s", dev, err, out)
+		}
+	})
+}
+
+// interfaceOf names the network interface that holds addr.
+func interfaceOf(t *testing.T, addr netip.Addr) string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ifc := range ifs {
+		as, _ := ifc.Addrs()
+		for _, a := range as {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr() == addr {
+				return ifc.Name
+			}
+		}
+	}
+	t.Fatalf("no interface holds %v", addr)
+	return ""
 }

@@ -5,6 +5,7 @@
 #define RNET_CM_SHIM_H
 
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <netinet/in.h>
@@ -162,12 +163,26 @@ static inline void rnet_conn_param_to_c(const struct rnet_conn_param *p, struct 
 	c->qp_num = p->qp_num;
 }
 
+// rnet_connect connects with every signal blocked on the calling thread. On
+// iWARP the kernel makes the TCP connection inside rdma_connect and waits
+// for it there. A signal (Go preempts its threads with SIGURG) ends that
+// wait, the kernel drops the half-made connection and restarts the call,
+// and the restarted connect meets what is left of the first: the dial
+// fails with EINVAL, EADDRNOTAVAIL or ECONNREFUSED, or, under a stream of
+// signals, never returns. A blocked signal is delivered once the call is
+// done.
 static inline int rnet_connect(struct rdma_cm_id *id, const struct rnet_conn_param *p)
 {
 	struct rdma_conn_param c;
+	sigset_t all, old;
+	int ret;
 	rnet_conn_param_to_c(p, &c);
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
 	errno = 0;
-	return rnet_errno(rdma_connect(id, &c));
+	ret = rnet_errno(rdma_connect(id, &c));
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return ret;
 }
 
 static inline int rnet_accept(struct rdma_cm_id *id, const struct rnet_conn_param *p)
