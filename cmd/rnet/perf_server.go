@@ -63,7 +63,8 @@ func runServer(o perfOpts, stdout, stderr io.Writer) error {
 	if f, ok := banner.(*os.File); ok {
 		f.Sync()
 	}
-	s := &perfServer{o: o, stdout: stdout, stderr: stderr, tests: newTestGroups(), done: make(chan error, 1), conns: map[net.Conn]bool{}}
+	s := &perfServer{o: o, stdout: stdout, stderr: stderr, tests: newTestGroups(), done: make(chan error, 1), conns: map[net.Conn]bool{},
+		pings: newByteBudget(pingBudget)}
 	defer s.closeAll()
 	accepted := make(chan error, 1)
 	go func() {
@@ -101,6 +102,7 @@ type perfServer struct {
 	outMu          sync.Mutex // one result's lines together
 	conns          map[net.Conn]bool
 	closed         bool
+	pings          *byteBudget // for the messages ping clients have the server echo
 }
 
 // track counts a new connection in, unless the server is closing; the
@@ -133,7 +135,7 @@ func (s *perfServer) closeAll() {
 func (s *perfServer) serve(c net.Conn) {
 	var group string
 	var stream int
-	res, err := serveConn(c, s.o, func(h hello) error {
+	res, err := serveConn(c, s.o, s.pings, func(h hello) error {
 		if h.streams == 1 {
 			return nil
 		}
@@ -185,8 +187,9 @@ func (s *perfServer) finished(err error) {
 }
 
 // serveConn serves one connection; joined learns of its hello first, and
-// an error from it ends the connection.
-func serveConn(c net.Conn, o perfOpts, joined func(hello) error) (ServerResult, error) {
+// an error from it ends the connection. A ping client's messages are held
+// in memory taken from pings.
+func serveConn(c net.Conn, o perfOpts, pings *byteBudget, joined func(hello) error) (ServerResult, error) {
 	res := ServerResult{Client: c.RemoteAddr().String(), start: time.Now()}
 	res.Transport, res.Fallback = transportOf(c, o.tcp)
 	hb := make([]byte, helloLen)
@@ -219,7 +222,7 @@ func serveConn(c net.Conn, o perfOpts, joined func(hello) error) (ServerResult, 
 		err = sendAll(c, h, &res)
 	case modePing:
 		res.Test = "ping"
-		err = echo(c, &res)
+		err = echo(c, pings, &res)
 	}
 	res.end = time.Now()
 	res.Seconds = res.end.Sub(start).Seconds()
@@ -232,9 +235,11 @@ func serveConn(c net.Conn, o perfOpts, joined func(hello) error) (ServerResult, 
 }
 
 // receiveAll counts a perf client's bytes until it half-closes, then
-// tells it the count.
+// tells it the count. Its reads take at most maxReadBuffer at a time,
+// whatever size the client writes, so that a client cannot make the server
+// hold 64 MiB per connection.
 func receiveAll(c net.Conn, res *ServerResult) error {
-	buf := make([]byte, max(res.Size, 256<<10))
+	buf := make([]byte, min(max(res.Size, 256<<10), maxReadBuffer))
 	for {
 		n, err := c.Read(buf)
 		res.Reads++
@@ -255,7 +260,7 @@ func receiveAll(c net.Conn, res *ServerResult) error {
 // sendAll sends a -R client what its hello asks, half-closes, and checks
 // the client's count.
 func sendAll(c net.Conn, h hello, res *ServerResult) error {
-	buf := make([]byte, h.size)
+	buf := zeroes()[:h.size]
 	end := time.Now().Add(h.duration)
 	for {
 		if h.bytes > 0 {
@@ -293,8 +298,16 @@ func sendAll(c net.Conn, h hello, res *ServerResult) error {
 	return nil
 }
 
-// echo returns a ping client's messages until it closes.
-func echo(c net.Conn, res *ServerResult) error {
+// echo returns a ping client's messages until it closes. A message is read
+// whole before it is returned (a client writes it whole before it reads),
+// so its memory comes from pings, and a test that would take more than is
+// left is refused.
+func echo(c net.Conn, pings *byteBudget, res *ServerResult) error {
+	if !pings.take(res.Size) {
+		return fmt.Errorf("refused: ping messages of %s would pass the %s this server holds for the ping clients it serves at once; try a smaller -size",
+			human(int64(res.Size)), human(int64(pings.size)))
+	}
+	defer pings.give(res.Size)
 	buf := make([]byte, res.Size)
 	for {
 		if _, err := io.ReadFull(c, buf); err == io.EOF {
@@ -347,4 +360,42 @@ func serverLine(res ServerResult, prefix string) string {
 		line += "; error: " + res.Error
 	}
 	return line
+}
+
+// What the server holds for its clients at most: per perf connection its
+// read buffer, and for all ping clients together their messages. A -R
+// client's writes all come from one buffer of zeroes.
+const (
+	maxReadBuffer = 1 << 20
+	pingBudget    = 256 << 20
+)
+
+// zeroes is what -R streams send: one buffer of maxSize bytes that they all
+// share, made on the first -R test.
+var zeroes = sync.OnceValue(func() []byte { return make([]byte, maxSize) })
+
+// byteBudget is memory that connections take from and give back.
+type byteBudget struct {
+	size int
+	mu   sync.Mutex
+	left int
+}
+
+func newByteBudget(size int) *byteBudget { return &byteBudget{size: size, left: size} }
+
+// take takes n bytes if that many are left.
+func (b *byteBudget) take(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > b.left {
+		return false
+	}
+	b.left -= n
+	return true
+}
+
+func (b *byteBudget) give(n int) {
+	b.mu.Lock()
+	b.left += n
+	b.mu.Unlock()
 }

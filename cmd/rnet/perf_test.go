@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -49,5 +50,82 @@ func TestPerfDurationEndsAfterTheWriteThatCrossesIt(t *testing.T) {
 	}
 	if r.Writes != 1 {
 		t.Errorf("perf -t %v wrote %d times; the first write already ended past it", d, r.Writes)
+	}
+}
+
+// TestPingMessagesComeFromABudget: the messages a server echoes are held
+// whole, so together they take from one budget; a ping whose message would
+// pass what is left is refused, the others are served, and what a finished
+// ping took is given back.
+func TestPingMessagesComeFromABudget(t *testing.T) {
+	pings := newByteBudget(1000)
+	type served struct {
+		res ServerResult
+		err error
+	}
+	start := func(size int) (client net.Conn, done <-chan served) {
+		client, server := net.Pipe()
+		ch := make(chan served, 1)
+		go func() {
+			res, err := serveConn(server, perfOpts{}, pings, func(hello) error { return nil })
+			server.Close()
+			ch <- served{res, err}
+		}()
+		if _, err := client.Write(hello{mode: modePing, size: uint32(size)}.encode()); err != nil {
+			t.Fatal(err)
+		}
+		return client, ch
+	}
+	echoOnce := func(c net.Conn, size int) {
+		t.Helper()
+		msg := bytes.Repeat([]byte{7}, size)
+		go c.Write(msg) // net.Pipe: the write ends as the server reads
+		back := make([]byte, size)
+		if _, err := io.ReadFull(c, back); err != nil || !bytes.Equal(back, msg) {
+			t.Fatalf("echo of %d bytes: %v", size, err)
+		}
+	}
+
+	first, firstDone := start(600)
+	echoOnce(first, 600) // the server holds its 600 bytes now
+	second, secondDone := start(600)
+	if r := <-secondDone; r.err == nil || !strings.Contains(r.err.Error(), "refused: ping messages of 600 B would pass the 1000 B this server holds") {
+		t.Errorf("a ping past the budget: %v", r.err)
+	}
+	second.Close()
+	third, thirdDone := start(400)
+	echoOnce(third, 400)
+	third.Close()
+	if r := <-thirdDone; r.err != nil || r.res.Messages != 1 {
+		t.Errorf("a ping within the budget: %+v, %v", r.res, r.err)
+	}
+	first.Close()
+	if r := <-firstDone; r.err != nil || r.res.Messages != 1 {
+		t.Errorf("the first ping: %+v, %v", r.res, r.err)
+	}
+	if pings.left != 1000 {
+		t.Errorf("%d of 1000 bytes left after every ping ended", pings.left)
+	}
+}
+
+// TestPingAgainstAServerThatRefuses: a first round trip that fails says the
+// server may have refused the test, and where to look.
+func TestPingAgainstAServerThatRefuses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		io.ReadFull(c, make([]byte, helloLen))
+		c.Close()
+	}()
+	err = runPing(pingOpts{addr: ln.Addr().String(), tcp: true, size: 64, count: 1, quiet: true}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "the server may have refused the test; its output says why") {
+		t.Errorf("ping: %v", err)
 	}
 }

@@ -131,10 +131,10 @@ func runPing(o pingOpts, stdout, stderr io.Writer) error {
 		}
 		t0 := time.Now()
 		if _, err := c.Write(buf); err != nil {
-			return fmt.Errorf("write: %w", err)
+			return fmt.Errorf("write: %w%s", err, refusedHint(i))
 		}
 		if _, err := io.ReadFull(c, buf); err != nil {
-			return fmt.Errorf("read: %w", err)
+			return fmt.Errorf("read: %w%s", err, refusedHint(i))
 		}
 		if i >= o.warmup {
 			now := time.Now()
@@ -234,4 +234,14 @@ func (p *pingProgress) end() {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
 	p.printedAny = false
+}
+
+// refusedHint explains a failure of the first round trip: a server that
+// refuses a test closes the connection without an answer, and says why in
+// its own output.
+func refusedHint(trip int) string {
+	if trip > 0 {
+		return ""
+	}
+	return " (before the first answer: the server may have refused the test; its output says why)"
 }
