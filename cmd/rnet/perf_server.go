@@ -304,7 +304,7 @@ func sendAll(c net.Conn, h hello, res *ServerResult) error {
 // left is refused.
 func echo(c net.Conn, pings *byteBudget, res *ServerResult) error {
 	if !pings.take(res.Size) {
-		return fmt.Errorf("refused: ping messages of %s would pass the %s this server holds for the ping clients it serves at once; try a smaller -size",
+		return fmt.Errorf("refused: ping messages of %s would pass the %s this server holds for the ping clients it serves at once; try again when fewer are running, or with a smaller -size",
 			human(int64(res.Size)), human(int64(pings.size)))
 	}
 	defer pings.give(res.Size)

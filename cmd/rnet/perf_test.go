@@ -65,6 +65,7 @@ func TestPingMessagesComeFromABudget(t *testing.T) {
 	}
 	start := func(size int) (client net.Conn, done <-chan served) {
 		client, server := net.Pipe()
+		t.Cleanup(func() { client.Close() }) // ends a server still reading if a check failed
 		ch := make(chan served, 1)
 		go func() {
 			res, err := serveConn(server, perfOpts{}, pings, func(hello) error { return nil })
@@ -81,8 +82,11 @@ func TestPingMessagesComeFromABudget(t *testing.T) {
 		msg := bytes.Repeat([]byte{7}, size)
 		go c.Write(msg) // net.Pipe: the write ends as the server reads
 		back := make([]byte, size)
-		if _, err := io.ReadFull(c, back); err != nil || !bytes.Equal(back, msg) {
+		if _, err := io.ReadFull(c, back); err != nil {
 			t.Fatalf("echo of %d bytes: %v", size, err)
+		}
+		if !bytes.Equal(back, msg) {
+			t.Fatalf("echo of %d bytes came back changed", size)
 		}
 	}
 
@@ -103,8 +107,11 @@ func TestPingMessagesComeFromABudget(t *testing.T) {
 	if r := <-firstDone; r.err != nil || r.res.Messages != 1 {
 		t.Errorf("the first ping: %+v, %v", r.res, r.err)
 	}
-	if pings.left != 1000 {
-		t.Errorf("%d of 1000 bytes left after every ping ended", pings.left)
+	pings.mu.Lock()
+	left := pings.left
+	pings.mu.Unlock()
+	if left != 1000 {
+		t.Errorf("%d of 1000 bytes left after every ping ended", left)
 	}
 }
 

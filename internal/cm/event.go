@@ -41,7 +41,7 @@ func (e *Event) Err() error {
 	case EventRejected:
 		return &RejectError{Addr: e.Addr, Status: e.Status, PrivateData: e.Param.PrivateData}
 	case EventConnectError:
-		return &Error{Op: "rdma_connect", Addr: e.Addr, Errno: statusErrno(e.Status)}
+		return &Error{Op: "rdma_connect", Addr: e.Addr, Errno: statusErrno(e.Status), Err: errConnectError}
 	case EventDeviceRemoval:
 		return &Error{Op: "rdma_get_cm_event", Addr: e.Addr, Err: ErrDeviceRemoved}
 	}

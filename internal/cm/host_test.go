@@ -19,7 +19,7 @@ func TestEventErrors(t *testing.T) {
 		{Event{Type: EventRejected, Status: 8, Addr: "10.77.0.2:1"}, []string{"nothing listens", "reason 8"}, syscall.ECONNREFUSED},
 		{Event{Type: EventRejected, Status: 28, Addr: "10.77.0.2:1"}, []string{"rejected by the peer application", "reason 28"}, syscall.ECONNREFUSED},
 		{Event{Type: EventRejected, Status: -111, Addr: "10.78.0.2:1"}, []string{"connection refused"}, syscall.ECONNREFUSED},
-		{Event{Type: EventConnectError, Status: -22}, []string{"rdma_connect", "invalid argument"}, syscall.EINVAL},
+		{Event{Type: EventConnectError, Status: -22}, []string{"rdma_connect", "CONNECT_ERROR event", "invalid argument"}, syscall.EINVAL},
 		{Event{Type: EventDeviceRemoval}, []string{"device removed"}, ErrDeviceRemoved},
 	} {
 		err := c.ev.Err()

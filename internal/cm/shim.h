@@ -163,22 +163,30 @@ static inline void rnet_conn_param_to_c(const struct rnet_conn_param *p, struct 
 	c->qp_num = p->qp_num;
 }
 
-// rnet_connect connects with every signal blocked on the calling thread. On
+// rnet_connect connects with signals blocked on the calling thread. On
 // iWARP the kernel makes the TCP connection inside rdma_connect and waits
-// for it there. A signal (Go preempts its threads with SIGURG) ends that
-// wait, the kernel drops the half-made connection and restarts the call,
-// and the restarted connect meets what is left of the first: the dial
-// fails with EINVAL, EADDRNOTAVAIL or ECONNREFUSED, or, under a stream of
-// signals, never returns. A blocked signal is delivered once the call is
-// done.
+// for it there, and a signal ends that wait: Go's preemption signal, sent
+// just as the thread entered the call, or one sent to the whole process
+// (SIGCHLD, say). The kernel then drops the half-made connection and
+// restarts the call, and the restarted connect meets what is left of the
+// first: it fails with EINVAL, EADDRNOTAVAIL or ECONNREFUSED, or, under a
+// stream of signals, never returns. A blocked signal is delivered once the
+// call is done. The signals of a fault stay unblocked, so that a crash in
+// the library still reaches Go's handler.
 static inline int rnet_connect(struct rdma_cm_id *id, const struct rnet_conn_param *p)
 {
 	struct rdma_conn_param c;
-	sigset_t all, old;
+	sigset_t block, old;
 	int ret;
 	rnet_conn_param_to_c(p, &c);
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
+	sigfillset(&block);
+	sigdelset(&block, SIGSEGV);
+	sigdelset(&block, SIGBUS);
+	sigdelset(&block, SIGFPE);
+	sigdelset(&block, SIGILL);
+	sigdelset(&block, SIGTRAP);
+	sigdelset(&block, SIGABRT);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
 	errno = 0;
 	ret = rnet_errno(rdma_connect(id, &c));
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

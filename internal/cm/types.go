@@ -26,6 +26,11 @@ var ErrUnreachable = errors.New("rdma: peer unreachable")
 // ErrDeviceRemoved marks a DEVICE_REMOVAL event.
 var ErrDeviceRemoved = errors.New("rdma: device removed")
 
+// errConnectError marks a connect that failed after rdma_connect returned,
+// in a CONNECT_ERROR event, apart from one the call itself refused: the two
+// have the same errnos and different causes.
+var errConnectError = errors.New("rdma: handshake failed, reported by a CONNECT_ERROR event")
+
 // EventType mirrors enum rdma_cm_event_type.
 type EventType int
 
