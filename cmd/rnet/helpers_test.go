@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -73,4 +75,24 @@ func (c *child) stop() {
 		}
 		<-c.done
 	})
+}
+
+// refusingServer listens on TCP loopback until the test ends, reads hello
+// bytes of its first connection and closes it without an answer, as a
+// server that refuses a test does; it returns the address.
+func refusingServer(t *testing.T, hello int) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		io.ReadFull(c, make([]byte, hello))
+		c.Close()
+	}()
+	return ln.Addr().String()
 }

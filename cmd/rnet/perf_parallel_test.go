@@ -403,21 +403,9 @@ func TestPingProgressLines(t *testing.T) {
 // (One that closes with the hello's tail unread resets the connection,
 // which is an error too.)
 func TestReverseAgainstAServerThatRefuses(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		io.ReadFull(c, make([]byte, helloLen+helloExtLen))
-		c.Close()
-	}()
+	addr := refusingServer(t, helloLen+helloExtLen)
 	var out, errb bytes.Buffer
-	if code := run([]string{"perf", "-c", ln.Addr().String(), "-tcp", "-R", "-q"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "sent nothing") {
+	if code := run([]string{"perf", "-c", addr, "-tcp", "-R", "-q"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "sent nothing") {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
 	}
 }

@@ -118,20 +118,8 @@ func TestPingMessagesComeFromABudget(t *testing.T) {
 // TestPingAgainstAServerThatRefuses: a first round trip that fails says the
 // server may have refused the test, and where to look.
 func TestPingAgainstAServerThatRefuses(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		io.ReadFull(c, make([]byte, helloLen))
-		c.Close()
-	}()
-	err = runPing(pingOpts{addr: ln.Addr().String(), tcp: true, size: 64, count: 1, quiet: true}, io.Discard, io.Discard)
+	addr := refusingServer(t, helloLen)
+	err := runPing(pingOpts{addr: addr, tcp: true, size: 64, count: 1, quiet: true}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "the server may have refused the test; its output says why") {
 		t.Errorf("ping: %v", err)
 	}
