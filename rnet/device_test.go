@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -517,6 +518,14 @@ func TestRXEResourcesReleased(t *testing.T) {
 func warmUp(t *testing.T, pair rdmatest.Pair) {
 	t.Helper()
 	c1, c2, err := devicePipe(pair, nil)
+	if err != nil && errors.Is(err, syscall.EINVAL) && strings.Contains(err.Error(), "rdma_connect") {
+		// siw now and then ends a connect with a CONNECT_ERROR event
+		// (EINVAL) about 1 s in, in a full device run; blocking signals
+		// in rdma_connect did not end it, and its cause is not known.
+		// The warm-up is not what a test checks, so it tries once more.
+		t.Logf("warm-up connect failed, trying again: %v", err)
+		c1, c2, err = devicePipe(pair, nil)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

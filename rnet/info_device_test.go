@@ -3,7 +3,10 @@
 package rnet
 
 import (
+	"errors"
 	"io"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,7 +91,16 @@ func TestRXEFabricSettings(t *testing.T) {
 func TestIWARPTrafficClass(t *testing.T) {
 	pair := rdmatest.RequireIWARP(t)
 	cfg := &Config{TrafficClass: 26 << 2}
-	c, s := connectConfigs(t, pair, cfg, cfg)
+	c, s, err := tryConnectConfigs(pair, cfg, cfg)
+	if err != nil && errors.Is(err, syscall.EINVAL) && strings.Contains(err.Error(), "CONNECT_ERROR event") {
+		// siw's occasional CONNECT_ERROR (see warmUp): the connect is
+		// not what this test checks, so it tries once more.
+		t.Logf("connect failed, trying again: %v", err)
+		c, s, err = tryConnectConfigs(pair, cfg, cfg)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	defer s.Close()
 	info, err := c.Info()

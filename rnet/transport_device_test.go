@@ -21,9 +21,18 @@ import (
 // listenCfg, from pair's client to its server, and returns both ends.
 func connectConfigs(t *testing.T, pair rdmatest.Pair, dialCfg, listenCfg *Config) (client, server *Conn) {
 	t.Helper()
-	ln, err := (&ListenConfig{Config: listenCfg}).Listen(context.Background(), "rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	c, s, err := tryConnectConfigs(pair, dialCfg, listenCfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return c, s
+}
+
+// tryConnectConfigs is connectConfigs returning its error.
+func tryConnectConfigs(pair rdmatest.Pair, dialCfg, listenCfg *Config) (client, server *Conn, err error) {
+	ln, err := (&ListenConfig{Config: listenCfg}).Listen(context.Background(), "rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	if err != nil {
+		return nil, nil, err
 	}
 	defer ln.Close()
 	type res struct {
@@ -40,14 +49,14 @@ func connectConfigs(t *testing.T, pair rdmatest.Pair, dialCfg, listenCfg *Config
 	if err != nil {
 		ln.Close()
 		<-acc
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	r := <-acc
 	if r.err != nil {
 		c.Close()
-		t.Fatal(r.err)
+		return nil, nil, r.err
 	}
-	return c, r.c
+	return c, r.c, nil
 }
 
 // qpAttrs queries the queue pair under a device connection.
