@@ -12,7 +12,18 @@ common=$(awk '/Depends: linux-headers-.*-common/{print $2; exit}' <<<"$deps")
 kbuild=$(awk '/Depends: linux-kbuild/{print $2; exit}' <<<"$deps")
 src=linux-source-$(sed -E 's/^([0-9]+\.[0-9]+).*/\1/' <<<"$kver")
 [ -n "$common" ] && [ -n "$kbuild" ] || { echo "build-siw: cannot resolve the header packages of $hdr" >&2; exit 1; }
-apt-get download "$hdr=$ver" "$common=$ver" "$kbuild=$ver" "$src=$ver"
+# The archive can drop a shared package's revision while the kernel's stays (the security
+# suite served linux-kbuild 6.1.192-3 beside headers 6.1.192-2): take the exact version when
+# it is there, else the newest of the same upstream release, whose tools are the same.
+same_release() {
+  local pkg=$1 want=$2 have
+  have=$(apt-cache madison "$pkg" | awk -F'|' '{gsub(/ /, "", $2); print $2}')
+  if grep -qxF "$want" <<<"$have"; then echo "$want"; return; fi
+  grep -E "^${want%-*}-" <<<"$have" | sort -V | tail -n 1 | grep . ||
+    { echo "build-siw: no $pkg of release ${want%-*} (have: $(echo $have))" >&2; return 1; }
+}
+apt-get download "$hdr=$ver" "$common=$(same_release "$common" "$ver")" \
+  "$kbuild=$(same_release "$kbuild" "$ver")" "$src=$(same_release "$src" "$ver")"
 for d in linux-headers-*.deb linux-kbuild-*.deb; do dpkg-deb -x "$d" root; done
 dpkg-deb --fsys-tarfile "$src"_*.deb | tar -xO "./usr/src/$src.tar.xz" | xz -dc | tar -x --wildcards "$src/drivers/infiniband/sw/siw/*"
 rm -f ./*.deb

@@ -38,10 +38,14 @@ fi
 kver=$(cat "$kdir/kver")
 mods=$kdir/root/lib/modules/$kver
 
-if [ "${RNET_VM_SIW:-1}" = 1 ] && [ ! -f "$mods/updates/siw.ko" ] && [ ! -f "$kdir/.siw-failed" ]; then
+# A failed build is not tried again until the build script changes: the marker holds the
+# script's hash.
+siw_script=$(sha256sum "$here/build-siw.sh" | cut -d' ' -f1)
+if [ "${RNET_VM_SIW:-1}" = 1 ] && [ ! -f "$mods/updates/siw.ko" ] &&
+   [ "$(cat "$kdir/.siw-failed" 2>/dev/null)" != "$siw_script" ]; then
   say "building siw.ko for $kver (once; downloads linux-source, ~1 min)"
   if ! "$here/build-siw.sh" "$kdir" "$kver" "$(cat "$kdir/version")" >"$kdir/siw-build.log" 2>&1; then
-    touch "$kdir/.siw-failed"
+    echo "$siw_script" >"$kdir/.siw-failed"
     say "siw did not build (log: $kdir/siw-build.log); the lab runs with rxe only"
   fi
 fi
