@@ -149,11 +149,11 @@ func (s *perfServer) admit(c net.Conn) (admitted, closing bool) {
 		admitted = true
 	}
 	s.mu.Unlock()
-	if !admitted {
-		c.Close()
-	}
 	if why != "" {
 		s.refusals.refused(c.RemoteAddr(), why)
+	}
+	if !admitted {
+		c.Close()
 	}
 	return admitted, closing
 }
@@ -184,6 +184,7 @@ func (s *perfServer) closeAll() {
 }
 
 func (s *perfServer) serve(c net.Conn) {
+	defer s.release(c) // after the result or error is out
 	var test *testGroup
 	var stream int
 	guard := newConnGuard(c, s.o.limits)
@@ -200,7 +201,6 @@ func (s *perfServer) serve(c net.Conn) {
 	})
 	guard.stop()
 	c.Close()
-	s.release(c)
 	if test != nil {
 		if err != nil {
 			res.Error = err.Error()
