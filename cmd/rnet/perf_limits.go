@@ -111,6 +111,9 @@ type connGuard struct {
 	c     net.Conn
 	idle  time.Duration
 	moved atomic.Uint64 // calls that moved bytes, counted by guardedConn
+	// transported, if set, counts the bytes the connection's transport
+	// has carried either way.
+	transported func() uint64
 
 	mu      sync.Mutex
 	timer   *time.Timer // guarded by mu
@@ -122,6 +125,13 @@ type connGuard struct {
 
 func newConnGuard(c net.Conn, l serverLimits) *connGuard {
 	g := &connGuard{c: c, idle: l.idleTimeout}
+	if rc, ok := c.(*rnet.Conn); ok {
+		// The transport's bytes show a long Write or Read moving too.
+		g.transported = func() uint64 {
+			st := rc.Stats()
+			return st.BytesSent + st.BytesReceived
+		}
+	}
 	g.mu.Lock()
 	g.timer = time.AfterFunc(l.helloTimeout, func() {
 		g.mu.Lock()
@@ -145,8 +155,17 @@ func (g *connGuard) begin() {
 	}
 	g.begun = true
 	g.timer.Stop()
-	g.seen = g.moved.Load()
+	g.seen = g.progress()
 	g.timer = time.AfterFunc(g.idle, g.check)
+}
+
+// progress is a count that grows whenever bytes move on the connection.
+func (g *connGuard) progress() uint64 {
+	n := g.moved.Load()
+	if g.transported != nil {
+		n += g.transported()
+	}
+	return n
 }
 
 func (g *connGuard) check() {
@@ -155,7 +174,7 @@ func (g *connGuard) check() {
 		g.mu.Unlock()
 		return
 	}
-	if now := g.moved.Load(); now != g.seen {
+	if now := g.progress(); now != g.seen {
 		g.seen = now
 		g.timer.Reset(g.idle)
 		g.mu.Unlock()

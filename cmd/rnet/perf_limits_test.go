@@ -151,20 +151,39 @@ func TestPerfServerDropsIdleClients(t *testing.T) {
 		}
 	})
 	t.Run("idle", func(t *testing.T) {
-		l := testLimits
-		l.idleTimeout = 10 * time.Millisecond
-		s := serveLimited(t, tcpListener(t), l)
-		c := dialTCP(t, s.addr)
-		// The hello and a first message, and then nothing: not even the
-		// echo is read, as the server may drop the client before it
-		// writes it.
-		if _, err := c.Write(append(hello{mode: modePing, size: 1000}.encode(), make([]byte, 1000)...)); err != nil {
+		// Over TCP and over rnet, whose transport's counters count as
+		// moved bytes too.
+		f := rnettest.NewFabric(nil)
+		rdmaLn, err := f.Listen("rdma", "127.0.0.1:0")
+		if err != nil {
 			t.Fatal(err)
 		}
-		waitClosed(t, c, "a ping client that went quiet")
-		s.waitServed(t, 1)
-		if !strings.Contains(s.errs.String(), "dropped: no byte moved for 10ms (-idle-timeout)") {
-			t.Errorf("the drop does not name -idle-timeout; stderr:\n%s", s.errs.String())
+		for _, ln := range []net.Listener{tcpListener(t), rdmaLn} {
+			l := testLimits
+			l.idleTimeout = 10 * time.Millisecond
+			s := serveLimited(t, ln, l)
+			var c net.Conn
+			if ln == rdmaLn {
+				rc, err := f.Dial("rdma", s.addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rc.Close()
+				c = rc
+			} else {
+				c = dialTCP(t, s.addr)
+			}
+			// The hello and a first message, and then nothing: not even the
+			// echo is read, as the server may drop the client before it
+			// writes it.
+			if _, err := c.Write(append(hello{mode: modePing, size: 1000}.encode(), make([]byte, 1000)...)); err != nil {
+				t.Fatal(err)
+			}
+			waitClosed(t, c, "a ping client that went quiet")
+			s.waitServed(t, 1)
+			if !strings.Contains(s.errs.String(), "dropped: no byte moved for 10ms (-idle-timeout)") {
+				t.Errorf("the drop does not name -idle-timeout; stderr:\n%s", s.errs.String())
+			}
 		}
 	})
 	t.Run("announcements", func(t *testing.T) {
