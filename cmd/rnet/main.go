@@ -67,7 +67,7 @@ func (e usageError) Is(target error) bool { return target == errUsage }
 
 const usage = `usage:
   rnet devices [--json]
-  rnet perf -s [addr] [-once] [-tcp] [--json]
+  rnet perf -s [addr] [-once] [-tcp] [--json] [-hello-timeout D] [-idle-timeout D] [-max-conns N] [-max-pinned N] [-max-buffered N]
   rnet perf -c host[:port] [-size N] [-t DURATION | -n BYTES] [-P N] [-R] [-a] [-from IP] [-tcp] [--json] [-q]
   rnet ping host[:port] [-size N] [-n COUNT] [-from IP] [-tcp] [--json] [-q]
   rnet scale -s [addr] [-tcp]

@@ -38,6 +38,8 @@ func TestParsePerf(t *testing.T) {
 		{[]string{"-s", "--json", "10.77.0.2:9000", "-once", "-tcp"}, true, perfOpts{server: true, addr: "10.77.0.2:9000", json: true, once: true, tcp: true}},
 		{[]string{"-s", "[fd77::2]:9000"}, true, perfOpts{server: true, addr: "[fd77::2]:9000"}},
 		{[]string{"-s", "fd77::2"}, true, perfOpts{server: true, addr: "[fd77::2]:7471"}},
+		{[]string{"-s", "-hello-timeout", "1s", "-idle-timeout", "2s", "-max-conns", "3", "-max-pinned", "4M", "-max-buffered", "5M"}, true,
+			perfOpts{server: true, addr: ":7471", limits: serverLimits{time.Second, 2 * time.Second, 3, 4 << 20, 5 << 20}}},
 		{[]string{"-c", "10.77.0.2", "-size", "4096", "-n", "1000000", "-from", "10.77.0.1"}, true,
 			perfOpts{addr: "10.77.0.2:7471", client: "10.77.0.2", size: 4096, bytes: 1000000, from: "10.77.0.1"}},
 		{[]string{"-c", "host.example:1234", "-t", "3s", "-tcp"}, true, perfOpts{addr: "host.example:1234", client: "host.example:1234", duration: 3 * time.Second, tcp: true}},
@@ -48,6 +50,8 @@ func TestParsePerf(t *testing.T) {
 		{[]string{"-c", "x:notaport"}, false, perfOpts{}},
 		{[]string{"-c", "x", "-bogus"}, false, perfOpts{}},
 		{[]string{"-s", "a", "b"}, false, perfOpts{}},
+		{[]string{"-s", "-max-conns", "0"}, false, perfOpts{}},
+		{[]string{"-s", "-idle-timeout", "-1s"}, false, perfOpts{}},
 	}
 	for _, c := range cases {
 		var stderr bytes.Buffer
@@ -73,6 +77,9 @@ func TestParsePerf(t *testing.T) {
 		want.interval = time.Second
 		if want.parallel == 0 {
 			want.parallel = 1
+		}
+		if want.limits == (serverLimits{}) {
+			want.limits = defaultServerLimits()
 		}
 		if got != want {
 			t.Errorf("parsePerf(%q) = %+v, want %+v", c.args, got, want)

@@ -33,6 +33,10 @@ type perfOpts struct {
 	quiet    bool
 	once     bool
 	rdma     rdmaFlags
+	limits   serverLimits
+	// timeUp, if set, says when -t has passed in place of the clock
+	// (tests): once it is true.
+	timeUp *atomic.Bool
 }
 
 const perfUsage = `usage: rnet perf -s [addr] [flags]          serve perf and ping clients (default :7471)
@@ -60,6 +64,7 @@ func perfFlags(o *perfOpts, size *int64, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "q", false, "client: no progress lines")
 	fs.BoolVar(&o.once, "once", false, "server: exit after serving one test (all of a -P test's streams)")
 	o.rdma.register(fs)
+	o.limits.register(fs)
 	return fs
 }
 
@@ -96,6 +101,9 @@ func parsePerf(args []string, stderr io.Writer) (perfOpts, error) {
 		return o, usageErr(stderr, "perf: with -R a stream takes at most 1T (-n %d over -P %d streams); raise -P", o.bytes, o.parallel)
 	}
 	if err := o.rdma.check(); err != nil {
+		return o, usageErr(stderr, "perf: %v", err)
+	}
+	if err := o.limits.check(); err != nil {
 		return o, usageErr(stderr, "perf: %v", err)
 	}
 	target := o.client
@@ -202,6 +210,11 @@ func perfTest(o perfOpts, size int, cfg *rnet.Config, stderr io.Writer, progress
 		}
 	}
 	start := time.Now()
+	end := start.Add(o.duration)
+	timeUp := func() bool { return time.Now().After(end) }
+	if o.timeUp != nil {
+		timeUp = o.timeUp.Load
+	}
 	m := startMeter(streams, start, o.interval, o.reverse, progress, stderr)
 	cgo0 := verbs.CgoCalls()
 	errs := make([]error, len(streams))
@@ -212,7 +225,7 @@ func perfTest(o perfOpts, size int, cfg *rnet.Config, stderr io.Writer, progress
 			if o.reverse {
 				errs[i] = s.receive(size)
 			} else {
-				errs[i] = s.send(size, share(o.bytes, i, o.parallel), start.Add(o.duration))
+				errs[i] = s.send(size, share(o.bytes, i, o.parallel), timeUp)
 			}
 			if errs[i] != nil {
 				// The others may wait on a server that has given up:
@@ -273,9 +286,9 @@ func streamErr(i, streams int, step string, err error) error {
 }
 
 // send writes size-byte writes until it has sent bytes (if positive) or
-// until the first write that ends past end, then half-closes and waits for
-// the server's count.
-func (s *perfStream) send(size int, bytes int64, end time.Time) error {
+// until the first write that ends once timeUp says -t has passed, then
+// half-closes and waits for the server's count.
+func (s *perfStream) send(size int, bytes int64, timeUp func() bool) error {
 	buf := make([]byte, size)
 	for {
 		if bytes > 0 {
@@ -286,7 +299,7 @@ func (s *perfStream) send(size int, bytes int64, end time.Time) error {
 			if left < int64(len(buf)) {
 				buf = buf[:left]
 			}
-		} else if s.calls > 0 && time.Now().After(end) {
+		} else if s.calls > 0 && timeUp() {
 			// At least one write, however late the stream started: a
 			// clock read is cheap next to a Write.
 			break

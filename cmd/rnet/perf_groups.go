@@ -8,35 +8,39 @@ import (
 	"time"
 )
 
-const (
-	// maxPendingTests bounds the -P tests the server gathers at once, so
-	// that clients announcing streams that never come cannot grow it.
-	maxPendingTests = 64
-	// groupGrace is how long a -P test whose connected streams have all
-	// finished waits for the rest it announced before it is reported as
-	// incomplete: its client dials every stream before any sends.
-	groupGrace = 10 * time.Second
-)
+// maxPendingTests bounds the -P tests the server gathers at once, so that
+// clients announcing streams that never come cannot grow it.
+const maxPendingTests = 64
 
 // testGroups gathers the streams of -P tests, so that each test is
-// reported once, as the sum of its streams.
+// reported once, as the sum of its streams. A test's client dials every
+// stream and sends every hello before any stream sends data, so a test
+// whose streams have not all joined within the gather time of its first
+// is broken: its slot is freed and the streams that came are dropped.
 type testGroups struct {
-	mu      sync.Mutex
-	pending map[string]*testGroup
-	grace   time.Duration
-	stopped bool
+	gather time.Duration
+	report func(ServerResult)
+
+	mu        sync.Mutex
+	tests     map[string]*testGroup // until reported or given up; guarded by mu
+	gathering int                   // tests some of whose streams have yet to join; guarded by mu
+	stopped   bool                  // guarded by mu
 }
 
+// testGroup is one -P test; its fields are guarded by its testGroups' mu.
 type testGroup struct {
+	key     string
 	want    int // streams the test announced
 	joined  int
 	active  int
 	results []ServerResult
-	timer   *time.Timer
+	drops   []func(error) // close the joined streams' connections
+	timer   *time.Timer   // until every stream has joined
+	expired bool          // not every stream joined in time
 }
 
-func newTestGroups() *testGroups {
-	return &testGroups{pending: map[string]*testGroup{}, grace: groupGrace}
+func newTestGroups(gather time.Duration, report func(ServerResult)) *testGroups {
+	return &testGroups{tests: map[string]*testGroup{}, gather: gather, report: report}
 }
 
 // groupKey names a test by its client's host and id: ids are random, and
@@ -49,60 +53,82 @@ func groupKey(c net.Conn, test uint32) string {
 	return fmt.Sprintf("%s/%08x", host, test)
 }
 
-// join counts a stream of the test in, at its hello.
-func (g *testGroups) join(key string, want int) error {
+// join counts a stream of the test in, at its hello; drop ends the
+// stream's connection if the test's other streams do not come in time.
+func (g *testGroups) join(key string, want int, drop func(error)) (*testGroup, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	t := g.pending[key]
+	t := g.tests[key]
 	if t == nil {
-		if len(g.pending) >= maxPendingTests {
-			return fmt.Errorf("%d parallel tests are already being gathered (the most the server takes at once)", maxPendingTests)
+		if g.gathering >= maxPendingTests {
+			return nil, fmt.Errorf("refused: %d parallel tests are already being gathered, the most the server takes at once; each is given up when its streams do not all come within %v (-hello-timeout)", maxPendingTests, g.gather)
 		}
-		t = &testGroup{want: want}
-		g.pending[key] = t
+		t = &testGroup{key: key, want: want}
+		t.timer = time.AfterFunc(g.gather, func() { g.expire(t) })
+		g.tests[key] = t
+		g.gathering++
 	}
 	if t.want != want || t.joined >= want {
-		return fmt.Errorf("test %s: a stream announcing %d streams joined one of %d with %d already in", key, want, t.want, t.joined)
+		return nil, fmt.Errorf("test %s: a stream announcing %d streams joined one of %d with %d already in", key, want, t.want, t.joined)
 	}
 	t.joined++
 	t.active++
-	if t.timer != nil {
+	t.drops = append(t.drops, drop)
+	if t.joined == t.want {
 		t.timer.Stop()
-		t.timer = nil
+		t.drops = nil
+		g.gathering--
 	}
-	return nil
+	return t, nil
 }
 
-// finish adds a joined stream's result; report gets the test's once every
-// stream it announced has finished, or once its grace has passed.
-func (g *testGroups) finish(key string, res ServerResult, report func(ServerResult)) {
+// expire gives up a test whose streams have not all joined: it frees the
+// test's slot and drops the streams that came, and the test is reported
+// once they have finished.
+func (g *testGroups) expire(t *testGroup) {
 	g.mu.Lock()
-	t := g.pending[key]
-	if t == nil {
+	if g.stopped || t.joined == t.want || t.expired {
 		g.mu.Unlock()
-		return // reported as incomplete already
+		return
 	}
+	g.forget(t)
+	g.gathering--
+	t.expired = true
+	drops := t.drops
+	t.drops = nil
+	done := t.active == 0
+	g.mu.Unlock()
+	why := fmt.Errorf("dropped: only %d of the %d streams the client announced came within %v (-hello-timeout)", t.joined, t.want, g.gather)
+	for _, drop := range drops {
+		drop(why)
+	}
+	if done {
+		g.report(sumResults(t.results, t.want))
+	}
+}
+
+// finish adds a joined stream's result; the test is reported once every
+// stream it announced has finished, or once the streams that came have
+// when the rest did not come in time.
+func (g *testGroups) finish(t *testGroup, res ServerResult) {
+	g.mu.Lock()
 	t.results = append(t.results, res)
 	t.active--
-	complete := len(t.results) == t.want
-	if complete {
-		delete(g.pending, key)
-	} else if t.active == 0 {
-		t.timer = time.AfterFunc(g.grace, func() {
-			g.mu.Lock()
-			late := g.stopped || g.pending[key] != t || t.active > 0
-			if !late {
-				delete(g.pending, key)
-			}
-			g.mu.Unlock()
-			if !late {
-				report(sumResults(t.results, t.want))
-			}
-		})
+	done := len(t.results) == t.want || (t.expired && t.active == 0)
+	if done {
+		g.forget(t)
 	}
 	g.mu.Unlock()
-	if complete {
-		report(sumResults(t.results, t.want))
+	if done {
+		g.report(sumResults(t.results, t.want))
+	}
+}
+
+// forget takes t out of the map, so that its key may start a new test.
+// The caller holds g.mu.
+func (g *testGroups) forget(t *testGroup) {
+	if g.tests[t.key] == t {
+		delete(g.tests, t.key)
 	}
 }
 
@@ -111,12 +137,11 @@ func (g *testGroups) stop() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.stopped = true
-	for key, t := range g.pending {
-		if t.timer != nil {
-			t.timer.Stop()
-		}
-		delete(g.pending, key)
+	for key, t := range g.tests {
+		t.timer.Stop()
+		delete(g.tests, key)
 	}
+	g.gathering = 0
 }
 
 // sumResults is a -P test's result: its streams' sums over the time from

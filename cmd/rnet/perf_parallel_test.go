@@ -324,55 +324,71 @@ func TestHelloCompat(t *testing.T) {
 }
 
 // TestTestGroups: a -P test is reported once all its streams finish, or,
-// with some never come, once its grace has passed; the server gathers a
-// bounded number of tests.
+// when some have not joined within the gather time (expire, called here
+// as its timer would), once the ones that came, dropped then, finish; the
+// server gathers a bounded number of tests, and a test whose streams have
+// all joined leaves its slot.
 func TestTestGroups(t *testing.T) {
-	g := newTestGroups()
-	g.grace = time.Millisecond
 	reports := make(chan ServerResult, 2)
-	report := func(r ServerResult) { reports <- r }
+	g := newTestGroups(time.Hour, func(r ServerResult) { reports <- r })
+	defer g.stop()
 	t0 := time.Now()
 	res := func(stream int, n int64, end time.Duration) ServerResult {
 		return ServerResult{Test: "perf", Stream: stream, Client: "10.0.0.1:5", Bytes: n, start: t0, end: t0.Add(end)}
 	}
-	for range 2 {
-		if err := g.join("a", 2); err != nil {
+	noDrop := func(err error) { t.Errorf("a stream of a complete test dropped: %v", err) }
+	join := func(key string, want int, drop func(error)) *testGroup {
+		t.Helper()
+		tg, err := g.join(key, want, drop)
+		if err != nil {
 			t.Fatal(err)
 		}
+		return tg
 	}
-	if err := g.join("a", 2); err == nil {
+	a := join("a", 2, noDrop)
+	join("a", 2, noDrop)
+	if _, err := g.join("a", 2, noDrop); err == nil {
 		t.Error("a third stream joined a test of two")
 	}
-	g.finish("a", res(2, 20, 2*time.Second), report)
-	g.finish("a", res(1, 10, time.Second), report)
+	g.expire(a) // too late: every stream came
+	g.finish(a, res(2, 20, 2*time.Second))
+	g.finish(a, res(1, 10, time.Second))
 	r := <-reports
 	if r.Parallel != 2 || r.Bytes != 30 || r.Seconds != 2 || r.Error != "" || r.Client != "10.0.0.1" || r.Streams[0].Stream != 1 || r.Streams[1].Bytes != 20 {
 		t.Errorf("complete test: %+v", r)
 	}
-	// Two of three streams come.
-	g.join("b", 3)
-	g.join("b", 3)
-	g.finish("b", res(1, 1, time.Second), report)
-	g.finish("b", res(3, 1, time.Second), report)
+	// Two of three streams come; the gather time passes.
+	var dropped []error
+	drop := func(err error) { dropped = append(dropped, err) }
+	b := join("b", 3, drop)
+	join("b", 3, drop)
+	g.finish(b, res(1, 1, time.Second))
+	g.expire(b)
+	if len(dropped) != 2 || !strings.Contains(dropped[0].Error(), "only 2 of the 3 streams the client announced came within 1h0m0s (-hello-timeout)") {
+		t.Errorf("drops at the gather time: %v", dropped)
+	}
+	select {
+	case r := <-reports:
+		t.Fatalf("reported with a stream still running: %+v", r)
+	default:
+	}
+	g.finish(b, res(3, 1, time.Second))
 	r = <-reports
 	if !strings.Contains(r.Error, "only 2 of the 3") || r.Bytes != 2 {
 		t.Errorf("incomplete test: %+v", r)
 	}
-	if err := g.join("c", 3); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.join("c", 2); err == nil {
+	c := join("c", 3, drop)
+	if _, err := g.join("c", 2, drop); err == nil {
 		t.Error("a stream announcing another count joined")
 	}
 	for i := range maxPendingTests - 1 {
-		if err := g.join(string(rune('d'+i)), 2); err != nil {
-			t.Fatalf("test %d: %v", i, err)
-		}
+		join(string(rune('d'+i)), 2, drop)
 	}
-	if err := g.join("overflow", 2); err == nil {
-		t.Errorf("more than %d tests gathered at once", maxPendingTests)
+	if _, err := g.join("overflow", 2, drop); err == nil || !strings.Contains(err.Error(), "-hello-timeout") {
+		t.Errorf("more than %d tests gathered at once: %v", maxPendingTests, err)
 	}
-	g.stop()
+	g.expire(c) // frees c's slot
+	join("overflow", 2, drop)
 }
 
 // TestPingProgressLines: ping prints a line per -progress interval on

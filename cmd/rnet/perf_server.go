@@ -48,7 +48,6 @@ func runServer(o perfOpts, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer ln.Close()
 	// With --json, standard output carries the results alone, one JSON
 	// object per test, so that it can go straight to a parser.
 	banner := stdout
@@ -63,8 +62,40 @@ func runServer(o perfOpts, stdout, stderr io.Writer) error {
 	if f, ok := banner.(*os.File); ok {
 		f.Sync()
 	}
-	s := &perfServer{o: o, stdout: stdout, stderr: stderr, tests: newTestGroups(), done: make(chan error, 1), conns: map[net.Conn]bool{},
-		pings: newByteBudget(pingBudget)}
+	return newPerfServer(o, stdout, stderr).run(ln)
+}
+
+// perfServer is a running `rnet perf -s`.
+type perfServer struct {
+	o              perfOpts
+	stdout, stderr io.Writer
+	tests          *testGroups
+	done           chan error // -once: the first test's outcome
+	wg             sync.WaitGroup
+	outMu          sync.Mutex // one result's lines together
+	refusals       refusalLog
+	buffered       *byteBudget // read buffers and the messages ping clients have the server echo
+	pinned         *byteBudget // the rings of the RDMA connections served, at their maximum
+	// served, if set, is called once a connection's holdings are given
+	// back (tests wait on it).
+	served func()
+
+	mu     sync.Mutex
+	conns  map[net.Conn]int64 // served connections and the ring bytes each may pin; guarded by mu
+	closed bool               // guarded by mu
+}
+
+func newPerfServer(o perfOpts, stdout, stderr io.Writer) *perfServer {
+	s := &perfServer{o: o, stdout: stdout, stderr: stderr, done: make(chan error, 1), conns: map[net.Conn]int64{},
+		refusals: refusalLog{w: stderr}, buffered: newByteBudget(o.limits.maxBuffered), pinned: newByteBudget(o.limits.maxPinned)}
+	s.tests = newTestGroups(o.limits.helloTimeout, s.report)
+	return s
+}
+
+// run serves ln's clients until Accept fails or, with -once, the first
+// test is over; it closes ln and every connection still served.
+func (s *perfServer) run(ln net.Listener) error {
+	defer ln.Close()
 	defer s.closeAll()
 	accepted := make(chan error, 1)
 	go func() {
@@ -74,13 +105,16 @@ func runServer(o perfOpts, stdout, stderr io.Writer) error {
 				accepted <- fmt.Errorf("accept: %w", err)
 				return
 			}
-			if !s.track(c) {
+			admitted, closing := s.admit(c)
+			if closing {
 				return
 			}
-			go func() {
-				defer s.wg.Done()
-				s.serve(c)
-			}()
+			if admitted {
+				go func() {
+					defer s.wg.Done()
+					s.serve(c)
+				}()
+			}
 		}
 	}()
 	select {
@@ -91,32 +125,49 @@ func runServer(o perfOpts, stdout, stderr io.Writer) error {
 	}
 }
 
-// perfServer is a running `rnet perf -s`.
-type perfServer struct {
-	o              perfOpts
-	stdout, stderr io.Writer
-	tests          *testGroups
-	done           chan error // -once: the first test's outcome
-	wg             sync.WaitGroup
-	mu             sync.Mutex
-	outMu          sync.Mutex // one result's lines together
-	conns          map[net.Conn]bool
-	closed         bool
-	pings          *byteBudget // for the messages ping clients have the server echo
+// admit counts a new connection in, or closes it when the server is
+// closing or a cap would be passed. The count is taken under the lock so
+// that closeAll's Wait sees it.
+func (s *perfServer) admit(c net.Conn) (admitted, closing bool) {
+	var pinned int64
+	if rc, ok := c.(*rnet.Conn); ok {
+		pinned = pinnedMax(rc.Config())
+	}
+	s.mu.Lock()
+	var why string
+	switch {
+	case s.closed:
+		closing = true
+	case len(s.conns) >= s.o.limits.maxConns:
+		why = fmt.Sprintf("%d connections are open, the most this server serves at once (-max-conns)", len(s.conns))
+	case !s.pinned.take(pinned):
+		why = fmt.Sprintf("its rings may pin %s, and the RDMA connections served now may pin %s of the %s they may pin together (-max-pinned)",
+			human(pinned), human(s.pinned.held()), human(s.pinned.size))
+	default:
+		s.conns[c] = pinned
+		s.wg.Add(1)
+		admitted = true
+	}
+	s.mu.Unlock()
+	if why != "" {
+		s.refusals.refused(c.RemoteAddr(), why)
+	}
+	if !admitted {
+		c.Close()
+	}
+	return admitted, closing
 }
 
-// track counts a new connection in, unless the server is closing; the
-// count is taken under the lock so that closeAll's Wait sees it.
-func (s *perfServer) track(c net.Conn) bool {
+// release gives back what an admitted connection held.
+func (s *perfServer) release(c net.Conn) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		c.Close()
-		return false
+	pinned := s.conns[c]
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.pinned.give(pinned)
+	if s.served != nil {
+		s.served()
 	}
-	s.conns[c] = true
-	s.wg.Add(1)
-	return true
 }
 
 // closeAll ends the connections still served (-once's other clients) and
@@ -133,29 +184,29 @@ func (s *perfServer) closeAll() {
 }
 
 func (s *perfServer) serve(c net.Conn) {
-	var group string
+	defer s.release(c) // after the result or error is out
+	var test *testGroup
 	var stream int
-	res, err := serveConn(c, s.o, s.pings, func(h hello) error {
+	guard := newConnGuard(c, s.o.limits)
+	res, err := serveConn(c, guard, s.o, s.buffered, func(h hello) error {
 		if h.streams == 1 {
 			return nil
 		}
-		key := groupKey(c, h.test)
-		if err := s.tests.join(key, int(h.streams)); err != nil {
+		t, err := s.tests.join(groupKey(c, h.test), int(h.streams), guard.drop)
+		if err != nil {
 			return err
 		}
-		group, stream = key, int(h.stream)
+		test, stream = t, int(h.stream)
 		return nil
 	})
+	guard.stop()
 	c.Close()
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-	if group != "" {
+	if test != nil {
 		if err != nil {
 			res.Error = err.Error()
 		}
 		res.Stream = stream
-		s.tests.finish(group, res, s.report)
+		s.tests.finish(test, res)
 		return
 	}
 	if err != nil {
@@ -187,26 +238,16 @@ func (s *perfServer) finished(err error) {
 }
 
 // serveConn serves one connection; joined learns of its hello first, and
-// an error from it ends the connection. A ping client's messages are held
-// in memory taken from pings.
-func serveConn(c net.Conn, o perfOpts, pings *byteBudget, joined func(hello) error) (ServerResult, error) {
+// an error from it ends the connection. guard drops the connection if the
+// client stalls it. Read buffers and a ping client's messages are held in
+// memory taken from buffered.
+func serveConn(c net.Conn, guard *connGuard, o perfOpts, buffered *byteBudget, joined func(hello) error) (ServerResult, error) {
 	res := ServerResult{Client: c.RemoteAddr().String(), start: time.Now()}
 	res.Transport, res.Fallback = transportOf(c, o.tcp)
-	hb := make([]byte, helloLen)
-	if _, err := io.ReadFull(c, hb); err != nil {
-		return res, fmt.Errorf("hello: %w", err)
-	}
-	h, err := decodeHello(hb)
+	rw := guardedConn{c, guard}
+	h, err := readHello(rw)
 	if err != nil {
-		return res, err
-	}
-	if h.mode == modePerfReverse {
-		if _, err := io.ReadFull(c, hb); err != nil {
-			return res, fmt.Errorf("hello: %w", err)
-		}
-		if err := decodeHelloExt(&h, hb); err != nil {
-			return res, err
-		}
+		return res, guard.cause(err)
 	}
 	if err := joined(h); err != nil {
 		return res, err
@@ -216,13 +257,14 @@ func serveConn(c net.Conn, o perfOpts, pings *byteBudget, joined func(hello) err
 	switch h.mode {
 	case modePerf:
 		res.Test = "perf"
-		err = receiveAll(c, &res)
+		err = receiveAll(rw, guard, buffered, &res)
 	case modePerfReverse:
 		res.Test, res.Reverse = "perf", true
-		err = sendAll(c, h, &res)
+		guard.begin()
+		err = sendAll(rw, c, h, &res)
 	case modePing:
 		res.Test = "ping"
-		err = echo(c, pings, &res)
+		err = echo(rw, guard, buffered, &res)
 	}
 	res.end = time.Now()
 	res.Seconds = res.end.Sub(start).Seconds()
@@ -231,25 +273,55 @@ func serveConn(c net.Conn, o perfOpts, pings *byteBudget, joined func(hello) err
 		res.Stats = &st
 		res.Cgo = verbs.CgoCalls() - cgo0
 	}
-	return res, err
+	return res, guard.cause(err)
+}
+
+func readHello(c net.Conn) (hello, error) {
+	hb := make([]byte, helloLen)
+	if _, err := io.ReadFull(c, hb); err != nil {
+		return hello{}, fmt.Errorf("hello: %w", err)
+	}
+	h, err := decodeHello(hb)
+	if err != nil {
+		return h, err
+	}
+	if h.mode == modePerfReverse {
+		if _, err := io.ReadFull(c, hb); err != nil {
+			return h, fmt.Errorf("hello: %w", err)
+		}
+		if err := decodeHelloExt(&h, hb); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
 }
 
 // receiveAll counts a perf client's bytes until it half-closes, then
 // tells it the count. Its reads take at most maxReadBuffer at a time,
 // whatever size the client writes, so that a client cannot make the server
-// hold 64 MiB per connection.
-func receiveAll(c net.Conn, res *ServerResult) error {
-	buf := make([]byte, min(max(res.Size, 256<<10), maxReadBuffer))
-	for {
-		n, err := c.Read(buf)
-		res.Reads++
-		res.Bytes += int64(n)
-		if err == io.EOF {
-			break
+// hold 64 MiB per connection, and the buffer is taken from buffered only
+// once the client's first byte has come.
+func receiveAll(c net.Conn, guard *connGuard, buffered *byteBudget, res *ServerResult) error {
+	var first [1]byte
+	n, err := c.Read(first[:])
+	guard.begin()
+	res.Reads++
+	res.Bytes += int64(n)
+	if err == nil {
+		size := int64(min(max(res.Size, 256<<10), maxReadBuffer))
+		if !buffered.take(size) {
+			return refusedBuffer("a read buffer", size, buffered, "")
 		}
-		if err != nil {
-			return fmt.Errorf("read: %w", err)
+		defer buffered.give(size)
+		buf := make([]byte, size)
+		for err == nil {
+			n, err = c.Read(buf)
+			res.Reads++
+			res.Bytes += int64(n)
 		}
+	}
+	if err != io.EOF {
+		return fmt.Errorf("read: %w", err)
 	}
 	if err := writeAck(c, res.Bytes); err != nil {
 		return fmt.Errorf("ack: %w", err)
@@ -257,9 +329,16 @@ func receiveAll(c net.Conn, res *ServerResult) error {
 	return nil
 }
 
-// sendAll sends a -R client what its hello asks, half-closes, and checks
-// the client's count.
-func sendAll(c net.Conn, h hello, res *ServerResult) error {
+// refusedBuffer is the error of a test whose memory would pass what the
+// server buffers for its clients together.
+func refusedBuffer(what string, size int64, buffered *byteBudget, hint string) error {
+	return fmt.Errorf("refused: %s of %s would pass the %s this server buffers for the clients it serves at once (-max-buffered; %s held now); try again when fewer are running%s",
+		what, human(size), human(buffered.size), human(buffered.held()), hint)
+}
+
+// sendAll sends a -R client what its hello asks through w, half-closes c,
+// and checks the client's count.
+func sendAll(w, c net.Conn, h hello, res *ServerResult) error {
 	buf := zeroes()[:h.size]
 	end := time.Now().Add(h.duration)
 	for {
@@ -274,7 +353,7 @@ func sendAll(c net.Conn, h hello, res *ServerResult) error {
 		} else if time.Now().After(end) {
 			break
 		}
-		n, err := c.Write(buf)
+		n, err := w.Write(buf)
 		res.Writes++
 		res.Bytes += int64(n)
 		if err != nil {
@@ -288,7 +367,7 @@ func sendAll(c net.Conn, h hello, res *ServerResult) error {
 	if err := cw.CloseWrite(); err != nil {
 		return fmt.Errorf("closing the stream: %w", err)
 	}
-	got, err := readAck(c)
+	got, err := readAck(w)
 	if err != nil {
 		return fmt.Errorf("waiting for the client's count: %w", err)
 	}
@@ -300,26 +379,37 @@ func sendAll(c net.Conn, h hello, res *ServerResult) error {
 
 // echo returns a ping client's messages until it closes. A message is read
 // whole before it is returned (a client writes it whole before it reads),
-// so its memory comes from pings, and a test that would take more than is
-// left is refused.
-func echo(c net.Conn, pings *byteBudget, res *ServerResult) error {
-	if !pings.take(res.Size) {
-		return fmt.Errorf("refused: ping messages of %s would pass the %s this server holds for the ping clients it serves at once; try again when fewer are running, or with a smaller -size",
-			human(int64(res.Size)), human(int64(pings.size)))
+// so its memory comes from buffered, taken once the first message's first
+// byte has come; a test that would take more than is left is refused.
+func echo(c net.Conn, guard *connGuard, buffered *byteBudget, res *ServerResult) error {
+	var first [1]byte
+	if _, err := io.ReadFull(c, first[:]); err == io.EOF {
+		guard.begin()
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("read: %w", err)
 	}
-	defer pings.give(res.Size)
-	buf := make([]byte, res.Size)
-	for {
-		if _, err := io.ReadFull(c, buf); err == io.EOF {
+	size := int64(res.Size)
+	if !buffered.take(size) {
+		return refusedBuffer("ping messages", size, buffered, ", or with a smaller -size")
+	}
+	defer buffered.give(size)
+	buf := make([]byte, size)
+	buf[0] = first[0]
+	for got := 1; ; got = 0 {
+		if _, err := io.ReadFull(c, buf[got:]); err == io.EOF && got == 0 {
 			return nil
 		} else if err != nil {
 			return fmt.Errorf("read: %w", err)
+		}
+		if got == 1 {
+			guard.begin() // the first message is in
 		}
 		if _, err := c.Write(buf); err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
 		res.Messages++
-		res.Bytes += int64(res.Size)
+		res.Bytes += size
 	}
 }
 
@@ -362,40 +452,10 @@ func serverLine(res ServerResult, prefix string) string {
 	return line
 }
 
-// What the server holds for its clients at most: per perf connection its
-// read buffer, and for all ping clients together their messages. A -R
-// client's writes all come from one buffer of zeroes.
-const (
-	maxReadBuffer = 1 << 20
-	pingBudget    = 256 << 20
-)
+// What the server holds for each client at most: per perf connection its
+// read buffer. A -R client's writes all come from one buffer of zeroes.
+const maxReadBuffer = 1 << 20
 
 // zeroes is what -R streams send: one buffer of maxSize bytes that they all
 // share, made on the first -R test.
 var zeroes = sync.OnceValue(func() []byte { return make([]byte, maxSize) })
-
-// byteBudget is memory that connections take from and give back.
-type byteBudget struct {
-	size int
-	mu   sync.Mutex
-	left int
-}
-
-func newByteBudget(size int) *byteBudget { return &byteBudget{size: size, left: size} }
-
-// take takes n bytes if that many are left.
-func (b *byteBudget) take(n int) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n > b.left {
-		return false
-	}
-	b.left -= n
-	return true
-}
-
-func (b *byteBudget) give(n int) {
-	b.mu.Lock()
-	b.left += n
-	b.mu.Unlock()
-}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -14,15 +15,16 @@ import (
 // TestPerfDurationEndsAfterTheWriteThatCrossesIt: perf -c -t stops at the
 // first Write that ends past the duration, whatever the write size (it used
 // to look at the clock every 16 writes: 16 x 64 MiB before a first look).
-// The server reads nothing until the duration has surely passed, so the
-// first 16 MiB write is still blocked when it does.
+// The server says -t has passed (the client's clock, injected) before it
+// reads a byte, so the first 16 MiB write, which the sockets' buffers cannot
+// hold, ends after it.
 func TestPerfDurationEndsAfterTheWriteThatCrossesIt(t *testing.T) {
-	const d = 20 * time.Millisecond
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	var timeUp atomic.Bool
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
@@ -33,14 +35,14 @@ func TestPerfDurationEndsAfterTheWriteThatCrossesIt(t *testing.T) {
 		if _, err := io.ReadFull(c, make([]byte, helloLen)); err != nil {
 			return
 		}
-		time.Sleep(25 * d) // not synchronisation: the client's -t must pass
+		timeUp.Store(true)
 		n, _ := io.Copy(io.Discard, c)
 		var ack [8]byte
 		binary.BigEndian.PutUint64(ack[:], uint64(n))
 		c.Write(ack[:])
 	}()
 	var out bytes.Buffer
-	o := perfOpts{addr: ln.Addr().String(), size: 16 << 20, duration: d, interval: time.Second, tcp: true, quiet: true, json: true}
+	o := perfOpts{addr: ln.Addr().String(), size: 16 << 20, duration: time.Hour, interval: time.Second, tcp: true, quiet: true, json: true, timeUp: &timeUp}
 	if err := runPerf(o, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func TestPerfDurationEndsAfterTheWriteThatCrossesIt(t *testing.T) {
 		t.Fatalf("%v: %s", err, out.String())
 	}
 	if r.Writes != 1 {
-		t.Errorf("perf -t %v wrote %d times; the first write already ended past it", d, r.Writes)
+		t.Errorf("perf -t wrote %d times; the first write already ended past it", r.Writes)
 	}
 }
 
@@ -59,6 +61,7 @@ func TestPerfDurationEndsAfterTheWriteThatCrossesIt(t *testing.T) {
 // ping took is given back.
 func TestPingMessagesComeFromABudget(t *testing.T) {
 	pings := newByteBudget(1000)
+	limits := serverLimits{helloTimeout: time.Hour, idleTimeout: time.Hour}
 	type served struct {
 		res ServerResult
 		err error
@@ -68,7 +71,9 @@ func TestPingMessagesComeFromABudget(t *testing.T) {
 		t.Cleanup(func() { client.Close() }) // ends a server still reading if a check failed
 		ch := make(chan served, 1)
 		go func() {
-			res, err := serveConn(server, perfOpts{}, pings, func(hello) error { return nil })
+			guard := newConnGuard(server, limits)
+			defer guard.stop()
+			res, err := serveConn(server, guard, perfOpts{}, pings, func(hello) error { return nil })
 			server.Close()
 			ch <- served{res, err}
 		}()
@@ -93,7 +98,8 @@ func TestPingMessagesComeFromABudget(t *testing.T) {
 	first, firstDone := start(600)
 	echoOnce(first, 600) // the server holds its 600 bytes now
 	second, secondDone := start(600)
-	if r := <-secondDone; r.err == nil || !strings.Contains(r.err.Error(), "refused: ping messages of 600 B would pass the 1000 B this server holds") {
+	go second.Write(make([]byte, 600)) // the server takes the memory once the message comes
+	if r := <-secondDone; r.err == nil || !strings.Contains(r.err.Error(), "refused: ping messages of 600 B would pass the 1000 B this server buffers for the clients it serves at once (-max-buffered; 600 B held now)") {
 		t.Errorf("a ping past the budget: %v", r.err)
 	}
 	second.Close()

@@ -181,13 +181,14 @@ func runScaleClient(o scaleOpts, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer ctl.Close()
-	enc, dec := json.NewEncoder(ctl), json.NewDecoder(ctl)
+	// The server measures for as long as it needs: a reply has no deadline.
+	enc, dec := json.NewEncoder(ctl), newControlReader(ctl, 0, 0)
 	call := func(req scaleRequest) (scaleReply, error) {
 		var rep scaleReply
 		if err := enc.Encode(req); err != nil {
 			return rep, fmt.Errorf("control connection to %s, %s: %w", o.ctlAddr, req.Op, err)
 		}
-		if err := dec.Decode(&rep); err != nil {
+		if err := dec.read(&rep, false); err != nil {
 			return rep, fmt.Errorf("control connection to %s, %s: the server did not answer (see its stderr): %w", o.ctlAddr, req.Op, err)
 		}
 		if rep.Error != "" {

@@ -22,6 +22,9 @@ import (
 type scaleServer struct {
 	stderr io.Writer
 	tcp    bool
+	// firstRequestWait bounds the wait for the client's first request,
+	// and requestWait a request's bytes once its first has come.
+	firstRequestWait, requestWait time.Duration
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -40,7 +43,7 @@ type scaleServer struct {
 const scaleErrorsShown = 10
 
 func newScaleServer(stderr io.Writer, tcp bool) *scaleServer {
-	s := &scaleServer{stderr: stderr, tcp: tcp, conns: make(map[net.Conn]struct{})}
+	s := &scaleServer{stderr: stderr, tcp: tcp, firstRequestWait: controlTimeout, requestWait: controlTimeout, conns: make(map[net.Conn]struct{})}
 	s.bufs.New = func() any { return make([]byte, busyWriteSize) }
 	return s
 }
@@ -220,12 +223,12 @@ func (s *scaleServer) serve(c net.Conn) {
 
 // control answers the client's requests until it says done or goes away.
 func (s *scaleServer) control(ctl net.Conn) error {
-	enc, dec := json.NewEncoder(ctl), json.NewDecoder(ctl)
+	enc, dec := json.NewEncoder(ctl), newControlReader(ctl, s.firstRequestWait, s.requestWait)
 	var before memInfo
 	var sameMachine bool
-	for {
+	for first := true; ; first = false {
 		var req scaleRequest
-		if err := dec.Decode(&req); err != nil {
+		if err := dec.read(&req, first); err != nil {
 			if err == io.EOF {
 				return errors.New("the client closed the control connection before it was done")
 			}

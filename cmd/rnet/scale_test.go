@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseMeminfo(t *testing.T) {
@@ -243,5 +244,52 @@ func TestScaleReleaseCheck(t *testing.T) {
 	}
 	if !strings.HasPrefix(out.String(), "SCALE-RELEASE released=true fds=") {
 		t.Errorf("release line %q", out.String())
+	}
+}
+
+// TestScaleControlIsBounded: the scale server reads the control connection
+// a line at a time up to a size, and waits for a request within a
+// deadline; an oversized, malformed, silent or half-sent request ends the
+// run with an error that says which.
+func TestScaleControlIsBounded(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		send        []byte // then the connection stays open
+		first, rest time.Duration
+		want        string
+	}{
+		{"oversized", append([]byte(`{"op":"`), bytes.Repeat([]byte("a"), 2*maxControlMessage)...), time.Hour, time.Hour, "a control message longer than 65536 bytes"},
+		{"malformed", []byte("nope\n"), time.Hour, time.Hour, `a bad control message "nope\n"`},
+		{"silent", nil, 10 * time.Millisecond, time.Hour, "no request within 10ms of connecting"},
+		{"half sent", []byte(`{"op":`), time.Hour, 10 * time.Millisecond, "a control message not whole within 10ms of its first byte"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctlLn, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := newScaleServer(io.Discard, true)
+			s.firstRequestWait, s.requestWait = c.first, c.rest
+			served := make(chan error, 1)
+			go func() { served <- s.run(ln, ctlLn) }()
+			ctl, err := net.Dial("tcp", ctlLn.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ctl.Close()
+			go ctl.Write(c.send) // the server may stop reading part way
+			select {
+			case err := <-served:
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("server: %v; want an error with %q", err, c.want)
+				}
+			case <-time.After(failAfter):
+				t.Fatalf("the server still reads the control connection after %v", failAfter)
+			}
+		})
 	}
 }
