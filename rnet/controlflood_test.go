@@ -1,6 +1,7 @@
 package rnet
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -15,14 +16,24 @@ import (
 // floodQP is the queue pair of a connection whose peer never stops sending
 // valid keepalives: every step completes a full batch of the receives
 // posted so far, as a hostile peer at line rate would, and every send.
+// After disconnect it is in the error state, as a device's queue pair is
+// after rdma_disconnect: what was posted, and what is posted later,
+// completes as flushes, and nothing else.
 type floodQP struct {
 	noRegions
 	mu       sync.Mutex
 	recvs    []uint64 // posted receives, oldest first
 	sends    []uint64 // posted sends, oldest first
+	flushes  []wr.Completion
+	inError  bool
 	steps    int
+	handler  eventHandler
 	stop     chan struct{}
 	stopOnce sync.Once
+	// quietAfter, if not 0, is the crossing after which the peer sends
+	// no more: it ends a flood that a bug would otherwise let run for
+	// ever, so that the test fails on a count instead of hanging.
+	quietAfter int
 }
 
 func (q *floodQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
@@ -35,10 +46,19 @@ func (q *floodQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, 
 	for _, s := range sends {
 		q.sends = append(q.sends, s.ID)
 	}
+	if q.inError {
+		q.flushLocked()
+		n := copy(out, q.flushes)
+		q.flushes = q.flushes[n:]
+		return n, nil
+	}
 	n := 0
 	for ; n < len(out) && len(q.sends) > 0; n++ {
 		out[n] = wr.Completion{ID: q.sends[0], Opcode: wr.WCRDMAWrite}
 		q.sends = q.sends[1:]
+	}
+	if q.quietAfter > 0 && q.steps > q.quietAfter {
+		return n, nil
 	}
 	keepalive := uint32(ring.MakeMsg(ring.MsgCtrl, ring.CtrlKeepalive))
 	for ; n < len(out) && len(q.recvs) > 0; n++ {
@@ -46,6 +66,24 @@ func (q *floodQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, 
 		q.recvs = q.recvs[1:]
 	}
 	return n, nil
+}
+
+// flushLocked turns every posted work request into a flush completion.
+func (q *floodQP) flushLocked() {
+	for _, id := range q.recvs {
+		q.flushes = append(q.flushes, wr.Completion{ID: id, Opcode: wr.WCRecv, Status: wr.WCWRFlushErr})
+	}
+	for _, id := range q.sends {
+		q.flushes = append(q.flushes, wr.Completion{ID: id, Opcode: wr.WCRDMAWrite, Status: wr.WCWRFlushErr})
+	}
+	q.recvs, q.sends = q.recvs[:0], q.sends[:0]
+}
+
+// crossings returns how many steps crossed into the queue pair so far.
+func (q *floodQP) crossings() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.steps
 }
 
 // wait finds a completion at once: the flood never lets up.
@@ -61,9 +99,20 @@ func (q *floodQP) wait() (bool, error) {
 	}
 }
 
-func (q *floodQP) kick()                {}
-func (q *floodQP) start(h eventHandler) {}
-func (q *floodQP) disconnect()          {}
+func (q *floodQP) kick() {}
+
+func (q *floodQP) start(h eventHandler) {
+	q.mu.Lock()
+	q.handler = h
+	q.mu.Unlock()
+}
+
+func (q *floodQP) disconnect() {
+	q.mu.Lock()
+	q.inError = true
+	q.mu.Unlock()
+}
+
 func (q *floodQP) shutdown()            { q.stopOnce.Do(func() { close(q.stop) }) }
 func (q *floodQP) destroy() error       { return nil }
 func (q *floodQP) localAddr() net.Addr  { return netAddr(netip.MustParseAddrPort("10.0.0.1:40000")) }
@@ -99,6 +148,67 @@ func TestControlFloodLetsCloseIn(t *testing.T) {
 		q.mu.Unlock()
 		t.Fatalf("the connection did not close within a minute of a keepalive flood (%d crossings so far)", steps)
 	}
+}
+
+// TestCloseDuringDisconnectFlood: a peer floods the connection with valid
+// keepalives from a queue pair it never takes down, and asks the
+// connection manager to disconnect meanwhile. The disconnect's drain ends
+// within what our queue pair can flush, since that queue pair goes to the
+// error state first; then Read and Write report the peer gone and Close
+// returns, all within a constant number of crossings. Without that the
+// drain polls for as long as the flood lasts (here it stops after
+// floodCrossings, so that the failure is a count, not a hang).
+func TestCloseDuringDisconnectFlood(t *testing.T) {
+	const floodCrossings = 5000
+	set := (&Config{Linger: -1}).settings()
+	eng := establishedEngine(t, set)
+	layout := eng.Layout()
+	q := &floodQP{stop: make(chan struct{}), quietAfter: floodCrossings}
+	for _, r := range eng.PostRecvs(nil) {
+		q.recvs = append(q.recvs, r.ID)
+	}
+	c := newConn(q, eng, set)
+	// A Write steps the connection once: the flood is on.
+	if _, err := c.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Stats(); s.RecvCompletions+s.SendCompletions < maxStepRounds*completionBatch {
+		t.Fatalf("one step took %d completions, fewer than a bounded step's %d: the peer does not flood",
+			s.RecvCompletions+s.SendCompletions, maxStepRounds*completionBatch)
+	}
+	q.mu.Lock()
+	h := q.handler
+	q.mu.Unlock()
+
+	type result struct {
+		crossings         int
+		readErr, writeErr error
+	}
+	done := make(chan result, 1)
+	go func() {
+		before := q.crossings()
+		h.transportDisconnected() // as the connection manager's event
+		_, readErr := c.Read(make([]byte, 1))
+		_, writeErr := c.Write([]byte{2})
+		c.Close()
+		done <- result{q.crossings() - before, readErr, writeErr}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute): // a hang detector only
+		t.Fatalf("Close did not return within a minute of a disconnect during a flood (%d crossings so far)", q.crossings())
+	}
+	// What the queue pair can flush, a batch a crossing, and a step's
+	// worth for Close.
+	bound := (layout.CQDepth+layout.RecvDepth)/completionBatch + maxStepRounds
+	if r.crossings > bound {
+		t.Errorf("%d crossings between the disconnect and Close's return, more than %d: the drain polled the flood", r.crossings, bound)
+	}
+	if !errors.Is(r.readErr, ErrPeerGone) || !errors.Is(r.writeErr, ErrPeerGone) {
+		t.Errorf("after the disconnect: Read %v, Write %v; want both ErrPeerGone", r.readErr, r.writeErr)
+	}
+	t.Logf("%d crossings from the disconnect to Close's return (bound %d)", r.crossings, bound)
 }
 
 // establishedEngine is an engine established with a peer that exists only
