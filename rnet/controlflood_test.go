@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,18 +19,28 @@ import (
 // posted so far, as a hostile peer at line rate would, and every send.
 // After disconnect it is in the error state, as a device's queue pair is
 // after rdma_disconnect: what was posted, and what is posted later,
-// completes as flushes, and nothing else.
+// completes as flushes, after the messages that had arrived (the first
+// arrived posted receives), and nothing else.
 type floodQP struct {
 	noRegions
-	mu       sync.Mutex
-	recvs    []uint64 // posted receives, oldest first
-	sends    []uint64 // posted sends, oldest first
-	flushes  []wr.Completion
-	inError  bool
-	steps    int
-	handler  eventHandler
-	stop     chan struct{}
-	stopOnce sync.Once
+	mu      sync.Mutex
+	recvs   []uint64 // posted receives, oldest first
+	sends   []uint64 // posted sends, oldest first
+	inError bool
+	left    []wr.Completion // in the error state: what is left to poll
+	arrived int
+	steps   int
+	// disconnectedAt is steps when disconnect was called.
+	disconnectedAt int
+	handler        eventHandler
+	stop           chan struct{}
+	stopOnce       sync.Once
+	// holdOff says the peer has not started its flood yet: it sends
+	// nothing.
+	holdOff bool
+	// stuck says disconnect leaves the queue pair up, as a device that
+	// broke its contract would: the flood goes on.
+	stuck bool
 	// quietAfter, if not 0, is the crossing after which the peer sends
 	// no more: it ends a flood that a bug would otherwise let run for
 	// ever, so that the test fails on a count instead of hanging.
@@ -48,8 +59,8 @@ func (q *floodQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, 
 	}
 	if q.inError {
 		q.flushLocked()
-		n := copy(out, q.flushes)
-		q.flushes = q.flushes[n:]
+		n := copy(out, q.left)
+		q.left = q.left[n:]
 		return n, nil
 	}
 	n := 0
@@ -57,7 +68,7 @@ func (q *floodQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, 
 		out[n] = wr.Completion{ID: q.sends[0], Opcode: wr.WCRDMAWrite}
 		q.sends = q.sends[1:]
 	}
-	if q.quietAfter > 0 && q.steps > q.quietAfter {
+	if q.holdOff || q.quietAfter > 0 && q.steps > q.quietAfter {
 		return n, nil
 	}
 	keepalive := uint32(ring.MakeMsg(ring.MsgCtrl, ring.CtrlKeepalive))
@@ -71,10 +82,10 @@ func (q *floodQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, 
 // flushLocked turns every posted work request into a flush completion.
 func (q *floodQP) flushLocked() {
 	for _, id := range q.recvs {
-		q.flushes = append(q.flushes, wr.Completion{ID: id, Opcode: wr.WCRecv, Status: wr.WCWRFlushErr})
+		q.left = append(q.left, wr.Completion{ID: id, Opcode: wr.WCRecv, Status: wr.WCWRFlushErr})
 	}
 	for _, id := range q.sends {
-		q.flushes = append(q.flushes, wr.Completion{ID: id, Opcode: wr.WCRDMAWrite, Status: wr.WCWRFlushErr})
+		q.left = append(q.left, wr.Completion{ID: id, Opcode: wr.WCRDMAWrite, Status: wr.WCWRFlushErr})
 	}
 	q.recvs, q.sends = q.recvs[:0], q.sends[:0]
 }
@@ -109,8 +120,18 @@ func (q *floodQP) start(h eventHandler) {
 
 func (q *floodQP) disconnect() {
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.disconnectedAt = q.steps
+	if q.stuck || q.inError {
+		return
+	}
 	q.inError = true
-	q.mu.Unlock()
+	keepalive := uint32(ring.MakeMsg(ring.MsgCtrl, ring.CtrlKeepalive))
+	k := min(q.arrived, len(q.recvs))
+	for _, id := range q.recvs[:k] {
+		q.left = append(q.left, wr.Completion{ID: id, Opcode: wr.WCRecvRDMAWithImm, Imm: keepalive})
+	}
+	q.recvs = q.recvs[k:]
 }
 
 func (q *floodQP) shutdown()            { q.stopOnce.Do(func() { close(q.stop) }) }
@@ -152,32 +173,36 @@ func TestControlFloodLetsCloseIn(t *testing.T) {
 
 // TestCloseDuringDisconnectFlood: a peer floods the connection with valid
 // keepalives from a queue pair it never takes down, and asks the
-// connection manager to disconnect meanwhile. The disconnect's drain ends
-// within what our queue pair can flush, since that queue pair goes to the
-// error state first; then Read and Write report the peer gone and Close
-// returns, all within a constant number of crossings. Without that the
-// drain polls for as long as the flood lasts (here it stops after
-// floodCrossings, so that the failure is a count, not a hang).
+// connection manager to disconnect meanwhile. The disconnect's drain takes
+// the keepalives that had arrived and ends within what our queue pair can
+// flush, since that queue pair goes to the error state first; then Read
+// and Write report the peer gone and Close returns, all within a constant
+// number of crossings. Without that the drain polls for as long as the
+// flood lasts (here it stops after floodCrossings, so that the failure is
+// a count, not a hang).
 func TestCloseDuringDisconnectFlood(t *testing.T) {
 	const floodCrossings = 5000
 	set := (&Config{Linger: -1}).settings()
 	eng := establishedEngine(t, set)
 	layout := eng.Layout()
-	q := &floodQP{stop: make(chan struct{}), quietAfter: floodCrossings}
+	q := &floodQP{stop: make(chan struct{}), holdOff: true, quietAfter: floodCrossings, arrived: 3 * completionBatch}
 	for _, r := range eng.PostRecvs(nil) {
 		q.recvs = append(q.recvs, r.ID)
 	}
 	c := newConn(q, eng, set)
-	// A Write steps the connection once: the flood is on.
-	if _, err := c.Write([]byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	if s := c.Stats(); s.RecvCompletions+s.SendCompletions < maxStepRounds*completionBatch {
-		t.Fatalf("one step took %d completions, fewer than a bounded step's %d: the peer does not flood",
-			s.RecvCompletions+s.SendCompletions, maxStepRounds*completionBatch)
+	// Nothing steps the connection before the disconnect (no call waits
+	// on it, and the engine has nothing for the pusher to push), so every
+	// crossing counted below is the disconnect's or a call's after it.
+	c.conn.mu.Lock()
+	busy := c.conn.pushing || c.conn.eng.Blocked()
+	c.conn.mu.Unlock()
+	if busy {
+		t.Fatal("the connection has work before the flood: crossings would not count the disconnect's alone")
 	}
 	q.mu.Lock()
 	h := q.handler
+	q.holdOff = false // the flood is on
+	before := q.steps
 	q.mu.Unlock()
 
 	type result struct {
@@ -186,7 +211,6 @@ func TestCloseDuringDisconnectFlood(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		before := q.crossings()
 		h.transportDisconnected() // as the connection manager's event
 		_, readErr := c.Read(make([]byte, 1))
 		_, writeErr := c.Write([]byte{2})
@@ -208,7 +232,63 @@ func TestCloseDuringDisconnectFlood(t *testing.T) {
 	if !errors.Is(r.readErr, ErrPeerGone) || !errors.Is(r.writeErr, ErrPeerGone) {
 		t.Errorf("after the disconnect: Read %v, Write %v; want both ErrPeerGone", r.readErr, r.writeErr)
 	}
+	if s := c.Stats(); s.RecvCompletions < uint64(q.arrived) {
+		t.Errorf("the drain took %d receive completions, fewer than the %d messages that arrived before the disconnect",
+			s.RecvCompletions, q.arrived)
+	}
 	t.Logf("%d crossings from the disconnect to Close's return (bound %d)", r.crossings, bound)
+}
+
+// TestDisconnectDrainGivesUpOnAStuckQueuePair: a queue pair that goes on
+// completing receives after it was moved to the error state (a device
+// breaking its contract) does not keep the disconnect's drain going: the
+// drain fails the connection after the queue depths' worth of polls.
+func TestDisconnectDrainGivesUpOnAStuckQueuePair(t *testing.T) {
+	set := (&Config{Linger: -1}).settings()
+	eng := establishedEngine(t, set)
+	layout := eng.Layout()
+	q := &floodQP{stop: make(chan struct{}), stuck: true, quietAfter: 5000}
+	for _, r := range eng.PostRecvs(nil) {
+		q.recvs = append(q.recvs, r.ID)
+	}
+	c := newConn(q, eng, set)
+	q.mu.Lock()
+	h := q.handler
+	q.mu.Unlock()
+	type result struct {
+		drained int // crossings from the disconnect to the drain's end
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// The connection's lock is held from the disconnect to the end of
+		// the drain: every crossing in between is the drain's.
+		h.transportDisconnected()
+		q.mu.Lock()
+		drained := q.steps - q.disconnectedAt
+		q.mu.Unlock()
+		_, err := c.Read(make([]byte, 1))
+		c.Close()
+		done <- result{drained, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute): // a hang detector only
+		t.Fatalf("the drain did not give up within a minute (%d crossings so far)", q.crossings())
+	}
+	if !errors.Is(r.err, ErrPeerGone) || !strings.Contains(r.err.Error(), "error state") {
+		t.Errorf("Read after the drain gave up = %v, want ErrPeerGone naming the error state", r.err)
+	}
+	// The drain's steps up to its limit, each at most maxStepRounds
+	// crossings of polling and as many again after each of its two kinds
+	// of posts (credits, regions).
+	limit := 1 + (layout.CQDepth+layout.RecvDepth)/(maxStepRounds*completionBatch)
+	bound := (limit + 1) * 3 * maxStepRounds
+	if r.drained > bound {
+		t.Errorf("the drain made %d crossings, more than %d", r.drained, bound)
+	}
+	t.Logf("the drain gave up after %d crossings (bound %d)", r.drained, bound)
 }
 
 // establishedEngine is an engine established with a peer that exists only
