@@ -89,6 +89,13 @@ func (c *conn) keepaliveLocked() {
 // just the end of an orderly close; otherwise the peer vanished.
 func (c *conn) transportDisconnected() {
 	c.mu.Lock()
+	// Our queue pair goes to the error state first (and the peer's
+	// disconnect request is answered): a peer that keeps sending after its
+	// request, from a queue pair it never took down, then cannot keep the
+	// drain, and this lock, busy. It is done under the lock so that no
+	// step sees a flush before the drain has accounted everything that
+	// arrived before it.
+	c.qp.disconnect()
 	c.drainLocked() // account everything that arrived before the disconnect
 	c.transDown = true
 	if !c.eng.Finished() || c.eng.Err() != nil {
@@ -99,8 +106,6 @@ func (c *conn) transportDisconnected() {
 	c.signalLocked()
 	c.kickLocked()
 	c.mu.Unlock()
-	// Answer the peer's disconnect request so its side completes promptly.
-	c.qp.disconnect()
 }
 
 // transportFailed is called when the connection cannot go on, such as when

@@ -2,6 +2,7 @@ package rnet
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 
 	"github.com/rnet-dev/rnet/internal/ring"
@@ -74,6 +75,12 @@ type pollGroup struct {
 	// crossing that armed it again, or is still on the channel: a
 	// completion not yet polled then wakes the leader. Guarded by pollMu.
 	armed bool
+	// polled counts the completions polled, and emptied the polls that
+	// found fewer than a full batch (the CQ was then empty), so that a
+	// caller can tell when everything in the CQ at some moment has been
+	// handed out (see cqMark). Guarded by pollMu.
+	polled  uint64
+	emptied uint64
 
 	// lmu guards the lead: the member waiting on the channel for the
 	// group, and the followers waiting for it to hand over, oldest first.
@@ -140,44 +147,92 @@ func (g *pollGroup) reserve(depth, cqEntries, recvs int) (*groupMember, bool) {
 	return m, true
 }
 
-// drainLocked polls the CQ until it is empty, doing what flags ask in the
-// first crossing, and hands each completion to its member. Called with
-// pollMu held; a poll error fails the group.
-func (g *pollGroup) drainLocked(flags verbs.StepFlags) error {
+// drainLocked polls the CQ until it is empty or for maxStepRounds polls,
+// whichever comes first, doing what flags ask in the first crossing, and
+// hands each completion to its member: a peer that keeps the CQ full must
+// not keep pollMu, and with it every member's step, for ever. cut says it
+// stopped at the bound with completions left; those may have come before
+// the last arm and left no event, so the leader must drain again before it
+// parks. Called with pollMu held; a poll error fails the group.
+func (g *pollGroup) drainLocked(flags verbs.StepFlags) (cut bool, err error) {
 	if g.err != nil {
-		return g.err
+		return false, g.err
 	}
-	for {
+	for round := 1; ; round++ {
 		n, err := g.cq.poll(flags, g.buf, 1)
 		flags = 0
 		if err != nil {
 			g.failLocked(err)
-			return err
+			return false, err
 		}
+		g.notePollLocked(n)
 		g.deliverLocked(g.buf[:n])
 		if n < len(g.buf) {
-			return nil
+			return false, nil
+		}
+		if round >= maxStepRounds {
+			g.armed = false
+			return true, nil
 		}
 	}
 }
 
-// collectAll polls the CQ until it is empty, handing each completion to
-// its member: after it, a member's inbox holds everything its queue pair
-// completed before.
+// notePollLocked counts a poll of the CQ into g.buf that found n
+// completions. Called with pollMu held.
+func (g *pollGroup) notePollLocked(n int) {
+	g.polled += uint64(n)
+	if n < len(g.buf) {
+		g.emptied++
+	}
+}
+
+// cqMark is a moment in the CQ's history: see passedLocked.
+type cqMark struct{ polled, emptied uint64 }
+
+func (g *pollGroup) markLocked() cqMark { return cqMark{g.polled, g.emptied} }
+
+// passedLocked reports whether every completion in the CQ at mark has been
+// polled and handed out since: a poll found the CQ empty, or as many
+// completions as the CQ holds were polled (it hands them out oldest first).
+// A failed CQ has nothing more to hand out. Called with pollMu held.
+func (g *pollGroup) passedLocked(mark cqMark) bool {
+	return g.err != nil || g.emptied != mark.emptied || g.polled-mark.polled >= uint64(g.cq.size())
+}
+
+// collectPastLocked polls the CQ, a bounded drain at a time, until
+// everything in it at mark has been handed out. Between drains it lets go
+// of pollMu, so that the members' steps and the leader get their turn:
+// the work is bounded by the CQ's size however fast completions come, and
+// each hold of the lock by maxStepRounds polls. Called with pollMu held.
+func (g *pollGroup) collectPastLocked(mark cqMark) {
+	for !g.passedLocked(mark) {
+		if cut, _ := g.drainLocked(0); cut && !g.passedLocked(mark) {
+			g.pollMu.Unlock()
+			runtime.Gosched()
+			g.pollMu.Lock()
+		}
+	}
+}
+
+// collectAll hands out everything in the CQ now: after it, a member's
+// inbox holds everything its queue pair completed before.
 func (g *pollGroup) collectAll() {
 	g.pollMu.Lock()
-	g.drainLocked(0)
+	g.collectPastLocked(g.markLocked())
 	g.pollMu.Unlock()
 }
 
-// armForLeader makes sure the CQ is armed before the leader parks.
-func (g *pollGroup) armForLeader() {
+// armForLeader makes sure the CQ is armed before the leader parks. It
+// reports false when a bounded drain left completions that may have no
+// event: the leader must then look again rather than park.
+func (g *pollGroup) armForLeader() (parkable bool) {
 	g.pollMu.Lock()
+	defer g.pollMu.Unlock()
 	if !g.armed && g.err == nil {
 		g.armed = true
 		g.drainLocked(verbs.StepArm)
 	}
-	g.pollMu.Unlock()
+	return g.armed || g.err != nil
 }
 
 // deliverLocked hands each completion to the member whose queue pair it
@@ -224,7 +279,10 @@ func (g *pollGroup) failLocked(err error) {
 // leave ends m's membership. destroyQP, if not nil, destroys m's queue
 // pair first, with the poll lock held: a device may give its number to the
 // next queue pair at once (siw does), and that one cannot attach before
-// the CQ is drained of what the gone one left in it.
+// what the gone one left in the CQ has been handed out (see attach). m
+// stays the number's member until then, so those completions still reach
+// it (and the shared receive queue's accounts); the CQ is polled a bounded
+// drain at a time, and its room stays reserved until m is gone.
 func (g *pollGroup) leave(m *groupMember, destroyQP func() error) error {
 	g.pollMu.Lock()
 	var err error
@@ -232,7 +290,8 @@ func (g *pollGroup) leave(m *groupMember, destroyQP func() error) error {
 		err = destroyQP()
 	}
 	if m.attached {
-		g.drainLocked(0)
+		m.leaving, m.leftAt = true, g.markLocked()
+		g.collectPastLocked(m.leftAt)
 	}
 	g.mu.Lock()
 	if m.attached && g.members[m.qpNum] == m {

@@ -83,12 +83,15 @@ func (r *groupRegistry) join(ctx *verbs.Context, info verbs.DeviceInfo, need gro
 }
 
 // leave destroys m's queue pair with destroyQP (if not nil) and ends its
-// membership, freeing its group if m was the last member.
+// membership, freeing its group if m was the last member. The group's
+// leave polls its CQ, so it runs without r.mu: joins and leaves on every
+// device take it. A closed group takes no one (see reserve), so a join
+// meanwhile passes it by.
 func (r *groupRegistry) leave(m *groupMember, destroyQP func() error) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	g := m.g
 	err := g.leave(m, destroyQP)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if g.isClosed() {
 		for key, gs := range r.byDevice {
 			for i, x := range gs {

@@ -19,6 +19,11 @@ type groupMember struct {
 	cqEntries int    // of them, reserved in the CQ by the member
 	qpNum     uint32 // set by attach
 	attached  bool   // set by attach, under g.mu
+	// leaving says leave destroyed the queue pair and hands out what it
+	// left in the CQ, which is everything there at leftAt. Guarded by the
+	// group's pollMu.
+	leaving bool
+	leftAt  cqMark
 
 	// With a shared receive queue: the receives m claimed (under g.mu),
 	// the ones its engine posted and its queue pair has not consumed, and
@@ -47,11 +52,18 @@ type groupMember struct {
 	listed     bool
 }
 
-// attach makes m receive the completions of queue pair qpNum. It waits
-// for a leave in progress to drain the CQ (see leave).
+// attach makes m receive the completions of queue pair qpNum. If a queue
+// pair of that number has just left, the completions it left in the CQ
+// are not m's: attach first sees them handed out, as leave does.
 func (m *groupMember) attach(qpNum uint32) {
 	g := m.g
 	g.pollMu.Lock()
+	g.mu.RLock()
+	gone := g.members[qpNum]
+	g.mu.RUnlock()
+	if gone != nil && gone.leaving {
+		g.collectPastLocked(gone.leftAt)
+	}
 	g.mu.Lock()
 	m.qpNum, m.attached = qpNum, true
 	g.members[qpNum] = m
@@ -141,6 +153,7 @@ func (m *groupMember) step(post memberPost, recvs []wr.Recv, sends []wr.Send, ou
 		}
 		k, err := post(recvs, sends, g.buf, tries)
 		if err == nil {
+			g.notePollLocked(k)
 			g.deliverLocked(g.buf[:k])
 		}
 		g.pollMu.Unlock()
@@ -202,7 +215,7 @@ func (m *groupMember) lead() error {
 	g := m.g
 	defer g.handOn(m)
 	for {
-		g.armForLeader()
+		parkable := g.armForLeader()
 		if done, err := m.ready(); done {
 			return err
 		}
@@ -210,6 +223,9 @@ func (m *groupMember) lead() error {
 			// Another goroutine of this connection took what was
 			// handed over: the caller looks at the connection again.
 			return nil
+		}
+		if !parkable {
+			continue // the CQ may hold completions no event will announce
 		}
 		err := g.cq.waitReady()
 		switch {

@@ -1,6 +1,8 @@
 package rnet
 
 import (
+	"fmt"
+
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
@@ -39,11 +41,23 @@ func (c *conn) stepMovedLocked() bool {
 
 // drainLocked is driveLocked that goes on past the bound of one step until
 // the CQ is empty: for news that must come after everything that arrived
-// before it, once the peer can send no more (its disconnect).
+// before it. The caller has moved the queue pair to the error state, so
+// nothing completes any more but flushes of what is posted (and of what
+// the drain reposts before it polls the first flush): the drain ends
+// within the queue depths however fast the peer sends. A queue pair that
+// goes on completing past that fails the connection rather than keep the
+// lock.
 func (c *conn) drainLocked() {
 	c.qp.collectAll()
-	for {
+	layout := c.eng.Layout()
+	limit := 1 + (layout.CQDepth+layout.RecvDepth)/(maxStepRounds*completionBatch)
+	for steps := 1; ; steps++ {
 		if _, cut := c.stepLocked(true, 0); !cut {
+			return
+		}
+		if steps > limit {
+			c.failLocked(fmt.Errorf("%w: the queue pair (%d work requests deep) still completed a full batch %d polls after it was moved to the error state",
+				ErrPeerGone, layout.CQDepth, steps*maxStepRounds))
 			return
 		}
 	}

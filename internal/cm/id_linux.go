@@ -312,6 +312,15 @@ func (id *ID) Disconnect() error {
 	})
 }
 
+// DisconnectKeepingQP sends the disconnect request as Disconnect does but
+// leaves the QP in its state, so that it can go on sending, as a peer's QP
+// that was not made through its id could. Tests play hostile peers with it.
+func (id *ID) DisconnectKeepingQP() error {
+	return id.call("rdma_disconnect", func(c *C.struct_rdma_cm_id) C.int {
+		return C.rnet_disconnect_keep_qp(c)
+	})
+}
+
 // Migrate moves the id onto another event channel; its later events arrive
 // there. An accepted connection is typically moved off the listener's
 // channel onto its own.

@@ -268,6 +268,21 @@ RNET_ERRNO_CALL(rnet_disconnect, rdma_disconnect(id), struct rdma_cm_id *id)
 RNET_ERRNO_CALL(rnet_migrate_id, rdma_migrate_id(id, ch), struct rdma_cm_id *id, struct rdma_event_channel *ch)
 RNET_ERRNO_CALL(rnet_destroy_id, rdma_destroy_id(id), struct rdma_cm_id *id)
 
+// rnet_disconnect_keep_qp sends the disconnect request but leaves the id's
+// QP in its state, as a peer whose QP the id does not know would:
+// rdma_disconnect moves only id->qp to the error state.
+static inline int rnet_disconnect_keep_qp(struct rdma_cm_id *id)
+{
+	struct ibv_qp *qp = id->qp;
+	int ret;
+
+	id->qp = NULL;
+	errno = 0;
+	ret = rnet_errno(rdma_disconnect(id));
+	id->qp = qp;
+	return ret;
+}
+
 static inline struct ibv_context *rnet_id_verbs(struct rdma_cm_id *id) { return id->verbs; }
 static inline struct ibv_qp *rnet_id_qp(struct rdma_cm_id *id) { return id->qp; }
 static inline int rnet_channel_fd(struct rdma_event_channel *ch) { return ch->fd; }

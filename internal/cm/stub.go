@@ -46,6 +46,7 @@ func (id *ID) Connect(p ConnParam) error        { return unsupported("rdma_conne
 func (id *ID) Accept(p ConnParam) error         { return unsupported("rdma_accept") }
 func (id *ID) Reject(privateData []byte) error  { return unsupported("rdma_reject") }
 func (id *ID) Disconnect() error                { return unsupported("rdma_disconnect") }
+func (id *ID) DisconnectKeepingQP() error       { return unsupported("rdma_disconnect") }
 func (id *ID) Migrate(to *EventChannel) error   { return unsupported("rdma_migrate_id") }
 func (id *ID) Channel() *EventChannel           { return nil }
 func (id *ID) Context() (*verbs.Context, error) { return nil, unsupported("rdma_cm_id verbs") }
