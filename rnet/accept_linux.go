@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	"github.com/rnet-dev/rnet/internal/cm"
-	"github.com/rnet-dev/rnet/internal/ring"
 )
 
 // listen binds a listening id to laddr and starts its acceptor.
@@ -136,33 +135,9 @@ func (a *acceptor) run() {
 			continue
 		}
 		a.l.requestBegan()
-		if _, err := ring.DecodeConnData(ev.Param.PrivateData); err != nil {
-			// rsocket refuses a request whose private data it cannot use;
-			// so do we, before it may take a slot or any memory.
+		slot, err := a.l.admit(a.pending, ev.Param.PrivateData)
+		if err != nil {
 			a.refuse(ev.ID, err)
-			continue
-		}
-		if a.l.backlogFull() {
-			// Accept is not keeping up: refuse, as a full TCP accept queue
-			// would, rather than evict a handshake for a connection that
-			// could not be queued.
-			a.refuse(ev.ID, errBacklogFull)
-			continue
-		}
-		// With every slot taken by a handshake that is young, wait: the
-		// requests behind this one wait in the connection manager's
-		// backlog, which past its size drops them for the dialer to send
-		// again, and does not refuse them.
-		slot, ok := a.pending.take(a.ctx.Done())
-		if !ok {
-			a.refuse(ev.ID, net.ErrClosed) // Listener.Close
-			continue
-		}
-		if a.l.backlogFull() {
-			// Checked again with the slot held, so that the connections
-			// waiting for room in the backlog never outnumber the slots.
-			slot.release()
-			a.refuse(ev.ID, errBacklogFull)
 			continue
 		}
 		ch, ok := a.handOver(ev)

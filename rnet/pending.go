@@ -2,9 +2,17 @@ package rnet
 
 import (
 	"container/list"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
 )
+
+// errHandshakesBusy is what a listener tells its HandshakeError hook when
+// it refuses a request because every pending-handshake slot is held by a
+// handshake too young to give up.
+var errHandshakesBusy = errors.New("rnet: every pending-handshake slot is held by a handshake whose dialer may still confirm it (ListenConfig.MaxPendingHandshakes)")
 
 // pendingHandshakes bounds the connection requests a listener is working
 // on: each takes a slot when the acceptor reads it and gives it back once
@@ -19,15 +27,16 @@ import (
 // answers within a round trip, so such a handshake is most likely one that
 // will never complete. The evicted handshake is cancelled, and its slot
 // passes to the new one once it has released its resources, so memory
-// never exceeds the bound.
+// never exceeds the bound. When no handshake is that stale, the request is
+// refused as busy at once rather than kept waiting.
 type pendingHandshakes struct {
 	slots      int
 	staleAfter time.Duration // the least stale age
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// Under mu; every method holds it for constant work.
 	free     int
-	awaiting list.List     // *pendingSlot whose reply is out, oldest reply first
-	changed  chan struct{} // closed and replaced when a slot frees or a reply goes out
+	awaiting list.List // *pendingSlot whose reply is out, oldest reply first
 	// slowRTU is the longest recent wait for an RTU that came: the
 	// longest wait so far, decaying by a eighth with each handshake
 	// established since.
@@ -68,66 +77,71 @@ type pendingSlot struct {
 }
 
 func newPendingHandshakes(slots int, staleAfter time.Duration) *pendingHandshakes {
-	return &pendingHandshakes{slots: slots, staleAfter: staleAfter, free: slots, changed: make(chan struct{})}
-}
-
-// signalLocked wakes every take that waits for a slot.
-func (p *pendingHandshakes) signalLocked() {
-	close(p.changed)
-	p.changed = make(chan struct{})
+	return &pendingHandshakes{slots: slots, staleAfter: staleAfter, free: slots}
 }
 
 // take returns a slot for a new request: a free one, or that of the oldest
 // handshake past the stale age, which it cancels; the slot is the request's
-// own once wait returns true. With neither, take waits for one or the
-// other; it returns false if done is closed first.
-func (p *pendingHandshakes) take(done <-chan struct{}) (*pendingSlot, bool) {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		p.mu.Lock()
-		if p.free > 0 {
-			p.free--
-			p.mu.Unlock()
-			s := &pendingSlot{p: p, ready: make(chan struct{}), own: true}
-			close(s.ready)
-			return s, true
-		}
-		var stale <-chan time.Time
-		if e := p.awaiting.Front(); e != nil {
-			old := e.Value.(*pendingSlot)
-			if wait := p.staleAgeLocked() - time.Since(old.repliedAt); wait > 0 {
-				if timer == nil {
-					timer = time.NewTimer(wait)
-				} else {
-					timer.Reset(wait)
-				}
-				stale = timer.C
-			} else {
-				p.awaiting.Remove(e)
-				old.elem = nil
-				old.evicted = true
-				s := &pendingSlot{p: p, ready: make(chan struct{})}
-				old.heir = s
-				cancel := old.cancel
-				p.mu.Unlock()
-				cancel()
-				return s, true
-			}
-		}
-		changed := p.changed
+// own once wait returns true. With neither it returns errHandshakesBusy at
+// once: the acceptor must go on reading requests, and a dialer refused as
+// busy tries again, as a TCP client resends a SYN. Its work under p.mu is
+// constant.
+func (p *pendingHandshakes) take() (*pendingSlot, error) {
+	p.mu.Lock()
+	if p.free > 0 {
+		p.free--
 		p.mu.Unlock()
-		select {
-		case <-changed:
-		case <-stale:
-		case <-done:
-			return nil, false
-		}
+		s := &pendingSlot{p: p, ready: make(chan struct{}), own: true}
+		close(s.ready)
+		return s, nil
 	}
+	e := p.awaiting.Front()
+	if e == nil {
+		p.mu.Unlock()
+		return nil, errHandshakesBusy
+	}
+	old := e.Value.(*pendingSlot)
+	if time.Since(old.repliedAt) < p.staleAgeLocked() {
+		p.mu.Unlock()
+		return nil, errHandshakesBusy
+	}
+	p.awaiting.Remove(e)
+	old.elem = nil
+	old.evicted = true
+	s := &pendingSlot{p: p, ready: make(chan struct{})}
+	old.heir = s
+	cancel := old.cancel
+	p.mu.Unlock()
+	cancel()
+	return s, nil
+}
+
+// admit decides, for the acceptor, whether a connection request whose
+// private data is private gets a pending-handshake slot, or is refused and
+// why. It never waits, so that the acceptor reads every request as it comes.
+func (l *listener) admit(p *pendingHandshakes, private []byte) (*pendingSlot, error) {
+	// rsocket refuses a request whose private data it cannot use; so do
+	// we, before it may take a slot or any memory.
+	if _, err := ring.DecodeConnData(private); err != nil {
+		return nil, err
+	}
+	// Accept is not keeping up: refuse, as a full TCP accept queue would,
+	// rather than evict a handshake for a connection that could not be
+	// queued.
+	if l.backlogFull() {
+		return nil, errBacklogFull
+	}
+	slot, err := p.take()
+	if err != nil {
+		return nil, err
+	}
+	// Checked again with the slot held, so that the connections waiting
+	// for room in the backlog never outnumber the slots.
+	if l.backlogFull() {
+		slot.release()
+		return nil, errBacklogFull
+	}
+	return slot, nil
 }
 
 // inUse is the number of slots taken.
@@ -161,7 +175,6 @@ func (s *pendingSlot) replied(cancel func()) {
 	s.repliedAt = time.Now()
 	s.cancel = cancel
 	s.elem = p.awaiting.PushBack(s)
-	p.signalLocked()
 }
 
 // established takes the handshake off the evictable list now that its
@@ -212,5 +225,4 @@ func (s *pendingSlot) release() {
 		return
 	}
 	p.free++
-	p.signalLocked()
 }

@@ -1,6 +1,7 @@
 package rnet
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -9,18 +10,29 @@ import (
 	"time"
 )
 
-// closedDone is a done channel already closed: a take given it returns at
+// closedDone is a done channel already closed: a wait given it returns at
 // once with what it has, so a test can ask "would this wait?" without
 // waiting.
 var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func mustTake(t *testing.T, p *pendingHandshakes) *pendingSlot {
 	t.Helper()
-	s, ok := p.take(closedDone)
-	if !ok {
-		t.Fatal("take found no slot")
+	s, err := p.take()
+	if err != nil {
+		t.Fatalf("take: %v", err)
 	}
 	return s
+}
+
+// mustBeBusy checks that a new request finds no slot and is refused as busy.
+func mustBeBusy(t *testing.T, p *pendingHandshakes, why string) {
+	t.Helper()
+	if s, err := p.take(); !errors.Is(err, errHandshakesBusy) {
+		if s != nil {
+			s.release()
+		}
+		t.Fatalf("take = %v, want errHandshakesBusy: %s", err, why)
+	}
 }
 
 // isOwn says whether the slot is s's own now, without waiting.
@@ -38,26 +50,19 @@ type counter struct{ n atomic.Int32 }
 
 func (c *counter) cancel() { c.n.Add(1) }
 
-func TestPendingFreeSlotsThenWait(t *testing.T) {
+func TestPendingFreeSlotsThenBusy(t *testing.T) {
 	p := newPendingHandshakes(2, time.Hour)
 	a, b := mustTake(t, p), mustTake(t, p)
 	if !isOwn(a) || !isOwn(b) {
 		t.Fatal("a free slot is not at once the request's own")
 	}
-	if _, ok := p.take(closedDone); ok {
-		t.Fatal("a third request got one of two slots while both handshakes are still being set up")
-	}
+	mustBeBusy(t, p, "a third request got one of two slots while both handshakes are still being set up")
 	if n := p.inUse(); n != 2 {
 		t.Fatalf("inUse = %d, want 2", n)
 	}
-	got := make(chan *pendingSlot)
-	go func() {
-		s, _ := p.take(nil)
-		got <- s
-	}()
 	a.release()
-	if s := <-got; !isOwn(s) {
-		t.Fatal("the slot a failed handshake released is not the waiting request's own")
+	if s := mustTake(t, p); !isOwn(s) {
+		t.Fatal("the slot a failed handshake released is not the next request's own")
 	}
 	if n := p.inUse(); n != 2 {
 		t.Fatalf("inUse = %d, want 2", n)
@@ -69,9 +74,7 @@ func TestPendingYoungHandshakeIsNotEvicted(t *testing.T) {
 	var c counter
 	a := mustTake(t, p)
 	a.replied(c.cancel)
-	if _, ok := p.take(closedDone); ok {
-		t.Fatal("a request took the slot of a handshake that has waited less than staleAfter")
-	}
+	mustBeBusy(t, p, "a request took the slot of a handshake that has waited less than staleAfter")
 	if c.n.Load() != 0 {
 		t.Fatal("a young handshake was cancelled")
 	}
@@ -127,9 +130,7 @@ func TestPendingEstablishedAndFailedAreNotEvicted(t *testing.T) {
 	if !isOwn(c) || ca.n.Load() != 0 || cb.n.Load() != 0 {
 		t.Fatal("a request evicted an established or failed handshake instead of taking the free slot")
 	}
-	if _, ok := p.take(closedDone); ok {
-		t.Fatal("a request evicted an established handshake")
-	}
+	mustBeBusy(t, p, "a request evicted an established handshake")
 	a.release()
 	if n := p.inUse(); n != 1 {
 		t.Fatalf("inUse = %d, want 1", n)
@@ -157,16 +158,18 @@ func TestPendingAbandonedHeirFreesTheSlot(t *testing.T) {
 	}
 }
 
-func TestPendingWaitsUntilTheOldestIsStale(t *testing.T) {
-	p := newPendingHandshakes(1, time.Millisecond)
+func TestPendingEvictsOnceTheOldestIsStale(t *testing.T) {
+	p := newPendingHandshakes(1, time.Second)
 	var c counter
 	a := mustTake(t, p)
 	a.replied(c.cancel)
-	// With nothing free, take waits for a to pass staleAfter, then
-	// evicts it.
-	b, ok := p.take(nil)
-	if !ok || c.n.Load() != 1 {
-		t.Fatalf("take = %v, a cancelled %d times; want a evicted once stale", ok, c.n.Load())
+	// With nothing free and a young, a new request is refused; once a
+	// has waited staleAfter, the next one evicts it.
+	mustBeBusy(t, p, "a request took the slot of a young handshake")
+	a.repliedAt = a.repliedAt.Add(-time.Second)
+	b := mustTake(t, p)
+	if c.n.Load() != 1 {
+		t.Fatalf("a cancelled %d times; want a evicted once stale", c.n.Load())
 	}
 	a.release()
 	if !isOwn(b) {
@@ -199,12 +202,12 @@ func TestPendingStaleAgeFollowsSlowRTUs(t *testing.T) {
 		s := mustTake(t, p)
 		s.replied(c.cancel)
 		s.repliedAt = s.repliedAt.Add(-age)
-		next, ok := p.take(closedDone)
+		next, err := p.take()
 		s.release()
-		if ok {
+		if err == nil {
 			next.release()
 		}
-		return ok && c.n.Load() == 1
+		return err == nil && c.n.Load() == 1
 	}
 
 	if !evicts(1100 * time.Millisecond) {
@@ -239,36 +242,26 @@ func TestPendingStaleAgeFollowsSlowRTUs(t *testing.T) {
 	}
 }
 
-func TestPendingTakeEndsWithDone(t *testing.T) {
-	p := newPendingHandshakes(1, time.Hour)
-	mustTake(t, p)
-	done := make(chan struct{})
-	ended := make(chan bool)
-	go func() {
-		_, ok := p.take(done)
-		ended <- ok
-	}()
-	close(done)
-	if <-ended {
-		t.Fatal("take got a slot after done, with none to have")
-	}
-}
-
 // TestPendingNeverOverBound runs many requests through few slots, each
 // handshake replying, failing or completing at random, with requests
-// evicting stale ones, and checks that the handshakes owning a slot (and so
-// pinning memory) never outnumber the slots.
+// evicting stale ones or refused as busy, and checks that the handshakes
+// owning a slot (and so pinning memory) never outnumber the slots.
 func TestPendingNeverOverBound(t *testing.T) {
 	const slots, requests = 4, 2000
 	p := newPendingHandshakes(slots, 0)
 	var owning, most atomic.Int32
 	var wg sync.WaitGroup
 	done := make(chan struct{})
+	admitted := 0
 	for i := range requests {
-		s, ok := p.take(done)
-		if !ok {
-			t.Fatal("take failed without done")
+		s, err := p.take()
+		if errors.Is(err, errHandshakesBusy) {
+			continue // refused, as the acceptor refuses it
 		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		admitted++
 		wg.Go(func() {
 			defer s.release()
 			if !s.wait(done) {
@@ -300,6 +293,7 @@ func TestPendingNeverOverBound(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
+	t.Logf("%d of %d requests admitted, the rest refused as busy", admitted, requests)
 	if m := most.Load(); m > slots {
 		t.Errorf("%d handshakes owned a slot at once, want at most %d", m, slots)
 	}
