@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
 )
 
 // closedDone is a done channel already closed: a wait given it returns at
@@ -252,17 +254,29 @@ func TestPendingNeverOverBound(t *testing.T) {
 	var owning, most atomic.Int32
 	var wg sync.WaitGroup
 	done := make(chan struct{})
-	admitted := 0
+	// progress is signalled after each change that may let a refused
+	// request in: a reply (its handshake may now be evicted) or a release.
+	progress := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+	}
+	refused := 0
 	for i := range requests {
 		s, err := p.take()
-		if errors.Is(err, errHandshakesBusy) {
-			continue // refused, as the acceptor refuses it
+		for errors.Is(err, errHandshakesBusy) {
+			// Refused, as the acceptor refuses it; the dialer tries again.
+			refused++
+			<-progress
+			s, err = p.take()
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		admitted++
 		wg.Go(func() {
+			defer signal()
 			defer s.release()
 			if !s.wait(done) {
 				return
@@ -278,6 +292,7 @@ func TestPendingNeverOverBound(t *testing.T) {
 			cancelled := make(chan struct{})
 			var once sync.Once
 			s.replied(func() { once.Do(func() { close(cancelled) }) })
+			signal()
 			switch r.IntN(3) {
 			case 0: // a real dialer: established, unless evicted first
 				if s.established(true) {
@@ -293,7 +308,7 @@ func TestPendingNeverOverBound(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
-	t.Logf("%d of %d requests admitted, the rest refused as busy", admitted, requests)
+	t.Logf("%d requests admitted; %d tries refused as busy", requests, refused)
 	if m := most.Load(); m > slots {
 		t.Errorf("%d handshakes owned a slot at once, want at most %d", m, slots)
 	}
@@ -335,4 +350,75 @@ func TestListenConfigLimits(t *testing.T) {
 	if d := (*Config)(nil).settings().handshakeTimeout; d != 10*time.Second {
 		t.Errorf("default HandshakeTimeout %v, want 10s", d)
 	}
+}
+
+// TestAcceptorRefusesBusyAtOnce: with every pending-handshake slot held by
+// a handshake too young to give up (set up, or waiting for its RTU), the
+// acceptor's admission of a new request refuses it as busy at once, with
+// a reject that tells the dialer so; it never waits for a slot, so the
+// acceptor goes on reading requests. A full backlog and an unusable
+// request are refused as before.
+func TestAcceptorRefusesBusyAtOnce(t *testing.T) {
+	l := &listener{conns: make(chan *Conn, 1)}
+	p := newPendingHandshakes(2, time.Hour)
+	data := ring.ConnData{Version: 1, Flags: ring.FlagIOMap, Credits: 16,
+		TargetSGL: ring.RemoteSGE{Addr: 0x10000, Key: 7, Length: 2},
+		DataBuf:   ring.RemoteSGE{Addr: 0x20000, Key: 7, Length: 1 << 16}}
+	valid := data.Encode()
+	admit := func() (*pendingSlot, error) {
+		t.Helper()
+		type result struct {
+			s   *pendingSlot
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			s, err := l.admit(p, valid[:])
+			done <- result{s, err}
+		}()
+		select {
+		case r := <-done:
+			return r.s, r.err
+		case <-time.After(10 * time.Second): // a hang detector only
+			t.Fatal("the acceptor waits for a slot instead of refusing the request")
+			return nil, nil
+		}
+	}
+	settingUp, err := admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replied, err := admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c counter
+	replied.replied(c.cancel)
+	for range 3 {
+		s, err := admit()
+		if !errors.Is(err, errHandshakesBusy) || s != nil {
+			t.Fatalf("admit with every slot young = %v, %v; want errHandshakesBusy", s, err)
+		}
+		if r := rejectReasonOf(err); !r.busy() {
+			t.Errorf("the reject for %v says %v, not busy", err, r)
+		}
+	}
+	if c.n.Load() != 0 || p.inUse() != 2 {
+		t.Errorf("a refused request cancelled %d handshakes, %d slots in use; want 0 and 2", c.n.Load(), p.inUse())
+	}
+	if _, err := l.admit(p, []byte{1, 2}); !errors.Is(err, ErrProtocol) {
+		t.Errorf("admit of an unusable request = %v, want ErrProtocol", err)
+	}
+	settingUp.release()
+	l.conns <- nil // the backlog of one is full
+	if _, err := l.admit(p, valid[:]); !errors.Is(err, errBacklogFull) {
+		t.Errorf("admit with the backlog full = %v, want errBacklogFull", err)
+	}
+	<-l.conns
+	s, err := admit()
+	if err != nil || !isOwn(s) {
+		t.Fatalf("admit with a slot freed = %v; want the slot", err)
+	}
+	s.release()
+	replied.release()
 }
