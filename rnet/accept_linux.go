@@ -65,9 +65,10 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 	}
 	l.requestsDone.L = &l.requestsMu
 	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx,
-		pending: newPendingHandshakes(maxPending, stalledHandshakeAfter)}
+		pending: newPendingHandshakes(maxPending, backlog, stalledHandshakeAfter)}
 	l.stop = func() {
 		cancel()
+		a.pending.close()
 		ch.Close()
 		a.wg.Wait()
 		id.Close()
@@ -104,7 +105,8 @@ type acceptor struct {
 	set    settings
 	ctx    context.Context // cancelled by Listener.Close
 	// pending bounds the requests being set up or waiting for their
-	// dialer's RTU, and so the memory they pin (see pendingHandshakes).
+	// dialer's RTU, and so the memory they pin, and those in line for a
+	// slot (see pendingHandshakes).
 	pending *pendingHandshakes
 	wg      sync.WaitGroup
 }

@@ -27,16 +27,24 @@ var errHandshakesBusy = errors.New("rnet: every pending-handshake slot is held b
 // answers within a round trip, so such a handshake is most likely one that
 // will never complete. The evicted handshake is cancelled, and its slot
 // passes to the new one once it has released its resources, so memory
-// never exceeds the bound. When no handshake is that stale, the request is
-// refused as busy at once rather than kept waiting.
+// never exceeds the bound. When no handshake is that stale, the request
+// waits in line, holding nothing but its id, for the next slot to free or
+// turn stale, in the order the requests came; with maxWaiting of them in
+// line already it is refused as busy at once. Nobody waits in the
+// acceptor, which goes on reading requests.
 type pendingHandshakes struct {
 	slots      int
+	maxWaiting int
 	staleAfter time.Duration // the least stale age
 
 	mu sync.Mutex
-	// Under mu; every method holds it for constant work.
+	// Under mu; every method holds it for constant work, or, in
+	// evictStale, for at most one eviction per slot.
 	free     int
-	awaiting list.List // *pendingSlot whose reply is out, oldest reply first
+	awaiting list.List   // *pendingSlot whose reply is out, oldest reply first
+	waiting  list.List   // *pendingSlot in line for a slot, oldest first
+	timer    *time.Timer // runs evictStale when the oldest reply turns stale with requests in line
+	closed   bool
 	// slowRTU is the longest recent wait for an RTU that came: the
 	// longest wait so far, decaying by a eighth with each handshake
 	// established since.
@@ -69,6 +77,7 @@ type pendingSlot struct {
 	own       bool          // ready is closed
 	repliedAt time.Time     // when the reply went out
 	elem      *list.Element // in p.awaiting while evictable
+	inLine    *list.Element // in p.waiting while in line
 	cancel    func()        // ends the wait for RTU
 	evicted   bool          // a newer request took the slot
 	heir      *pendingSlot  // the request the slot passes to on release
@@ -76,44 +85,122 @@ type pendingSlot struct {
 	released  bool
 }
 
-func newPendingHandshakes(slots int, staleAfter time.Duration) *pendingHandshakes {
-	return &pendingHandshakes{slots: slots, staleAfter: staleAfter, free: slots}
+func newPendingHandshakes(slots, maxWaiting int, staleAfter time.Duration) *pendingHandshakes {
+	return &pendingHandshakes{slots: slots, maxWaiting: maxWaiting, staleAfter: staleAfter, free: slots}
+}
+
+// close stops the eviction timer: the listener is closing, and its
+// handshakes end with it.
+func (p *pendingHandshakes) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
 }
 
 // take returns a slot for a new request: a free one, or that of the oldest
-// handshake past the stale age, which it cancels; the slot is the request's
-// own once wait returns true. With neither it returns errHandshakesBusy at
-// once: the acceptor must go on reading requests, and a dialer refused as
-// busy tries again, as a TCP client resends a SYN. Its work under p.mu is
-// constant.
+// handshake past the stale age, which it cancels, or a place in line; the
+// slot is the request's own once wait returns true. With maxWaiting
+// requests in line already it returns errHandshakesBusy at once, and a
+// dialer refused as busy tries again, as a TCP client resends a SYN.
 func (p *pendingHandshakes) take() (*pendingSlot, error) {
 	p.mu.Lock()
-	if p.free > 0 {
-		p.free--
-		p.mu.Unlock()
-		s := &pendingSlot{p: p, ready: make(chan struct{}), own: true}
-		close(s.ready)
-		return s, nil
+	s := &pendingSlot{p: p, ready: make(chan struct{})}
+	if p.waiting.Len() == 0 {
+		// Nobody is in line before this request.
+		if p.free > 0 {
+			p.free--
+			p.mu.Unlock()
+			s.own = true
+			close(s.ready)
+			return s, nil
+		}
+		if cancel := p.evictForLocked(s); cancel != nil {
+			p.mu.Unlock()
+			cancel()
+			return s, nil
+		}
 	}
-	e := p.awaiting.Front()
-	if e == nil {
+	if p.waiting.Len() >= p.maxWaiting {
 		p.mu.Unlock()
 		return nil, errHandshakesBusy
+	}
+	s.inLine = p.waiting.PushBack(s)
+	p.armLocked()
+	p.mu.Unlock()
+	return s, nil
+}
+
+// evictForLocked evicts the handshake that has waited longest for its RTU,
+// if that wait is stale, for heir, and returns the evicted one's cancel;
+// nil if none is stale.
+func (p *pendingHandshakes) evictForLocked(heir *pendingSlot) (cancel func()) {
+	e := p.awaiting.Front()
+	if e == nil {
+		return nil
 	}
 	old := e.Value.(*pendingSlot)
 	if time.Since(old.repliedAt) < p.staleAgeLocked() {
-		p.mu.Unlock()
-		return nil, errHandshakesBusy
+		return nil
 	}
 	p.awaiting.Remove(e)
 	old.elem = nil
 	old.evicted = true
-	s := &pendingSlot{p: p, ready: make(chan struct{})}
-	old.heir = s
-	cancel := old.cancel
+	old.heir = heir
+	return old.cancel
+}
+
+// armLocked sets the timer for when the oldest reply turns stale, if
+// requests wait in line for a slot.
+func (p *pendingHandshakes) armLocked() {
+	e := p.awaiting.Front()
+	if p.closed || p.waiting.Len() == 0 || e == nil {
+		return
+	}
+	wait := p.staleAgeLocked() - time.Since(e.Value.(*pendingSlot).repliedAt)
+	if p.timer == nil {
+		p.timer = time.AfterFunc(wait, p.evictStale)
+	} else {
+		p.timer.Reset(wait)
+	}
+}
+
+// evictStale gives the requests in line, in order, the slots of the
+// handshakes whose wait for an RTU has turned stale.
+func (p *pendingHandshakes) evictStale() {
+	var cancels []func()
+	p.mu.Lock()
+	for p.waiting.Len() > 0 {
+		heir := p.waiting.Front().Value.(*pendingSlot)
+		cancel := p.evictForLocked(heir)
+		if cancel == nil {
+			break
+		}
+		p.waiting.Remove(heir.inLine)
+		heir.inLine = nil
+		cancels = append(cancels, cancel)
+	}
+	p.armLocked()
 	p.mu.Unlock()
-	cancel()
-	return s, nil
+	for _, cancel := range cancels {
+		cancel()
+	}
+}
+
+// passLocked passes a slot that was s's, or was to be, to the next request
+// in line, or frees it.
+func (p *pendingHandshakes) passLocked() {
+	if e := p.waiting.Front(); e != nil {
+		next := e.Value.(*pendingSlot)
+		p.waiting.Remove(e)
+		next.inLine = nil
+		next.own = true
+		close(next.ready)
+		return
+	}
+	p.free++
 }
 
 // admit decides, for the acceptor, whether a connection request whose
@@ -151,9 +238,9 @@ func (p *pendingHandshakes) inUse() int {
 	return p.slots - p.free
 }
 
-// wait waits until the slot is s's own (at once, unless it was taken from
-// an evicted handshake still releasing its resources). It returns false if
-// done is closed first.
+// wait waits until the slot is s's own (at once, unless the request is in
+// line or its slot was taken from an evicted handshake still releasing its
+// resources). It returns false if done is closed first.
 func (s *pendingSlot) wait(done <-chan struct{}) bool {
 	select {
 	case <-s.ready:
@@ -175,6 +262,9 @@ func (s *pendingSlot) replied(cancel func()) {
 	s.repliedAt = time.Now()
 	s.cancel = cancel
 	s.elem = p.awaiting.PushBack(s)
+	if p.awaiting.Len() == 1 {
+		p.armLocked()
+	}
 }
 
 // established takes the handshake off the evictable list now that its
@@ -213,6 +303,12 @@ func (s *pendingSlot) release() {
 		p.awaiting.Remove(s.elem)
 		s.elem = nil
 	}
+	if s.inLine != nil {
+		// Gave up in line: it never had a slot.
+		p.waiting.Remove(s.inLine)
+		s.inLine = nil
+		return
+	}
 	if !s.own {
 		// Its predecessor still holds the slot; the slot comes back
 		// when the predecessor releases it.
@@ -224,5 +320,5 @@ func (s *pendingSlot) release() {
 		close(h.ready)
 		return
 	}
-	p.free++
+	p.passLocked()
 }

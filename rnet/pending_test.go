@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,7 +54,7 @@ type counter struct{ n atomic.Int32 }
 func (c *counter) cancel() { c.n.Add(1) }
 
 func TestPendingFreeSlotsThenBusy(t *testing.T) {
-	p := newPendingHandshakes(2, time.Hour)
+	p := newPendingHandshakes(2, 0, time.Hour)
 	a, b := mustTake(t, p), mustTake(t, p)
 	if !isOwn(a) || !isOwn(b) {
 		t.Fatal("a free slot is not at once the request's own")
@@ -72,7 +73,7 @@ func TestPendingFreeSlotsThenBusy(t *testing.T) {
 }
 
 func TestPendingYoungHandshakeIsNotEvicted(t *testing.T) {
-	p := newPendingHandshakes(1, time.Hour)
+	p := newPendingHandshakes(1, 0, time.Hour)
 	var c counter
 	a := mustTake(t, p)
 	a.replied(c.cancel)
@@ -86,7 +87,7 @@ func TestPendingYoungHandshakeIsNotEvicted(t *testing.T) {
 }
 
 func TestPendingEvictsTheOldest(t *testing.T) {
-	p := newPendingHandshakes(3, 0)
+	p := newPendingHandshakes(3, 0, 0)
 	var ca, cb, cc counter
 	a, b, c := mustTake(t, p), mustTake(t, p), mustTake(t, p)
 	b.replied(cb.cancel)
@@ -117,7 +118,7 @@ func TestPendingEvictsTheOldest(t *testing.T) {
 }
 
 func TestPendingEstablishedAndFailedAreNotEvicted(t *testing.T) {
-	p := newPendingHandshakes(2, 0)
+	p := newPendingHandshakes(2, 0, 0)
 	var ca, cb counter
 	a, b := mustTake(t, p), mustTake(t, p)
 	a.replied(ca.cancel)
@@ -140,7 +141,7 @@ func TestPendingEstablishedAndFailedAreNotEvicted(t *testing.T) {
 }
 
 func TestPendingAbandonedHeirFreesTheSlot(t *testing.T) {
-	p := newPendingHandshakes(1, 0)
+	p := newPendingHandshakes(1, 0, 0)
 	var c counter
 	a := mustTake(t, p)
 	a.replied(c.cancel)
@@ -161,7 +162,7 @@ func TestPendingAbandonedHeirFreesTheSlot(t *testing.T) {
 }
 
 func TestPendingEvictsOnceTheOldestIsStale(t *testing.T) {
-	p := newPendingHandshakes(1, time.Second)
+	p := newPendingHandshakes(1, 0, time.Second)
 	var c counter
 	a := mustTake(t, p)
 	a.replied(c.cancel)
@@ -184,7 +185,7 @@ func TestPendingEvictsOnceTheOldestIsStale(t *testing.T) {
 // stale only at four times that wait, up to ten times staleAfter, and that
 // the stale age comes back down as quick RTUs follow.
 func TestPendingStaleAgeFollowsSlowRTUs(t *testing.T) {
-	p := newPendingHandshakes(1, time.Second)
+	p := newPendingHandshakes(1, 0, time.Second)
 	// establishAfter completes a handshake whose RTU took wait.
 	establishAfter := func(wait time.Duration) {
 		t.Helper()
@@ -249,8 +250,15 @@ func TestPendingStaleAgeFollowsSlowRTUs(t *testing.T) {
 // evicting stale ones or refused as busy, and checks that the handshakes
 // owning a slot (and so pinning memory) never outnumber the slots.
 func TestPendingNeverOverBound(t *testing.T) {
+	for _, line := range []int{0, 8} {
+		t.Run("Line"+strconv.Itoa(line), func(t *testing.T) { pendingNeverOverBound(t, line) })
+	}
+}
+
+func pendingNeverOverBound(t *testing.T, line int) {
 	const slots, requests = 4, 2000
-	p := newPendingHandshakes(slots, 0)
+	p := newPendingHandshakes(slots, line, 0)
+	defer p.close()
 	var owning, most atomic.Int32
 	var wg sync.WaitGroup
 	done := make(chan struct{})
@@ -360,7 +368,7 @@ func TestListenConfigLimits(t *testing.T) {
 // request are refused as before.
 func TestAcceptorRefusesBusyAtOnce(t *testing.T) {
 	l := &listener{conns: make(chan *Conn, 1)}
-	p := newPendingHandshakes(2, time.Hour)
+	p := newPendingHandshakes(2, 1, time.Hour)
 	data := ring.ConnData{Version: 1, Flags: ring.FlagIOMap, Credits: 16,
 		TargetSGL: ring.RemoteSGE{Addr: 0x10000, Key: 7, Length: 2},
 		DataBuf:   ring.RemoteSGE{Addr: 0x20000, Key: 7, Length: 1 << 16}}
@@ -394,6 +402,10 @@ func TestAcceptorRefusesBusyAtOnce(t *testing.T) {
 	}
 	var c counter
 	replied.replied(c.cancel)
+	inLine, err := admit()
+	if err != nil || isOwn(inLine) {
+		t.Fatalf("admit with every slot young and room in line = %v; want a place in line", err)
+	}
 	for range 3 {
 		s, err := admit()
 		if !errors.Is(err, errHandshakesBusy) || s != nil {
@@ -410,15 +422,79 @@ func TestAcceptorRefusesBusyAtOnce(t *testing.T) {
 		t.Errorf("admit of an unusable request = %v, want ErrProtocol", err)
 	}
 	settingUp.release()
+	if !isOwn(inLine) {
+		t.Fatal("the slot a failed handshake released did not pass to the request in line")
+	}
 	l.conns <- nil // the backlog of one is full
 	if _, err := l.admit(p, valid[:]); !errors.Is(err, errBacklogFull) {
 		t.Errorf("admit with the backlog full = %v, want errBacklogFull", err)
 	}
 	<-l.conns
+	inLine.release()
 	s, err := admit()
 	if err != nil || !isOwn(s) {
 		t.Fatalf("admit with a slot freed = %v; want the slot", err)
 	}
 	s.release()
 	replied.release()
+}
+
+// TestPendingLineIsFirstComeFirstServed: with every slot young, requests
+// wait in line, up to maxWaiting, and get the slots that free in the order
+// they came; a newcomer does not pass them; one that gives up leaves the
+// line.
+func TestPendingLineIsFirstComeFirstServed(t *testing.T) {
+	p := newPendingHandshakes(1, 3, time.Hour)
+	a := mustTake(t, p)
+	b, c, d := mustTake(t, p), mustTake(t, p), mustTake(t, p)
+	if isOwn(b) || isOwn(c) || isOwn(d) {
+		t.Fatal("a request in line owns a slot")
+	}
+	mustBeBusy(t, p, "a fifth request found room in a line of three")
+	c.release() // gave up: the listener closes, say
+	a.release()
+	if !isOwn(b) || isOwn(d) {
+		t.Fatal("the freed slot did not go to the first in line")
+	}
+	e := mustTake(t, p)
+	if isOwn(e) {
+		t.Fatal("a newcomer passed the line")
+	}
+	b.release()
+	if !isOwn(d) || isOwn(e) {
+		t.Fatal("the next slot did not go to the next in line")
+	}
+	d.release()
+	e.release()
+	if n := p.inUse(); n != 0 {
+		t.Fatalf("inUse = %d after every request ended, want 0", n)
+	}
+}
+
+// TestPendingLineTakesStaleSlots: a request in line gets the slot of a
+// handshake whose wait for its RTU turns stale, without another request
+// coming to evict it.
+func TestPendingLineTakesStaleSlots(t *testing.T) {
+	p := newPendingHandshakes(1, 1, time.Millisecond)
+	defer p.close()
+	cancelled := make(chan struct{})
+	a := mustTake(t, p)
+	a.replied(func() { close(cancelled) })
+	b := mustTake(t, p)
+	select {
+	case <-cancelled:
+	case <-time.After(time.Minute): // a hang detector only
+		t.Fatal("the stalled handshake was never evicted for the request in line")
+	}
+	if isOwn(b) || a.established(true) {
+		t.Fatal("the slot passed before the evicted handshake released it")
+	}
+	a.release()
+	if !isOwn(b) {
+		t.Fatal("the evicted handshake's release did not pass its slot to the request in line")
+	}
+	b.release()
+	if n := p.inUse(); n != 0 {
+		t.Fatalf("inUse = %d, want 0", n)
+	}
 }
