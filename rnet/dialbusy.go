@@ -7,17 +7,17 @@ import (
 	"time"
 )
 
-// A listener that is busy (its Accept backlog full, or every
-// pending-handshake slot held by a handshake too young to give up) refuses a
-// request at once rather than keep it waiting in line, and says so in the
-// reject. A dial so refused tries again, as a TCP client resends its SYN to
-// a full accept queue: after about busyRetryFirst, then twice as long each
-// time up to busyRetryMax, each wait drawn at random from its upper half so
-// that a burst of dials refused together does not come back together; for
-// as long as its context allows, and for at most busyRetryFor. A dial whose
-// context would end before its next try returns the busy reject instead, so
-// that its caller (a falling-back DialConn, say) learns that the listener
-// was busy rather than that time ran out.
+// A listener that is busy (its Accept backlog full, or its line of
+// requests waiting for a pending-handshake slot full) refuses a request at
+// once, and says so in the reject. A dial so refused tries again, as a TCP
+// client resends its SYN to a full accept queue: after about
+// busyRetryFirst, then twice as long each time up to busyRetryMax, each
+// wait drawn at random from its upper half so that a burst of dials
+// refused together does not come back together; for as long as its context
+// allows, and for at most busyRetryFor. A dial whose context would end
+// before its next try returns the busy reject instead, so that its caller
+// (a falling-back DialConn, say) learns that the listener was busy rather
+// than that time ran out.
 const (
 	busyRetryFirst = 10 * time.Millisecond
 	busyRetryMax   = 250 * time.Millisecond

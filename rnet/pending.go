@@ -11,8 +11,9 @@ import (
 
 // errHandshakesBusy is what a listener tells its HandshakeError hook when
 // it refuses a request because every pending-handshake slot is held by a
-// handshake too young to give up.
-var errHandshakesBusy = errors.New("rnet: every pending-handshake slot is held by a handshake whose dialer may still confirm it (ListenConfig.MaxPendingHandshakes)")
+// handshake too young to give up and the line of requests waiting for one
+// is full.
+var errHandshakesBusy = errors.New("rnet: every pending-handshake slot is taken and the line of requests waiting for one is full (ListenConfig.MaxPendingHandshakes, ListenConfig.Backlog)")
 
 // pendingHandshakes bounds the connection requests a listener is working
 // on: each takes a slot when the acceptor reads it and gives it back once
@@ -189,8 +190,8 @@ func (p *pendingHandshakes) evictStale() {
 	}
 }
 
-// passLocked passes a slot that was s's, or was to be, to the next request
-// in line, or frees it.
+// passLocked passes a slot given back to the next request in line, or
+// frees it.
 func (p *pendingHandshakes) passLocked() {
 	if e := p.waiting.Front(); e != nil {
 		next := e.Value.(*pendingSlot)

@@ -48,7 +48,7 @@ const (
 	rejectBadRequest   rejectCode = 2 // the request's private data was unusable
 	rejectLockedMemory rejectCode = 3 // the locked-memory limit stopped a registration
 	rejectResources    rejectCode = 4 // another failure setting the connection up
-	rejectPendingFull  rejectCode = 5 // every pending-handshake slot is held by a young handshake
+	rejectPendingFull  rejectCode = 5 // every pending-handshake slot is taken, and the line for one is full
 )
 
 // rejectReason is the decoded private data of a reject.
@@ -109,7 +109,7 @@ func (r rejectReason) String() string {
 	case rejectBusy:
 		return "the listener is busy: its backlog of connections waiting for Accept is full"
 	case rejectPendingFull:
-		return "the listener is busy: every slot for handshakes in progress is taken"
+		return "the listener is busy: its line of connection requests waiting for a handshake is full"
 	case rejectBadRequest:
 		return "the listener could not use the connection request (not rsocket protocol version 1, or malformed)"
 	case rejectLockedMemory:
