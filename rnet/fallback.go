@@ -210,12 +210,12 @@ func (d *Dialer) dialTCP(ctx context.Context, network, address string, reason Fa
 	}
 	c, err := nd.DialContext(ctx, network, address)
 	if err != nil {
-		// Both failed, or TCP did where RDMA was not tried: say why.
-		var oe *net.OpError
 		if cause == nil {
 			return nil, err
 		}
-		if errors.As(err, &oe) {
+		// Both failed, or TCP did where RDMA was not tried: say why, in
+		// the TCP dial's own *net.OpError.
+		if oe, ok := err.(*net.OpError); ok {
 			withCause := *oe
 			withCause.Err = fallbackError{tcp: oe.Err, rdma: cause}
 			return nil, &withCause

@@ -224,4 +224,12 @@ func TestRememberedDialNamesItsCause(t *testing.T) {
 	if !strings.HasPrefix(tc.Cause.Error(), "RDMA not tried: refused 1") || !errors.Is(tc.Cause, syscall.ECONNREFUSED) || !errors.As(tc.Cause, &re) {
 		t.Errorf("Cause = %v, want the remembered refusal, matching ECONNREFUSED and holding its *RejectError", tc.Cause)
 	}
+
+	// A remembered dial out of time is a timeout, as net's dials are.
+	late := &Dialer{TCPFallback: true, Deadline: time.Now().Add(-time.Second)}
+	var ne net.Error
+	if _, err := late.DialConn(t.Context(), "rdma", serving); !errors.As(err, &ne) || !ne.Timeout() ||
+		!strings.Contains(err.Error(), "(RDMA not tried: refused ") {
+		t.Errorf("a remembered dial past its deadline = %v, want a timeout that names the remembered refusal", err)
+	}
 }
