@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	"github.com/rnet-dev/rnet/internal/cm"
-	"github.com/rnet-dev/rnet/internal/ring"
 )
 
 // listen binds a listening id to laddr and starts its acceptor.
@@ -66,9 +65,10 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 	}
 	l.requestsDone.L = &l.requestsMu
 	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx,
-		pending: newPendingHandshakes(maxPending, stalledHandshakeAfter)}
+		pending: newPendingHandshakes(maxPending, backlog, stalledHandshakeAfter)}
 	l.stop = func() {
 		cancel()
+		a.pending.close()
 		ch.Close()
 		a.wg.Wait()
 		id.Close()
@@ -105,7 +105,8 @@ type acceptor struct {
 	set    settings
 	ctx    context.Context // cancelled by Listener.Close
 	// pending bounds the requests being set up or waiting for their
-	// dialer's RTU, and so the memory they pin (see pendingHandshakes).
+	// dialer's RTU, and so the memory they pin, and those in line for a
+	// slot (see pendingHandshakes).
 	pending *pendingHandshakes
 	wg      sync.WaitGroup
 }
@@ -136,33 +137,9 @@ func (a *acceptor) run() {
 			continue
 		}
 		a.l.requestBegan()
-		if _, err := ring.DecodeConnData(ev.Param.PrivateData); err != nil {
-			// rsocket refuses a request whose private data it cannot use;
-			// so do we, before it may take a slot or any memory.
+		slot, err := a.l.admit(a.pending, ev.Param.PrivateData)
+		if err != nil {
 			a.refuse(ev.ID, err)
-			continue
-		}
-		if a.l.backlogFull() {
-			// Accept is not keeping up: refuse, as a full TCP accept queue
-			// would, rather than evict a handshake for a connection that
-			// could not be queued.
-			a.refuse(ev.ID, errBacklogFull)
-			continue
-		}
-		// With every slot taken by a handshake that is young, wait: the
-		// requests behind this one wait in the connection manager's
-		// backlog, which past its size drops them for the dialer to send
-		// again, and does not refuse them.
-		slot, ok := a.pending.take(a.ctx.Done())
-		if !ok {
-			a.refuse(ev.ID, net.ErrClosed) // Listener.Close
-			continue
-		}
-		if a.l.backlogFull() {
-			// Checked again with the slot held, so that the connections
-			// waiting for room in the backlog never outnumber the slots.
-			slot.release()
-			a.refuse(ev.ID, errBacklogFull)
 			continue
 		}
 		ch, ok := a.handOver(ev)

@@ -10,10 +10,18 @@ import (
 	"github.com/rnet-dev/rnet/internal/cm"
 )
 
-// dial connects to raddr from laddr (any local address if invalid): resolve
-// the address and route, set up the queue pair, connect, and take the
-// peer's private data from the established event.
-func dial(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrPort) (c *Conn, err error) {
+// dial connects to raddr from laddr (any local address if invalid), trying
+// again while the listener refuses as busy (see dialRetryingBusy).
+func dial(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrPort) (*Conn, error) {
+	return dialRetryingBusy(ctx, func(ctx context.Context) (*Conn, error) {
+		return dialOnce(ctx, set, laddr, raddr)
+	})
+}
+
+// dialOnce makes one connect: resolve the address and route, set up the
+// queue pair, connect, and take the peer's private data from the
+// established event.
+func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.AddrPort) (*Conn, error) {
 	remote := netAddr(raddr)
 	var local net.Addr
 	if laddr.IsValid() {

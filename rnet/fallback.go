@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/cm"
 )
 
 // Falling back to TCP.
@@ -31,13 +33,17 @@ const (
 	// route resolution of the connection manager failed).
 	FallbackNoRoute
 	// FallbackRefused: the RDMA connect was refused: nothing listens on
-	// that port over RDMA, or the listener refused the connection.
+	// that port over RDMA, or the listener refused the connection (busy,
+	// and still busy when the dial had tried again for as long as
+	// RDMAAttemptTimeout allowed, say); Cause says which.
 	FallbackRefused
 	// FallbackTimeout: the RDMA connect did not complete within the
 	// Dialer's RDMAAttemptTimeout.
 	FallbackTimeout
-	// FallbackRemembered: the address refused RDMA (or timed out) a short
-	// while ago (see Dialer.TCPFallbackMemory), so no RDMA attempt was made.
+	// FallbackRemembered: an RDMA attempt to the address found no RDMA
+	// there a short while ago (no device or route, or nothing listening;
+	// see Dialer.TCPFallbackMemory), so no RDMA attempt was made. Cause
+	// says when, and holds that attempt's error.
 	FallbackRemembered
 	// FallbackRDMAError: the RDMA connect failed for another reason (the
 	// locked-memory limit, say); Cause says which.
@@ -71,7 +77,10 @@ type TCPConn struct {
 	*net.TCPConn
 	// Reason says why the connection is not over RDMA.
 	Reason FallbackReason
-	// Cause is the RDMA attempt's error, when one was made and failed.
+	// Cause is why RDMA was not used: the RDMA attempt's error, or, for
+	// FallbackRemembered, an error that says how long ago the remembered
+	// attempt failed and unwraps to that attempt's error. It is nil only
+	// for a TCPConn a dual listener accepted.
 	Cause error
 }
 
@@ -112,8 +121,8 @@ var dialCounts [FallbackPeerTCP + 1]atomic.Uint64
 // path that drops RDMA connect requests costs a program little.
 const defaultRDMAAttemptTimeout = 3 * time.Second
 
-// defaultTCPFallbackMemory is how long an address that refused RDMA is
-// dialled over TCP straight away.
+// defaultTCPFallbackMemory is how long an address where RDMA was not to be
+// had is dialled over TCP straight away.
 const defaultTCPFallbackMemory = 30 * time.Second
 
 // DialConn connects to address as DialContext does and returns the
@@ -138,8 +147,8 @@ func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Con
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	if d.TCPFallbackMemory >= 0 {
-		if refusedRecently.has(network, address, time.Now()) {
-			return d.dialTCP(ctx, tcpNet, address, FallbackRemembered, nil)
+		if why := refusedRecently.lookup(network, address, time.Now()); why != nil {
+			return d.dialTCP(ctx, tcpNet, address, FallbackRemembered, why)
 		}
 	}
 	attempt := ctx
@@ -153,7 +162,7 @@ func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Con
 	} else {
 		attempt, cancelAttempt = context.WithCancel(ctx)
 	}
-	c, err := d.DialContext(attempt, network, address)
+	c, err := d.dialRDMA(attempt, network, address)
 	cancelAttempt()
 	if err == nil {
 		refusedRecently.forget(network, address)
@@ -164,16 +173,29 @@ func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Con
 	if !ok {
 		return nil, err
 	}
-	if memory := d.TCPFallbackMemory; memory >= 0 && (reason == FallbackRefused || reason == FallbackTimeout) {
+	if memory := d.TCPFallbackMemory; memory >= 0 && lastingRefusal(reason, err) {
 		if memory == 0 {
 			memory = defaultTCPFallbackMemory
 		}
-		refusedRecently.remember(network, address, time.Now().Add(memory))
+		now := time.Now()
+		refusedRecently.remember(network, address, refusal{at: now, until: now.Add(memory), reason: reason, err: err})
 	}
 	return d.dialTCP(ctx, tcpNet, address, reason, err)
 }
 
 var tcpNetworks = map[string]string{"rdma": "tcp", "rdma4": "tcp4", "rdma6": "tcp6"}
+
+// testHookDialRDMA, set only by tests, stands in for DialConn's RDMA
+// attempt.
+var testHookDialRDMA atomic.Pointer[func(ctx context.Context, network, address string) (*Conn, error)]
+
+// dialRDMA is DialConn's RDMA attempt.
+func (d *Dialer) dialRDMA(ctx context.Context, network, address string) (*Conn, error) {
+	if hook := testHookDialRDMA.Load(); hook != nil {
+		return (*hook)(ctx, network, address)
+	}
+	return d.DialContext(ctx, network, address)
+}
 
 // dialTCP is the fallback's TCP connect, from the Dialer's local address;
 // ctx carries its Timeout.
@@ -188,25 +210,96 @@ func (d *Dialer) dialTCP(ctx context.Context, network, address string, reason Fa
 	}
 	c, err := nd.DialContext(ctx, network, address)
 	if err != nil {
-		if cause != nil {
-			// Both failed: say so, keeping the TCP error first for errors.Is.
-			err = &net.OpError{Op: "dial", Net: network, Err: fallbackError{tcp: err, rdma: cause}}
+		if cause == nil {
+			return nil, err
 		}
-		return nil, err
+		// Both failed, or TCP did where RDMA was not tried: say why, in
+		// the TCP dial's own *net.OpError.
+		if oe, ok := err.(*net.OpError); ok {
+			withCause := *oe
+			withCause.Err = fallbackError{tcp: oe.Err, rdma: cause}
+			return nil, &withCause
+		}
+		return nil, &net.OpError{Op: "dial", Net: network, Err: fallbackError{tcp: err, rdma: cause}}
 	}
 	dialCounts[reason].Add(1)
 	return &TCPConn{TCPConn: c.(*net.TCPConn), Reason: reason, Cause: cause}, nil
 }
 
 // fallbackError is a fallback dial's failure: the TCP dial failed after
-// the RDMA one had.
+// the RDMA one had, or where RDMA was not tried. The TCP error comes first,
+// for errors.Is and for Timeout.
 type fallbackError struct{ tcp, rdma error }
 
 func (e fallbackError) Error() string {
+	if _, remembered := e.rdma.(*rememberedRefusal); remembered {
+		return e.tcp.Error() + " (" + e.rdma.Error() + ")"
+	}
 	return e.tcp.Error() + " (after falling back from RDMA: " + e.rdma.Error() + ")"
 }
 
 func (e fallbackError) Unwrap() []error { return []error{e.tcp, e.rdma} }
+
+// Timeout is the TCP dial's, so that a fallback dial that ran out of time
+// says so as net's errors do.
+func (e fallbackError) Timeout() bool {
+	var ne net.Error
+	return errors.As(e.tcp, &ne) && ne.Timeout()
+}
+
+// lastingRefusal reports whether the failed RDMA attempt err, which falls
+// back for reason, says that RDMA is not to be had at that address for a
+// while: no device here, no route there, or nothing listening there over
+// RDMA (the connection manager's reject when nothing listens, or one
+// without an rnet reason, as a C rsocket listener's). A reject in which an
+// rnet listener said why (busy, or short of memory) says the opposite: a
+// listener is there, and the next dial may get in. A timeout says only that
+// no answer came in time, which a listener under a flood of requests gives
+// too. Anyone on the path can forge a reject, so a remembered refusal can
+// force TCP for a while on dials that allow it, and no more.
+func lastingRefusal(reason FallbackReason, err error) bool {
+	switch reason {
+	case FallbackNoDevice, FallbackNoRoute:
+		return true
+	case FallbackRefused:
+		var re *cm.RejectError
+		if !errors.As(err, &re) {
+			return false
+		}
+		if _, fromRnet := decodeRejectReason(re.PrivateData); fromRnet {
+			return false
+		}
+		return re.NoListener() || re.ByApplication()
+	}
+	return false
+}
+
+// rememberedRefusal is the Cause of a dial that went to TCP without trying
+// RDMA, because an attempt a short while ago found no RDMA there.
+type rememberedRefusal struct {
+	reason FallbackReason // the earlier attempt's
+	age    time.Duration  // how long before this dial it failed
+	err    error          // the earlier attempt's error
+}
+
+func (e *rememberedRefusal) Error() string {
+	what := "failed"
+	switch e.reason {
+	case FallbackRefused:
+		what = "refused"
+	case FallbackNoRoute:
+		what = "no route"
+	case FallbackNoDevice:
+		what = "no device"
+	}
+	age := strconv.FormatInt(int64(e.age/time.Second), 10) + " s"
+	if e.age < time.Second {
+		age = strconv.FormatInt(e.age.Milliseconds(), 10) + " ms"
+	}
+	return "RDMA not tried: " + what + " " + age + " ago: " + e.err.Error()
+}
+
+func (e *rememberedRefusal) Unwrap() error { return e.err }
 
 // fallbackReasonOf says why err, a failed RDMA dial, may fall back to TCP,
 // or reports false when it must not: the caller's context ended, or the
@@ -232,46 +325,58 @@ func fallbackReasonOf(ctx context.Context, err error) (FallbackReason, bool) {
 	return FallbackRDMAError, true
 }
 
-// refusedRecently holds the addresses whose RDMA connect was refused or
-// timed out lately, process-wide: every Dialer of the process learns from
-// each.
-var refusedRecently = refusalMemory{until: make(map[string]time.Time)}
+// refusedRecently holds the addresses where an RDMA attempt lately found
+// no RDMA (see lastingRefusal), process-wide: every Dialer of the process
+// learns from each.
+var refusedRecently = refusalMemory{refusals: make(map[string]refusal)}
 
-// refusalMemory maps network and address to when the memory of a refusal
-// ends. It forgets expired entries as it meets them, and drops all once it
-// holds maxRefusals, so that it stays small whatever is dialled.
+// refusalMemory maps network and address to the refusal remembered there.
+// It forgets expired entries as it meets them, and drops all once it holds
+// maxRefusals, so that it stays small whatever is dialled.
 type refusalMemory struct {
-	mu    sync.Mutex
-	until map[string]time.Time
+	mu       sync.Mutex
+	refusals map[string]refusal // under mu
+}
+
+// refusal is a remembered failure of an RDMA attempt.
+type refusal struct {
+	at, until time.Time // when it failed; when the memory of it ends
+	reason    FallbackReason
+	err       error
 }
 
 const maxRefusals = 4096
 
 func refusalKey(network, address string) string { return network + " " + address }
 
-func (m *refusalMemory) has(network, address string, now time.Time) bool {
+// lookup returns, for a dial at now, why RDMA is not to be tried, or nil
+// if no refusal is remembered for the address.
+func (m *refusalMemory) lookup(network, address string, now time.Time) *rememberedRefusal {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := refusalKey(network, address)
-	until, ok := m.until[k]
-	if ok && !now.Before(until) {
-		delete(m.until, k)
-		return false
+	r, ok := m.refusals[k]
+	if !ok {
+		return nil
 	}
-	return ok
+	if !now.Before(r.until) {
+		delete(m.refusals, k)
+		return nil
+	}
+	return &rememberedRefusal{reason: r.reason, age: now.Sub(r.at), err: r.err}
 }
 
-func (m *refusalMemory) remember(network, address string, until time.Time) {
+func (m *refusalMemory) remember(network, address string, r refusal) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.until) >= maxRefusals {
-		clear(m.until)
+	if len(m.refusals) >= maxRefusals {
+		clear(m.refusals)
 	}
-	m.until[refusalKey(network, address)] = until
+	m.refusals[refusalKey(network, address)] = r
 }
 
 func (m *refusalMemory) forget(network, address string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.until, refusalKey(network, address))
+	delete(m.refusals, refusalKey(network, address))
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -119,9 +120,11 @@ func TestRXEFallbackToTCPServer(t *testing.T) {
 	if tc, err = dial(d); err != nil {
 		t.Fatal(err)
 	}
-	if tc.Reason != FallbackRemembered || tc.Cause != nil {
-		t.Errorf("second dial: reason %v, cause %v; want %v and no RDMA attempt", tc.Reason, tc.Cause, FallbackRemembered)
+	if tc.Reason != FallbackRemembered || tc.Cause == nil || !strings.HasPrefix(tc.Cause.Error(), "RDMA not tried: refused ") ||
+		!errors.Is(tc.Cause, syscall.ECONNREFUSED) {
+		t.Errorf("second dial: reason %v, cause %v; want %v and the remembered refusal", tc.Reason, tc.Cause, FallbackRemembered)
 	}
+	t.Logf("second dial: %v (%v)", tc.Reason, tc.Cause)
 
 	// A memory that has ended: RDMA is tried again.
 	refusedRecently.forget("rdma", addr)
@@ -218,6 +221,9 @@ func TestRXEFallbackOnTimeout(t *testing.T) {
 	}
 	echoOnce(t, c, s)
 	t.Logf("fell back: %v (%v)", tc.Reason, tc.Cause)
+	if why := refusedRecently.lookup("rdma", addr, time.Now()); why != nil {
+		t.Errorf("a timed-out attempt was remembered: %v", why)
+	}
 }
 
 // TestRXEListenerSetDeadline: as *net.TCPListener's: a passed deadline

@@ -184,25 +184,30 @@ func TestFallbackReasons(t *testing.T) {
 // TestRefusalMemory: a refusal is remembered until its time, then
 // forgotten; a success forgets it at once; the memory stays bounded.
 func TestRefusalMemory(t *testing.T) {
-	m := refusalMemory{until: make(map[string]time.Time)}
+	m := refusalMemory{refusals: make(map[string]refusal)}
 	now := time.Now()
-	m.remember("rdma", "10.0.0.1:1", now.Add(time.Minute))
-	if !m.has("rdma", "10.0.0.1:1", now) || m.has("rdma4", "10.0.0.1:1", now) || m.has("rdma", "10.0.0.1:2", now) {
+	cause := &net.OpError{Op: "dial", Net: "rdma", Err: &cm.RejectError{Addr: "10.0.0.1:1", Status: cm.RejectInvalidServiceID}}
+	r := refusal{at: now, until: now.Add(time.Minute), reason: FallbackRefused, err: cause}
+	m.remember("rdma", "10.0.0.1:1", r)
+	if m.lookup("rdma", "10.0.0.1:1", now) == nil || m.lookup("rdma4", "10.0.0.1:1", now) != nil || m.lookup("rdma", "10.0.0.1:2", now) != nil {
 		t.Error("a refusal is not remembered for its address and network alone")
 	}
-	if m.has("rdma", "10.0.0.1:1", now.Add(time.Minute)) {
+	if why := m.lookup("rdma", "10.0.0.1:1", now.Add(12*time.Second)); why == nil || why.age != 12*time.Second || why.err != error(cause) {
+		t.Errorf("lookup 12 s later = %+v, want the refusal, 12 s old", why)
+	}
+	if m.lookup("rdma", "10.0.0.1:1", now.Add(time.Minute)) != nil {
 		t.Error("a refusal is remembered past its time")
 	}
-	m.remember("rdma", "10.0.0.1:1", now.Add(time.Minute))
+	m.remember("rdma", "10.0.0.1:1", r)
 	m.forget("rdma", "10.0.0.1:1")
-	if m.has("rdma", "10.0.0.1:1", now) {
+	if m.lookup("rdma", "10.0.0.1:1", now) != nil {
 		t.Error("a forgotten refusal is remembered")
 	}
 	for i := range maxRefusals + 10 {
-		m.remember("rdma", fmt.Sprintf("10.0.0.1:%d", i), now.Add(time.Minute))
+		m.remember("rdma", fmt.Sprintf("10.0.0.1:%d", i), r)
 	}
-	if len(m.until) > maxRefusals {
-		t.Errorf("the memory holds %d refusals, more than %d", len(m.until), maxRefusals)
+	if len(m.refusals) > maxRefusals {
+		t.Errorf("the memory holds %d refusals, more than %d", len(m.refusals), maxRefusals)
 	}
 }
 

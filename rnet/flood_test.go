@@ -55,106 +55,8 @@ func TestRXEHandshakeFlood(t *testing.T) {
 	}()
 	target := ln.Addr().(*Addr).AddrPort
 
-	// The flood: each flooder sends a request, takes the listener's reply
-	// and holds its id open without ever completing, until the listener
-	// gives up on it (a newer request took its slot) and rejects it; then
-	// it sends the next. stop ends the flood early on a failure.
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	stopFlood := func() { stopOnce.Do(func() { close(stop) }) }
-	defer stopFlood()
-	var claimed, answered, givenUp atomic.Int64
-	progress := make(chan struct{}, 1) // a request was answered
-	floodErrs := make(chan error, flooders)
-	private := encode(ring.ConnData{
-		Version: 1, Flags: ring.FlagIOMap, Credits: 16,
-		TargetSGL: ring.RemoteSGE{Addr: 0x10000, Key: 7, Length: 2},
-		DataBuf:   ring.RemoteSGE{Addr: 0x20000, Key: 7, Length: 1 << 16},
-	})
-	stall := func(n int64) error {
-		fctx, fcancel := context.WithCancel(ctx)
-		defer fcancel()
-		go func() {
-			select {
-			case <-stop:
-				fcancel()
-			case <-fctx.Done():
-			}
-		}()
-		ch, err := cm.NewEventChannel()
-		if err != nil {
-			return err
-		}
-		defer ch.Close()
-		id, err := ch.NewID()
-		if err != nil {
-			return err
-		}
-		defer id.Close() // rejects the reply if the listener has not given up yet
-		if err := id.Resolve(fctx, pair.Client, target, cm.Retry{Tries: 3, Timeout: time.Second}); err != nil {
-			if fctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		p := cm.RsocketConnParam(private)
-		// An id without a queue pair never sends RTU. Each request names
-		// a queue pair of its own, out of the range the device hands out:
-		// the connection manager rejects a second request from one as
-		// stale.
-		p.QPNum = uint32(0x800000 + n)
-		if err := id.Connect(p); err != nil {
-			return err
-		}
-		if _, err := id.Await(fctx, cm.EventConnectResponse); err != nil {
-			if fctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		answered.Add(1)
-		select {
-		case progress <- struct{}{}:
-		default:
-		}
-		_, err = id.Await(fctx, cm.EventEstablished)
-		var rej *cm.RejectError
-		switch {
-		case fctx.Err() != nil:
-			return nil
-		case errors.As(err, &rej) && errors.Is(err, syscall.ECONNREFUSED):
-			givenUp.Add(1)
-			return nil
-		case err == nil:
-			return errors.New("a request that never sent RTU was established")
-		}
-		return err
-	}
-	var floodWG sync.WaitGroup
-	for range flooders {
-		floodWG.Go(func() {
-			for n := claimed.Add(1); n <= stalledRequests; n = claimed.Add(1) {
-				if err := stall(n); err != nil {
-					floodErrs <- err
-					stopFlood()
-					return
-				}
-			}
-		})
-	}
-	// waitAnswered waits until n stalled requests have had their reply.
-	waitAnswered := func(n int64) {
-		for answered.Load() < n {
-			select {
-			case <-progress:
-			case <-stop:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-
+	flood := startStallFlood(t, ctx, pair, target, flooders, stalledRequests, 0)
+	defer flood.stopNow()
 	// The listener's registered memory, sampled while the flood is on: the
 	// pending handshakes, the real connection's two ends and nothing more.
 	perConn := func() int {
@@ -210,11 +112,11 @@ func TestRXEHandshakeFlood(t *testing.T) {
 	for i := range realDials {
 		// Spread over the flood by its count, once its stalled requests
 		// have filled every slot.
-		waitAnswered(int64(maxPending + i*(stalledRequests-maxPending)/realDials))
+		flood.waitAnswered(ctx, int64(maxPending+i*(stalledRequests-maxPending)/realDials))
 		start := time.Now()
 		c, err := d.DialContext(ctx, "rdma", target.String())
 		if err != nil {
-			t.Errorf("dial %d during the flood (%d requests answered): %v", i, answered.Load(), err)
+			t.Errorf("dial %d during the flood (%d requests answered): %v", i, flood.answered.Load(), err)
 			break
 		}
 		took := time.Since(start)
@@ -231,25 +133,20 @@ func TestRXEHandshakeFlood(t *testing.T) {
 		if err := <-accepted; err != nil {
 			t.Errorf("accepted connection %d: %v", i, err)
 		}
-		t.Logf("dial %d connected in %v with %d stalled requests answered", i, took.Round(time.Millisecond), answered.Load())
+		t.Logf("dial %d connected in %v with %d stalled requests answered", i, took.Round(time.Millisecond), flood.answered.Load())
 	}
-	waitAnswered(stalledRequests)
+	flood.waitAnswered(ctx, stalledRequests)
 	close(sampleDone)
 	mem := <-sampled
-	stopFlood()
-	floodWG.Wait()
-	close(floodErrs)
-	for err := range floodErrs {
-		t.Errorf("flood: %v", err)
-	}
-	t.Logf("%d stalled requests answered, %d given up by the listener; at most %d MRs in %d samples (%d before, bound %d: %d KiB pinned by at most %d pending handshakes)",
-		answered.Load(), givenUp.Load(), mem.most, mem.samples, res0["mr"], mrBound, maxPending*perConn>>10, maxPending)
+	flood.stopNow()
+	t.Logf("%d stalled requests answered, %d given up by the listener, %d refused as busy; at most %d MRs in %d samples (%d before, bound %d: %d KiB pinned by at most %d pending handshakes)",
+		flood.answered.Load(), flood.givenUp.Load(), flood.refusedBusy.Load(), mem.most, mem.samples, res0["mr"], mrBound, maxPending*perConn>>10, maxPending)
 	// Every request but those still stalled when the flood stopped (one
 	// per flooder at most) was given up by the listener: the slots were
 	// full of stalled requests throughout.
-	if answered.Load() != stalledRequests || givenUp.Load() < stalledRequests-flooders {
+	if flood.answered.Load() != stalledRequests || flood.givenUp.Load() < stalledRequests-flooders {
 		t.Errorf("%d stalled requests answered and %d given up, want %d and at least %d",
-			answered.Load(), givenUp.Load(), stalledRequests, stalledRequests-flooders)
+			flood.answered.Load(), flood.givenUp.Load(), stalledRequests, stalledRequests-flooders)
 	}
 	switch {
 	case mem.err != nil:
@@ -263,4 +160,148 @@ func TestRXEHandshakeFlood(t *testing.T) {
 	ln.Close()
 	lnClosed = true
 	checkReleased(t, gor0, fds0, res0)
+}
+
+// stallFlood is a flood of connection requests that never complete: each
+// flooder sends a request, takes the listener's reply and holds its id open
+// without ever sending the RTU, until the listener gives up on it (a newer
+// request took its slot) and rejects it; then it sends the next. A request
+// the listener refuses as busy is sent again, after busyPause.
+type stallFlood struct {
+	answered    atomic.Int64 // requests the listener replied to
+	givenUp     atomic.Int64 // replied requests the listener then gave up
+	refusedBusy atomic.Int64 // requests refused as busy
+	progress    chan struct{}
+	stop        chan struct{}
+	stopOnce    sync.Once
+	wg          sync.WaitGroup
+	errs        chan error
+	t           *testing.T
+}
+
+// startStallFlood floods target from pair.Client with flooders side by side
+// until requests have been answered, or stopNow.
+func startStallFlood(t *testing.T, ctx context.Context, pair rdmatest.Pair, target netip.AddrPort, flooders int, requests int64, busyPause time.Duration) *stallFlood {
+	f := &stallFlood{progress: make(chan struct{}, 1), stop: make(chan struct{}), errs: make(chan error, flooders), t: t}
+	private := encode(ring.ConnData{
+		Version: 1, Flags: ring.FlagIOMap, Credits: 16,
+		TargetSGL: ring.RemoteSGE{Addr: 0x10000, Key: 7, Length: 2},
+		DataBuf:   ring.RemoteSGE{Addr: 0x20000, Key: 7, Length: 1 << 16},
+	})
+	var claimed, qpns atomic.Int64
+	// stall sends one request; answered is false if it was refused busy.
+	stall := func() (answered bool, err error) {
+		fctx, fcancel := context.WithCancel(ctx)
+		defer fcancel()
+		go func() {
+			select {
+			case <-f.stop:
+				fcancel()
+			case <-fctx.Done():
+			}
+		}()
+		ch, err := cm.NewEventChannel()
+		if err != nil {
+			return false, err
+		}
+		defer ch.Close()
+		id, err := ch.NewID()
+		if err != nil {
+			return false, err
+		}
+		defer id.Close() // rejects the reply if the listener has not given up yet
+		if err := id.Resolve(fctx, pair.Client, target, cm.Retry{Tries: 3, Timeout: time.Second}); err != nil {
+			if fctx.Err() != nil {
+				return true, nil
+			}
+			return false, err
+		}
+		p := cm.RsocketConnParam(private)
+		// An id without a queue pair never sends RTU. Each request names
+		// a queue pair of its own, out of the range the device hands out:
+		// the connection manager rejects a second request from one as
+		// stale.
+		p.QPNum = uint32(0x800000 + qpns.Add(1))
+		if err := id.Connect(p); err != nil {
+			return false, err
+		}
+		if _, err := id.Await(fctx, cm.EventConnectResponse); err != nil {
+			switch {
+			case fctx.Err() != nil:
+				return true, nil
+			case refusedAsBusy(explainReject(err)):
+				f.refusedBusy.Add(1)
+				return false, nil
+			}
+			return false, err
+		}
+		f.answered.Add(1)
+		select {
+		case f.progress <- struct{}{}:
+		default:
+		}
+		_, err = id.Await(fctx, cm.EventEstablished)
+		var rej *cm.RejectError
+		switch {
+		case fctx.Err() != nil:
+			return true, nil
+		case errors.As(err, &rej) && errors.Is(err, syscall.ECONNREFUSED):
+			f.givenUp.Add(1)
+			return true, nil
+		case err == nil:
+			return true, errors.New("a request that never sent RTU was established")
+		}
+		return true, err
+	}
+	for range flooders {
+		f.wg.Go(func() {
+			for n := claimed.Add(1); n <= requests; n = claimed.Add(1) {
+				for {
+					answered, err := stall()
+					if err != nil {
+						f.errs <- err
+						f.stopOnce.Do(func() { close(f.stop) })
+						return
+					}
+					if answered {
+						break
+					}
+					select {
+					case <-f.stop:
+						return
+					case <-time.After(busyPause):
+					}
+				}
+			}
+		})
+	}
+	return f
+}
+
+// waitAnswered waits until n stalled requests have had their reply, or the
+// flood or ctx ends.
+func (f *stallFlood) waitAnswered(ctx context.Context, n int64) {
+	for f.answered.Load() < n {
+		select {
+		case <-f.progress:
+		case <-f.stop:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// stopNow ends the flood, waits for its flooders and reports their errors.
+func (f *stallFlood) stopNow() {
+	f.stopOnce.Do(func() { close(f.stop) })
+	f.wg.Wait()
+	for {
+		select {
+		case err := <-f.errs:
+			f.t.Errorf("flood: %v", err)
+		default:
+			return
+		}
+	}
 }

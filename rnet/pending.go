@@ -2,9 +2,18 @@ package rnet
 
 import (
 	"container/list"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
 )
+
+// errHandshakesBusy is what a listener tells its HandshakeError hook when
+// it refuses a request because every pending-handshake slot is held by a
+// handshake too young to give up and the line of requests waiting for one
+// is full.
+var errHandshakesBusy = errors.New("rnet: every pending-handshake slot is taken and the line of requests waiting for one is full (ListenConfig.MaxPendingHandshakes, ListenConfig.Backlog)")
 
 // pendingHandshakes bounds the connection requests a listener is working
 // on: each takes a slot when the acceptor reads it and gives it back once
@@ -19,15 +28,24 @@ import (
 // answers within a round trip, so such a handshake is most likely one that
 // will never complete. The evicted handshake is cancelled, and its slot
 // passes to the new one once it has released its resources, so memory
-// never exceeds the bound.
+// never exceeds the bound. When no handshake is that stale, the request
+// waits in line, holding nothing but its id, for the next slot to free or
+// turn stale, in the order the requests came; with maxWaiting of them in
+// line already it is refused as busy at once. Nobody waits in the
+// acceptor, which goes on reading requests.
 type pendingHandshakes struct {
 	slots      int
+	maxWaiting int
 	staleAfter time.Duration // the least stale age
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// Under mu; every method holds it for constant work, or, in
+	// evictStale, for at most one eviction per slot.
 	free     int
-	awaiting list.List     // *pendingSlot whose reply is out, oldest reply first
-	changed  chan struct{} // closed and replaced when a slot frees or a reply goes out
+	awaiting list.List   // *pendingSlot whose reply is out, oldest reply first
+	waiting  list.List   // *pendingSlot in line for a slot, oldest first
+	timer    *time.Timer // runs evictStale when the oldest reply turns stale with requests in line
+	closed   bool
 	// slowRTU is the longest recent wait for an RTU that came: the
 	// longest wait so far, decaying by a eighth with each handshake
 	// established since.
@@ -60,6 +78,7 @@ type pendingSlot struct {
 	own       bool          // ready is closed
 	repliedAt time.Time     // when the reply went out
 	elem      *list.Element // in p.awaiting while evictable
+	inLine    *list.Element // in p.waiting while in line
 	cancel    func()        // ends the wait for RTU
 	evicted   bool          // a newer request took the slot
 	heir      *pendingSlot  // the request the slot passes to on release
@@ -67,67 +86,150 @@ type pendingSlot struct {
 	released  bool
 }
 
-func newPendingHandshakes(slots int, staleAfter time.Duration) *pendingHandshakes {
-	return &pendingHandshakes{slots: slots, staleAfter: staleAfter, free: slots, changed: make(chan struct{})}
+func newPendingHandshakes(slots, maxWaiting int, staleAfter time.Duration) *pendingHandshakes {
+	return &pendingHandshakes{slots: slots, maxWaiting: maxWaiting, staleAfter: staleAfter, free: slots}
 }
 
-// signalLocked wakes every take that waits for a slot.
-func (p *pendingHandshakes) signalLocked() {
-	close(p.changed)
-	p.changed = make(chan struct{})
+// close stops the eviction timer: the listener is closing, and its
+// handshakes end with it.
+func (p *pendingHandshakes) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
 }
 
 // take returns a slot for a new request: a free one, or that of the oldest
-// handshake past the stale age, which it cancels; the slot is the request's
-// own once wait returns true. With neither, take waits for one or the
-// other; it returns false if done is closed first.
-func (p *pendingHandshakes) take(done <-chan struct{}) (*pendingSlot, bool) {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		p.mu.Lock()
+// handshake past the stale age, which it cancels, or a place in line; the
+// slot is the request's own once wait returns true. With maxWaiting
+// requests in line already it returns errHandshakesBusy at once, and a
+// dialer refused as busy tries again, as a TCP client resends a SYN.
+func (p *pendingHandshakes) take() (*pendingSlot, error) {
+	p.mu.Lock()
+	s := &pendingSlot{p: p, ready: make(chan struct{})}
+	if p.waiting.Len() == 0 {
+		// Nobody is in line before this request.
 		if p.free > 0 {
 			p.free--
 			p.mu.Unlock()
-			s := &pendingSlot{p: p, ready: make(chan struct{}), own: true}
+			s.own = true
 			close(s.ready)
-			return s, true
+			return s, nil
 		}
-		var stale <-chan time.Time
-		if e := p.awaiting.Front(); e != nil {
-			old := e.Value.(*pendingSlot)
-			if wait := p.staleAgeLocked() - time.Since(old.repliedAt); wait > 0 {
-				if timer == nil {
-					timer = time.NewTimer(wait)
-				} else {
-					timer.Reset(wait)
-				}
-				stale = timer.C
-			} else {
-				p.awaiting.Remove(e)
-				old.elem = nil
-				old.evicted = true
-				s := &pendingSlot{p: p, ready: make(chan struct{})}
-				old.heir = s
-				cancel := old.cancel
-				p.mu.Unlock()
-				cancel()
-				return s, true
-			}
-		}
-		changed := p.changed
-		p.mu.Unlock()
-		select {
-		case <-changed:
-		case <-stale:
-		case <-done:
-			return nil, false
+		if cancel := p.evictForLocked(s); cancel != nil {
+			p.mu.Unlock()
+			cancel()
+			return s, nil
 		}
 	}
+	if p.waiting.Len() >= p.maxWaiting {
+		p.mu.Unlock()
+		return nil, errHandshakesBusy
+	}
+	s.inLine = p.waiting.PushBack(s)
+	p.armLocked()
+	p.mu.Unlock()
+	return s, nil
+}
+
+// evictForLocked evicts the handshake that has waited longest for its RTU,
+// if that wait is stale, for heir, and returns the evicted one's cancel;
+// nil if none is stale.
+func (p *pendingHandshakes) evictForLocked(heir *pendingSlot) (cancel func()) {
+	e := p.awaiting.Front()
+	if e == nil {
+		return nil
+	}
+	old := e.Value.(*pendingSlot)
+	if time.Since(old.repliedAt) < p.staleAgeLocked() {
+		return nil
+	}
+	p.awaiting.Remove(e)
+	old.elem = nil
+	old.evicted = true
+	old.heir = heir
+	return old.cancel
+}
+
+// armLocked sets the timer for when the oldest reply turns stale, if
+// requests wait in line for a slot.
+func (p *pendingHandshakes) armLocked() {
+	e := p.awaiting.Front()
+	if p.closed || p.waiting.Len() == 0 || e == nil {
+		return
+	}
+	wait := p.staleAgeLocked() - time.Since(e.Value.(*pendingSlot).repliedAt)
+	if p.timer == nil {
+		p.timer = time.AfterFunc(wait, p.evictStale)
+	} else {
+		p.timer.Reset(wait)
+	}
+}
+
+// evictStale gives the requests in line, in order, the slots of the
+// handshakes whose wait for an RTU has turned stale.
+func (p *pendingHandshakes) evictStale() {
+	var cancels []func()
+	p.mu.Lock()
+	for p.waiting.Len() > 0 {
+		heir := p.waiting.Front().Value.(*pendingSlot)
+		cancel := p.evictForLocked(heir)
+		if cancel == nil {
+			break
+		}
+		p.waiting.Remove(heir.inLine)
+		heir.inLine = nil
+		cancels = append(cancels, cancel)
+	}
+	p.armLocked()
+	p.mu.Unlock()
+	for _, cancel := range cancels {
+		cancel()
+	}
+}
+
+// passLocked passes a slot given back to the next request in line, or
+// frees it.
+func (p *pendingHandshakes) passLocked() {
+	if e := p.waiting.Front(); e != nil {
+		next := e.Value.(*pendingSlot)
+		p.waiting.Remove(e)
+		next.inLine = nil
+		next.own = true
+		close(next.ready)
+		return
+	}
+	p.free++
+}
+
+// admit decides, for the acceptor, whether a connection request whose
+// private data is private gets a pending-handshake slot, or is refused and
+// why. It never waits, so that the acceptor reads every request as it comes.
+func (l *listener) admit(p *pendingHandshakes, private []byte) (*pendingSlot, error) {
+	// rsocket refuses a request whose private data it cannot use; so do
+	// we, before it may take a slot or any memory.
+	if _, err := ring.DecodeConnData(private); err != nil {
+		return nil, err
+	}
+	// Accept is not keeping up: refuse, as a full TCP accept queue would,
+	// rather than evict a handshake for a connection that could not be
+	// queued.
+	if l.backlogFull() {
+		return nil, errBacklogFull
+	}
+	slot, err := p.take()
+	if err != nil {
+		return nil, err
+	}
+	// Checked again with the slot held, so that the connections waiting
+	// for room in the backlog never outnumber the slots.
+	if l.backlogFull() {
+		slot.release()
+		return nil, errBacklogFull
+	}
+	return slot, nil
 }
 
 // inUse is the number of slots taken.
@@ -137,9 +239,9 @@ func (p *pendingHandshakes) inUse() int {
 	return p.slots - p.free
 }
 
-// wait waits until the slot is s's own (at once, unless it was taken from
-// an evicted handshake still releasing its resources). It returns false if
-// done is closed first.
+// wait waits until the slot is s's own (at once, unless the request is in
+// line or its slot was taken from an evicted handshake still releasing its
+// resources). It returns false if done is closed first.
 func (s *pendingSlot) wait(done <-chan struct{}) bool {
 	select {
 	case <-s.ready:
@@ -161,7 +263,9 @@ func (s *pendingSlot) replied(cancel func()) {
 	s.repliedAt = time.Now()
 	s.cancel = cancel
 	s.elem = p.awaiting.PushBack(s)
-	p.signalLocked()
+	if p.awaiting.Len() == 1 {
+		p.armLocked()
+	}
 }
 
 // established takes the handshake off the evictable list now that its
@@ -200,6 +304,12 @@ func (s *pendingSlot) release() {
 		p.awaiting.Remove(s.elem)
 		s.elem = nil
 	}
+	if s.inLine != nil {
+		// Gave up in line: it never had a slot.
+		p.waiting.Remove(s.inLine)
+		s.inLine = nil
+		return
+	}
 	if !s.own {
 		// Its predecessor still holds the slot; the slot comes back
 		// when the predecessor releases it.
@@ -211,6 +321,5 @@ func (s *pendingSlot) release() {
 		close(h.ready)
 		return
 	}
-	p.free++
-	p.signalLocked()
+	p.passLocked()
 }

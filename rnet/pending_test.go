@@ -1,26 +1,41 @@
 package rnet
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
 )
 
-// closedDone is a done channel already closed: a take given it returns at
+// closedDone is a done channel already closed: a wait given it returns at
 // once with what it has, so a test can ask "would this wait?" without
 // waiting.
 var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func mustTake(t *testing.T, p *pendingHandshakes) *pendingSlot {
 	t.Helper()
-	s, ok := p.take(closedDone)
-	if !ok {
-		t.Fatal("take found no slot")
+	s, err := p.take()
+	if err != nil {
+		t.Fatalf("take: %v", err)
 	}
 	return s
+}
+
+// mustBeBusy checks that a new request finds no slot and is refused as busy.
+func mustBeBusy(t *testing.T, p *pendingHandshakes, why string) {
+	t.Helper()
+	if s, err := p.take(); !errors.Is(err, errHandshakesBusy) {
+		if s != nil {
+			s.release()
+		}
+		t.Fatalf("take = %v, want errHandshakesBusy: %s", err, why)
+	}
 }
 
 // isOwn says whether the slot is s's own now, without waiting.
@@ -38,26 +53,19 @@ type counter struct{ n atomic.Int32 }
 
 func (c *counter) cancel() { c.n.Add(1) }
 
-func TestPendingFreeSlotsThenWait(t *testing.T) {
-	p := newPendingHandshakes(2, time.Hour)
+func TestPendingFreeSlotsThenBusy(t *testing.T) {
+	p := newPendingHandshakes(2, 0, time.Hour)
 	a, b := mustTake(t, p), mustTake(t, p)
 	if !isOwn(a) || !isOwn(b) {
 		t.Fatal("a free slot is not at once the request's own")
 	}
-	if _, ok := p.take(closedDone); ok {
-		t.Fatal("a third request got one of two slots while both handshakes are still being set up")
-	}
+	mustBeBusy(t, p, "a third request got one of two slots while both handshakes are still being set up")
 	if n := p.inUse(); n != 2 {
 		t.Fatalf("inUse = %d, want 2", n)
 	}
-	got := make(chan *pendingSlot)
-	go func() {
-		s, _ := p.take(nil)
-		got <- s
-	}()
 	a.release()
-	if s := <-got; !isOwn(s) {
-		t.Fatal("the slot a failed handshake released is not the waiting request's own")
+	if s := mustTake(t, p); !isOwn(s) {
+		t.Fatal("the slot a failed handshake released is not the next request's own")
 	}
 	if n := p.inUse(); n != 2 {
 		t.Fatalf("inUse = %d, want 2", n)
@@ -65,13 +73,11 @@ func TestPendingFreeSlotsThenWait(t *testing.T) {
 }
 
 func TestPendingYoungHandshakeIsNotEvicted(t *testing.T) {
-	p := newPendingHandshakes(1, time.Hour)
+	p := newPendingHandshakes(1, 0, time.Hour)
 	var c counter
 	a := mustTake(t, p)
 	a.replied(c.cancel)
-	if _, ok := p.take(closedDone); ok {
-		t.Fatal("a request took the slot of a handshake that has waited less than staleAfter")
-	}
+	mustBeBusy(t, p, "a request took the slot of a handshake that has waited less than staleAfter")
 	if c.n.Load() != 0 {
 		t.Fatal("a young handshake was cancelled")
 	}
@@ -81,7 +87,7 @@ func TestPendingYoungHandshakeIsNotEvicted(t *testing.T) {
 }
 
 func TestPendingEvictsTheOldest(t *testing.T) {
-	p := newPendingHandshakes(3, 0)
+	p := newPendingHandshakes(3, 0, 0)
 	var ca, cb, cc counter
 	a, b, c := mustTake(t, p), mustTake(t, p), mustTake(t, p)
 	b.replied(cb.cancel)
@@ -112,7 +118,7 @@ func TestPendingEvictsTheOldest(t *testing.T) {
 }
 
 func TestPendingEstablishedAndFailedAreNotEvicted(t *testing.T) {
-	p := newPendingHandshakes(2, 0)
+	p := newPendingHandshakes(2, 0, 0)
 	var ca, cb counter
 	a, b := mustTake(t, p), mustTake(t, p)
 	a.replied(ca.cancel)
@@ -127,9 +133,7 @@ func TestPendingEstablishedAndFailedAreNotEvicted(t *testing.T) {
 	if !isOwn(c) || ca.n.Load() != 0 || cb.n.Load() != 0 {
 		t.Fatal("a request evicted an established or failed handshake instead of taking the free slot")
 	}
-	if _, ok := p.take(closedDone); ok {
-		t.Fatal("a request evicted an established handshake")
-	}
+	mustBeBusy(t, p, "a request evicted an established handshake")
 	a.release()
 	if n := p.inUse(); n != 1 {
 		t.Fatalf("inUse = %d, want 1", n)
@@ -137,7 +141,7 @@ func TestPendingEstablishedAndFailedAreNotEvicted(t *testing.T) {
 }
 
 func TestPendingAbandonedHeirFreesTheSlot(t *testing.T) {
-	p := newPendingHandshakes(1, 0)
+	p := newPendingHandshakes(1, 0, 0)
 	var c counter
 	a := mustTake(t, p)
 	a.replied(c.cancel)
@@ -157,16 +161,18 @@ func TestPendingAbandonedHeirFreesTheSlot(t *testing.T) {
 	}
 }
 
-func TestPendingWaitsUntilTheOldestIsStale(t *testing.T) {
-	p := newPendingHandshakes(1, time.Millisecond)
+func TestPendingEvictsOnceTheOldestIsStale(t *testing.T) {
+	p := newPendingHandshakes(1, 0, time.Second)
 	var c counter
 	a := mustTake(t, p)
 	a.replied(c.cancel)
-	// With nothing free, take waits for a to pass staleAfter, then
-	// evicts it.
-	b, ok := p.take(nil)
-	if !ok || c.n.Load() != 1 {
-		t.Fatalf("take = %v, a cancelled %d times; want a evicted once stale", ok, c.n.Load())
+	// With nothing free and a young, a new request is refused; once a
+	// has waited staleAfter, the next one evicts it.
+	mustBeBusy(t, p, "a request took the slot of a young handshake")
+	a.repliedAt = a.repliedAt.Add(-time.Second)
+	b := mustTake(t, p)
+	if c.n.Load() != 1 {
+		t.Fatalf("a cancelled %d times; want a evicted once stale", c.n.Load())
 	}
 	a.release()
 	if !isOwn(b) {
@@ -179,7 +185,7 @@ func TestPendingWaitsUntilTheOldestIsStale(t *testing.T) {
 // stale only at four times that wait, up to ten times staleAfter, and that
 // the stale age comes back down as quick RTUs follow.
 func TestPendingStaleAgeFollowsSlowRTUs(t *testing.T) {
-	p := newPendingHandshakes(1, time.Second)
+	p := newPendingHandshakes(1, 0, time.Second)
 	// establishAfter completes a handshake whose RTU took wait.
 	establishAfter := func(wait time.Duration) {
 		t.Helper()
@@ -199,12 +205,12 @@ func TestPendingStaleAgeFollowsSlowRTUs(t *testing.T) {
 		s := mustTake(t, p)
 		s.replied(c.cancel)
 		s.repliedAt = s.repliedAt.Add(-age)
-		next, ok := p.take(closedDone)
+		next, err := p.take()
 		s.release()
-		if ok {
+		if err == nil {
 			next.release()
 		}
-		return ok && c.n.Load() == 1
+		return err == nil && c.n.Load() == 1
 	}
 
 	if !evicts(1100 * time.Millisecond) {
@@ -239,37 +245,46 @@ func TestPendingStaleAgeFollowsSlowRTUs(t *testing.T) {
 	}
 }
 
-func TestPendingTakeEndsWithDone(t *testing.T) {
-	p := newPendingHandshakes(1, time.Hour)
-	mustTake(t, p)
-	done := make(chan struct{})
-	ended := make(chan bool)
-	go func() {
-		_, ok := p.take(done)
-		ended <- ok
-	}()
-	close(done)
-	if <-ended {
-		t.Fatal("take got a slot after done, with none to have")
+// TestPendingNeverOverBound runs many requests through few slots, each
+// handshake replying, failing or completing at random, with requests
+// evicting stale ones or refused as busy, and checks that the handshakes
+// owning a slot (and so pinning memory) never outnumber the slots.
+func TestPendingNeverOverBound(t *testing.T) {
+	for _, line := range []int{0, 8} {
+		t.Run("Line"+strconv.Itoa(line), func(t *testing.T) { pendingNeverOverBound(t, line) })
 	}
 }
 
-// TestPendingNeverOverBound runs many requests through few slots, each
-// handshake replying, failing or completing at random, with requests
-// evicting stale ones, and checks that the handshakes owning a slot (and so
-// pinning memory) never outnumber the slots.
-func TestPendingNeverOverBound(t *testing.T) {
+func pendingNeverOverBound(t *testing.T, line int) {
 	const slots, requests = 4, 2000
-	p := newPendingHandshakes(slots, 0)
+	p := newPendingHandshakes(slots, line, 0)
+	defer p.close()
 	var owning, most atomic.Int32
 	var wg sync.WaitGroup
 	done := make(chan struct{})
+	// progress is signalled after each change that may let a refused
+	// request in: a reply (its handshake may now be evicted) or a release.
+	progress := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+	}
+	refused := 0
 	for i := range requests {
-		s, ok := p.take(done)
-		if !ok {
-			t.Fatal("take failed without done")
+		s, err := p.take()
+		for errors.Is(err, errHandshakesBusy) {
+			// Refused, as the acceptor refuses it; the dialer tries again.
+			refused++
+			<-progress
+			s, err = p.take()
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 		wg.Go(func() {
+			defer signal()
 			defer s.release()
 			if !s.wait(done) {
 				return
@@ -285,6 +300,7 @@ func TestPendingNeverOverBound(t *testing.T) {
 			cancelled := make(chan struct{})
 			var once sync.Once
 			s.replied(func() { once.Do(func() { close(cancelled) }) })
+			signal()
 			switch r.IntN(3) {
 			case 0: // a real dialer: established, unless evicted first
 				if s.established(true) {
@@ -300,6 +316,7 @@ func TestPendingNeverOverBound(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
+	t.Logf("%d requests admitted; %d tries refused as busy", requests, refused)
 	if m := most.Load(); m > slots {
 		t.Errorf("%d handshakes owned a slot at once, want at most %d", m, slots)
 	}
@@ -340,5 +357,144 @@ func TestListenConfigLimits(t *testing.T) {
 	}
 	if d := (*Config)(nil).settings().handshakeTimeout; d != 10*time.Second {
 		t.Errorf("default HandshakeTimeout %v, want 10s", d)
+	}
+}
+
+// TestAcceptorRefusesBusyAtOnce: with every pending-handshake slot held by
+// a handshake too young to give up (set up, or waiting for its RTU), the
+// acceptor's admission of a new request refuses it as busy at once, with
+// a reject that tells the dialer so; it never waits for a slot, so the
+// acceptor goes on reading requests. A full backlog and an unusable
+// request are refused as before.
+func TestAcceptorRefusesBusyAtOnce(t *testing.T) {
+	l := &listener{conns: make(chan *Conn, 1)}
+	p := newPendingHandshakes(2, 1, time.Hour)
+	data := ring.ConnData{Version: 1, Flags: ring.FlagIOMap, Credits: 16,
+		TargetSGL: ring.RemoteSGE{Addr: 0x10000, Key: 7, Length: 2},
+		DataBuf:   ring.RemoteSGE{Addr: 0x20000, Key: 7, Length: 1 << 16}}
+	valid := data.Encode()
+	admit := func() (*pendingSlot, error) {
+		t.Helper()
+		type result struct {
+			s   *pendingSlot
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			s, err := l.admit(p, valid[:])
+			done <- result{s, err}
+		}()
+		select {
+		case r := <-done:
+			return r.s, r.err
+		case <-time.After(10 * time.Second): // a hang detector only
+			t.Fatal("the acceptor waits for a slot instead of refusing the request")
+			return nil, nil
+		}
+	}
+	settingUp, err := admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replied, err := admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c counter
+	replied.replied(c.cancel)
+	inLine, err := admit()
+	if err != nil || isOwn(inLine) {
+		t.Fatalf("admit with every slot young and room in line = %v; want a place in line", err)
+	}
+	for range 3 {
+		s, err := admit()
+		if !errors.Is(err, errHandshakesBusy) || s != nil {
+			t.Fatalf("admit with every slot young = %v, %v; want errHandshakesBusy", s, err)
+		}
+		if r := rejectReasonOf(err); !r.busy() {
+			t.Errorf("the reject for %v says %v, not busy", err, r)
+		}
+	}
+	if c.n.Load() != 0 || p.inUse() != 2 {
+		t.Errorf("a refused request cancelled %d handshakes, %d slots in use; want 0 and 2", c.n.Load(), p.inUse())
+	}
+	if _, err := l.admit(p, []byte{1, 2}); !errors.Is(err, ErrProtocol) {
+		t.Errorf("admit of an unusable request = %v, want ErrProtocol", err)
+	}
+	settingUp.release()
+	if !isOwn(inLine) {
+		t.Fatal("the slot a failed handshake released did not pass to the request in line")
+	}
+	l.conns <- nil // the backlog of one is full
+	if _, err := l.admit(p, valid[:]); !errors.Is(err, errBacklogFull) {
+		t.Errorf("admit with the backlog full = %v, want errBacklogFull", err)
+	}
+	<-l.conns
+	inLine.release()
+	s, err := admit()
+	if err != nil || !isOwn(s) {
+		t.Fatalf("admit with a slot freed = %v; want the slot", err)
+	}
+	s.release()
+	replied.release()
+}
+
+// TestPendingLineIsFirstComeFirstServed: with every slot young, requests
+// wait in line, up to maxWaiting, and get the slots that free in the order
+// they came; a newcomer does not pass them; one that gives up leaves the
+// line.
+func TestPendingLineIsFirstComeFirstServed(t *testing.T) {
+	p := newPendingHandshakes(1, 3, time.Hour)
+	a := mustTake(t, p)
+	b, c, d := mustTake(t, p), mustTake(t, p), mustTake(t, p)
+	if isOwn(b) || isOwn(c) || isOwn(d) {
+		t.Fatal("a request in line owns a slot")
+	}
+	mustBeBusy(t, p, "a fifth request found room in a line of three")
+	c.release() // gave up: the listener closes, say
+	a.release()
+	if !isOwn(b) || isOwn(d) {
+		t.Fatal("the freed slot did not go to the first in line")
+	}
+	e := mustTake(t, p)
+	if isOwn(e) {
+		t.Fatal("a newcomer passed the line")
+	}
+	b.release()
+	if !isOwn(d) || isOwn(e) {
+		t.Fatal("the next slot did not go to the next in line")
+	}
+	d.release()
+	e.release()
+	if n := p.inUse(); n != 0 {
+		t.Fatalf("inUse = %d after every request ended, want 0", n)
+	}
+}
+
+// TestPendingLineTakesStaleSlots: a request in line gets the slot of a
+// handshake whose wait for its RTU turns stale, without another request
+// coming to evict it.
+func TestPendingLineTakesStaleSlots(t *testing.T) {
+	p := newPendingHandshakes(1, 1, time.Millisecond)
+	defer p.close()
+	cancelled := make(chan struct{})
+	a := mustTake(t, p)
+	a.replied(func() { close(cancelled) })
+	b := mustTake(t, p)
+	select {
+	case <-cancelled:
+	case <-time.After(time.Minute): // a hang detector only
+		t.Fatal("the stalled handshake was never evicted for the request in line")
+	}
+	if isOwn(b) || a.established(true) {
+		t.Fatal("the slot passed before the evicted handshake released it")
+	}
+	a.release()
+	if !isOwn(b) {
+		t.Fatal("the evicted handshake's release did not pass its slot to the request in line")
+	}
+	b.release()
+	if n := p.inUse(); n != 0 {
+		t.Fatalf("inUse = %d, want 0", n)
 	}
 }

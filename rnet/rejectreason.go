@@ -1,10 +1,8 @@
 package rnet
 
 import (
-	"encoding/binary"
 	"errors"
 	"strconv"
-	"syscall"
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/verbs"
@@ -12,32 +10,34 @@ import (
 
 // An rnet listener that refuses a connection request says why in the
 // reject's private data, so that an rnet dialer's error can name the cause
-// instead of a bare "connection rejected". C rsocket dialers never read
-// reject private data (rs_do_connect turns any REJECTED event into
-// ECONNREFUSED), and a C listener rejects with none, so neither side is
-// confused by it.
+// instead of a bare "connection rejected", and can tell a busy listener,
+// worth trying again, from one that will not have it. C rsocket dialers
+// never read reject private data (rs_do_connect turns any REJECTED event
+// into ECONNREFUSED), and a C listener rejects with none, so neither side
+// is confused by it.
 //
-// Version 1 is 24 bytes, big-endian:
+// The dialer is a stranger who has not yet shown it is real, so the reject
+// names only the reason: the listener's limits, what a connection pins
+// there and its errno go to its own HandshakeError hook, never on the wire.
+//
+// Version 1 is 6 bytes:
 //
 //	offset size
 //	0      4    magic "rnet"
 //	4      1    version (1)
 //	5      1    reason code (rejectCode)
-//	6      2    errno of the listener's failure, 0 if none
-//	8      8    rejectLockedMemory: the listener's RLIMIT_MEMLOCK soft limit in bytes
-//	16     8    rejectLockedMemory: the bytes a connection end pins there
 //
 // Later versions may append fields and keep these; a decoder reads the
 // fields it knows from any version >= 1. The connection manager may pad the
-// data with zeros (InfiniBand and RoCE carry 148 bytes in a REJ), and 24
-// bytes fit every transport's limit. The peer is untrusted: the decoder
-// checks the length and turns every value into text of its own, never
-// passing the peer's bytes through.
+// data with zeros (InfiniBand and RoCE carry 148 bytes in a REJ). The peer
+// is untrusted, and anyone on the path can forge a reject: the decoder
+// checks the length and turns the code into text of its own, never passing
+// the peer's bytes through, and a reject decides only this dial (see
+// lastingRefusal).
 const (
 	rejectMagic      = "rnet"
 	rejectVersion    = 1
-	rejectReasonSize = 24
-	maxRejectedErrno = 1<<16 - 1
+	rejectReasonSize = 6
 )
 
 // rejectCode is why a listener refused a connection request.
@@ -48,15 +48,17 @@ const (
 	rejectBadRequest   rejectCode = 2 // the request's private data was unusable
 	rejectLockedMemory rejectCode = 3 // the locked-memory limit stopped a registration
 	rejectResources    rejectCode = 4 // another failure setting the connection up
+	rejectPendingFull  rejectCode = 5 // every pending-handshake slot is taken, and the line for one is full
 )
 
 // rejectReason is the decoded private data of a reject.
 type rejectReason struct {
-	code   rejectCode
-	errno  syscall.Errno
-	limit  uint64 // rejectLockedMemory only
-	needed uint64 // rejectLockedMemory only
+	code rejectCode
 }
+
+// busy reports whether the listener refused for want of room it will have
+// again shortly, so that the dialer may try again.
+func (r rejectReason) busy() bool { return r.code == rejectBusy || r.code == rejectPendingFull }
 
 // errBacklogFull is what a listener tells its HandshakeError hook when it
 // refuses a request because its backlog of established connections
@@ -69,23 +71,18 @@ var (
 
 // rejectReasonOf classifies the listener-side failure err.
 func rejectReasonOf(err error) rejectReason {
-	var r rejectReason
-	var errno syscall.Errno
-	if errors.As(err, &errno) && errno <= maxRejectedErrno {
-		r.errno = errno
-	}
 	var lm *verbs.LockedMemoryError
 	switch {
 	case errors.As(err, &lm):
-		r.code, r.limit, r.needed = rejectLockedMemory, lm.Soft, uint64(max(lm.Needed, 0))
+		return rejectReason{rejectLockedMemory}
 	case errors.Is(err, errBacklogFull):
-		r.code = rejectBusy
+		return rejectReason{rejectBusy}
+	case errors.Is(err, errHandshakesBusy):
+		return rejectReason{rejectPendingFull}
 	case errors.Is(err, ErrProtocol):
-		r.code = rejectBadRequest
-	default:
-		r.code = rejectResources
+		return rejectReason{rejectBadRequest}
 	}
-	return r
+	return rejectReason{rejectResources}
 }
 
 func (r rejectReason) encode() []byte {
@@ -93,9 +90,6 @@ func (r rejectReason) encode() []byte {
 	copy(b, rejectMagic)
 	b[4] = rejectVersion
 	b[5] = byte(r.code)
-	binary.BigEndian.PutUint16(b[6:], uint16(r.errno))
-	binary.BigEndian.PutUint64(b[8:], r.limit)
-	binary.BigEndian.PutUint64(b[16:], r.needed)
 	return b
 }
 
@@ -106,35 +100,25 @@ func decodeRejectReason(b []byte) (r rejectReason, ok bool) {
 	if len(b) < rejectReasonSize || string(b[:4]) != rejectMagic || b[4] < rejectVersion {
 		return rejectReason{}, false
 	}
-	return rejectReason{
-		code:   rejectCode(b[5]),
-		errno:  syscall.Errno(binary.BigEndian.Uint16(b[6:])),
-		limit:  binary.BigEndian.Uint64(b[8:]),
-		needed: binary.BigEndian.Uint64(b[16:]),
-	}, true
+	return rejectReason{code: rejectCode(b[5])}, true
 }
 
 // String says, for the dialer, why the listener refused.
 func (r rejectReason) String() string {
-	var s string
 	switch r.code {
 	case rejectBusy:
-		s = "the listener's backlog of connections waiting for Accept is full"
+		return "the listener is busy: its backlog of connections waiting for Accept is full"
+	case rejectPendingFull:
+		return "the listener is busy: its line of connection requests waiting for a handshake is full"
 	case rejectBadRequest:
-		s = "the listener could not use the connection request (not rsocket protocol version 1, or malformed)"
+		return "the listener could not use the connection request (not rsocket protocol version 1, or malformed)"
 	case rejectLockedMemory:
-		s = "the listener could not register memory (locked-memory limit: RLIMIT_MEMLOCK is " +
-			verbs.FormatBytes(r.limit) + " there, and a connection pins " + verbs.FormatBytes(r.needed) +
-			"; raise the listener's limit)"
+		return "the listener is out of locked memory (its RLIMIT_MEMLOCK is too low for another connection; " +
+			"the listener's HandshakeError names the limit to raise)"
 	case rejectResources:
-		s = "the listener could not set up the connection"
-	default:
-		s = "the listener gave reason code " + strconv.Itoa(int(r.code))
+		return "the listener could not set up the connection (the listener's HandshakeError says why)"
 	}
-	if r.errno != 0 && r.code != rejectLockedMemory {
-		s += " (" + r.errno.Error() + ")"
-	}
-	return s
+	return "the listener gave reason code " + strconv.Itoa(int(r.code))
 }
 
 // peerRejectError is a reject from an rnet listener that said why. It

@@ -16,12 +16,7 @@ import (
 )
 
 func TestRejectReasonRoundTrip(t *testing.T) {
-	for _, r := range []rejectReason{
-		{code: rejectBusy},
-		{code: rejectBadRequest},
-		{code: rejectLockedMemory, errno: syscall.ENOMEM, limit: 64 << 10, needed: 264 << 10},
-		{code: rejectResources, errno: syscall.EMFILE},
-	} {
+	for _, r := range []rejectReason{{rejectBusy}, {rejectBadRequest}, {rejectLockedMemory}, {rejectResources}, {rejectPendingFull}} {
 		b := r.encode()
 		if len(b) != rejectReasonSize || len(b) > 56 {
 			t.Fatalf("%v encodes to %d bytes, want %d (within the 56 every transport carries)", r, len(b), rejectReasonSize)
@@ -37,18 +32,56 @@ func TestRejectReasonRoundTrip(t *testing.T) {
 }
 
 func TestRejectReasonFormat(t *testing.T) {
-	b := rejectReason{code: rejectLockedMemory, errno: syscall.ENOMEM, limit: 0x0102030405060708, needed: 0x1112131415161718}.encode()
-	want := []byte{'r', 'n', 'e', 't', 1, 3, 0, byte(syscall.ENOMEM),
-		1, 2, 3, 4, 5, 6, 7, 8, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18}
+	b := rejectReason{rejectLockedMemory}.encode()
+	want := []byte{'r', 'n', 'e', 't', 1, 3}
 	if !bytes.Equal(b, want) {
 		t.Errorf("encoded\n% x\nwant\n% x", b, want)
+	}
+}
+
+// TestRejectTellsOnlyTheReason: a reject tells the dialer, a stranger, only
+// why: none of the listener's numbers (its locked-memory limit, what a
+// connection pins there, its errno) go on the wire or into the dialer's
+// text, which still says what is wrong and where to look.
+func TestRejectTellsOnlyTheReason(t *testing.T) {
+	const soft, needed = 0x10_4000, 0x42_2000 // 1 MiB + 16 KiB, 4 MiB + 136 KiB: numbers the text would show
+	lm := &verbs.LockedMemoryError{Soft: soft, Hard: soft, Pinned: 0x3000, Region: needed / 2, Needed: needed}
+	for _, tc := range []struct {
+		err    error
+		code   rejectCode
+		text   string
+		secret []string // what the listener knows and the dialer must not learn
+	}{
+		{&verbs.Error{Op: "ibv_reg_mr", Device: "rxe1", Errno: syscall.ENOMEM, Err: lm}, rejectLockedMemory,
+			"the listener is out of locked memory (its RLIMIT_MEMLOCK is too low",
+			[]string{verbs.FormatBytes(soft), verbs.FormatBytes(needed), syscall.ENOMEM.Error(), "rxe1"}},
+		{&verbs.Error{Op: "ibv_create_cq", Device: "rxe1", Errno: syscall.EMFILE}, rejectResources,
+			"the listener could not set up the connection",
+			[]string{syscall.EMFILE.Error(), "ibv_create_cq", "rxe1"}},
+		{errHandshakesBusy, rejectPendingFull, "the listener is busy", []string{"MaxPendingHandshakes"}},
+		{errBacklogFull, rejectBusy, "the listener is busy", []string{"ListenConfig"}},
+	} {
+		b := rejectReasonOf(tc.err).encode()
+		if want := append([]byte(rejectMagic), rejectVersion, byte(tc.code)); !bytes.Equal(b, want) {
+			t.Errorf("the reject for %v carries % x, want only the reason, % x", tc.err, b, want)
+		}
+		raw := &cm.RejectError{Addr: "10.77.0.2:7471", Status: cm.RejectConsumer, PrivateData: append(b, make([]byte, 148-len(b))...)}
+		text := dialError(t.Context(), nil, nil, explainReject(raw)).Error()
+		if !strings.Contains(text, "rdma_connect 10.77.0.2:7471: rejected by the peer: "+tc.text) {
+			t.Errorf("the dialer's error %q lacks %q", text, tc.text)
+		}
+		for _, s := range tc.secret {
+			if strings.Contains(text, s) {
+				t.Errorf("the dialer's error %q tells it %q", text, s)
+			}
+		}
 	}
 }
 
 // What is not a reason in this format decodes to none, and a later version
 // that appends fields still gives its version-1 fields.
 func TestRejectReasonForeignData(t *testing.T) {
-	good := rejectReason{code: rejectBusy}.encode()
+	good := rejectReason{rejectBusy}.encode()
 	for name, data := range map[string][]byte{
 		"None":               nil,
 		"CListenerOnIB":      make([]byte, 148), // rsocket rejects with no data; the CM pads it
@@ -74,25 +107,28 @@ func TestRejectReasonOf(t *testing.T) {
 		err  error
 		want rejectReason
 	}{
-		{&verbs.Error{Op: "ibv_reg_mr", Device: "rxe1", Errno: syscall.ENOMEM, Err: lm},
-			rejectReason{code: rejectLockedMemory, errno: syscall.ENOMEM, limit: 64 << 10, needed: 264 << 10}},
-		{errBacklogFull, rejectReason{code: rejectBusy}},
-		{&ring.ProtocolError{Check: ring.ErrVersion}, rejectReason{code: rejectBadRequest}},
-		{&verbs.Error{Op: "ibv_create_cq", Device: "rxe1", Errno: syscall.ENOMEM}, rejectReason{code: rejectResources, errno: syscall.ENOMEM}},
-		{fmt.Errorf("wrapped: %w", syscall.Errno(70000)), rejectReason{code: rejectResources}}, // no errno that does not fit 16 bits
+		{&verbs.Error{Op: "ibv_reg_mr", Device: "rxe1", Errno: syscall.ENOMEM, Err: lm}, rejectReason{rejectLockedMemory}},
+		{errBacklogFull, rejectReason{rejectBusy}},
+		{fmt.Errorf("wrapped: %w", errHandshakesBusy), rejectReason{rejectPendingFull}},
+		{&ring.ProtocolError{Check: ring.ErrVersion}, rejectReason{rejectBadRequest}},
+		{&verbs.Error{Op: "ibv_create_cq", Device: "rxe1", Errno: syscall.ENOMEM}, rejectReason{rejectResources}},
 	} {
 		if got := rejectReasonOf(tc.err); got != tc.want {
 			t.Errorf("rejectReasonOf(%v) = %+v, want %+v", tc.err, got, tc.want)
 		}
 	}
+	for code, busy := range map[rejectCode]bool{rejectBusy: true, rejectPendingFull: true, rejectLockedMemory: false, rejectResources: false, rejectBadRequest: false, 99: false} {
+		if got := (rejectReason{code}).busy(); got != busy {
+			t.Errorf("code %d: busy = %v, want %v", code, got, busy)
+		}
+	}
 }
 
 func TestExplainReject(t *testing.T) {
-	r := rejectReason{code: rejectLockedMemory, errno: syscall.ENOMEM, limit: 64 << 10, needed: 264 << 10}
-	raw := &cm.RejectError{Addr: "10.77.0.2:7471", Status: cm.RejectConsumer, PrivateData: append(r.encode(), make([]byte, 124)...)}
+	raw := &cm.RejectError{Addr: "10.77.0.2:7471", Status: cm.RejectConsumer, PrivateData: append(rejectReason{rejectLockedMemory}.encode(), make([]byte, 142)...)}
 	err := dialError(t.Context(), nil, nil, explainReject(raw))
-	for _, want := range []string{"rdma_connect 10.77.0.2:7471: rejected by the peer: the listener could not register memory",
-		"locked-memory limit", "RLIMIT_MEMLOCK is 64 KiB there", "a connection pins 264 KiB"} {
+	for _, want := range []string{"rdma_connect 10.77.0.2:7471: rejected by the peer: the listener is out of locked memory",
+		"RLIMIT_MEMLOCK", "HandshakeError"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q lacks %q", err, want)
 		}
@@ -123,8 +159,8 @@ func TestExplainReject(t *testing.T) {
 // nor lets the peer's bytes into the text, and what decodes re-encodes to
 // the same version-1 fields.
 func FuzzDecodeRejectReason(f *testing.F) {
-	f.Add(rejectReason{code: rejectLockedMemory, errno: syscall.ENOMEM, limit: 64 << 10, needed: 264 << 10}.encode())
-	f.Add(rejectReason{code: rejectBusy}.encode())
+	f.Add(rejectReason{rejectLockedMemory}.encode())
+	f.Add(rejectReason{rejectBusy}.encode())
 	f.Add(make([]byte, 148))
 	f.Add([]byte("rnet\x01\xff\xff\xff"))
 	f.Add([]byte("rnet\x02\x09\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"))

@@ -60,17 +60,21 @@ type Dialer struct {
 	// port, when it cannot connect over RDMA: no RDMA device, no RDMA route,
 	// the RDMA connect refused or not done within RDMAAttemptTimeout. The
 	// connection it returns is then a *TCPConn that says why. Dial and
-	// DialContext never fall back. Default false.
+	// DialContext never fall back. Rejects are not authenticated: whoever
+	// can forge one for the dial's request can make it fall back. Default
+	// false.
 	TCPFallback bool
 	// RDMAAttemptTimeout bounds the RDMA attempt of a DialConn with
 	// TCPFallback, within Timeout and the context. 0 means 3 s; negative
 	// means no bound of its own.
 	RDMAAttemptTimeout time.Duration
-	// TCPFallbackMemory is how long an address whose RDMA connect was
-	// refused or timed out is dialled over TCP straight away by DialConn
-	// with TCPFallback (the memory is the process's, shared by its
-	// Dialers), so that a fleet where some servers lack RDMA does not pay a
-	// failed attempt per dial. 0 means 30 s; negative means no memory.
+	// TCPFallbackMemory is how long an address where an RDMA attempt found
+	// no RDMA (no device or route, or nothing listening over RDMA) is
+	// dialled over TCP straight away by DialConn with TCPFallback (the
+	// memory is the process's, shared by its Dialers), so that a fleet
+	// where some servers lack RDMA does not pay a failed attempt per dial.
+	// A busy listener, a listener's other refusals and a timeout fall back
+	// for their own dial only. 0 means 30 s; negative means no memory.
 	TCPFallbackMemory time.Duration
 }
 
@@ -320,12 +324,11 @@ func localIP(a net.Addr) (netip.Addr, error) {
 type ListenConfig struct {
 	// Config sizes every accepted connection; nil means the defaults.
 	Config *Config
-	// Backlog is how many connection requests may wait in the connection
-	// manager for a pending-handshake slot (past it the manager drops a
-	// new request unanswered and the dialer's manager sends it again,
-	// about 6 s later on RoCE), and how many established connections may
-	// wait for Accept (past it a request is refused, as a full TCP accept
-	// queue refuses it). 0 means 128; more than 65535 means 65535.
+	// Backlog is how many connection requests may wait in line for a
+	// pending-handshake slot, and how many established connections may
+	// wait for Accept; past either a new request is refused as busy, as a
+	// full TCP accept queue refuses it, and an rnet dialer tries again
+	// shortly. 0 means 128; more than 65535 means 65535.
 	Backlog int
 	// MaxPendingHandshakes bounds the connection requests the Listener is
 	// setting up or whose dialer has yet to confirm our reply with its
@@ -336,9 +339,10 @@ type ListenConfig struct {
 	// waited longest for its RTU, once that wait passes 1 s, or four times
 	// the slowest recent RTU if that is longer, up to 10 s (a live dialer
 	// answers within a round trip, later when its own process is busy; a
-	// stalled one never does). Until then it waits in the Backlog; so
-	// under a flood of such requests the Listener still takes at least a
-	// tenth of this many new ones a second, real dialers among them. 0
+	// stalled one never does). Until then it waits in line (see Backlog),
+	// first come first served; so under a flood of such requests the
+	// Listener still takes at least a tenth of this many new ones a
+	// second, in the order they came, real dialers among them. 0
 	// means as many as pin 4 MiB, half of a common 8 MiB RLIMIT_MEMLOCK,
 	// and at least 16: with the default Config, 102 for a listener on a
 	// RoCE or InfiniBand address, 26 on an iWARP one or on every device
@@ -352,11 +356,13 @@ type ListenConfig struct {
 	// process from registering the connection's rings, ErrProtocol when
 	// the request's private data was unusable, context.DeadlineExceeded
 	// when the dialer did not complete the handshake within
-	// Config.HandshakeTimeout; when the Backlog of established
-	// connections was full, the text says so. A dialer that is rnet is told the cause
-	// of a refusal in the reject, and its error names it. HandshakeError
-	// is called from the Listener's own goroutines, several at once when
-	// handshakes run side by side, so it must be safe for concurrent use;
+	// Config.HandshakeTimeout; when it was refused as busy, the text says
+	// which limit. A dialer that is rnet is told the reason for a refusal
+	// in the reject, and its error names it; the numbers behind it (this
+	// process's locked-memory limit, an errno) go only to HandshakeError.
+	// HandshakeError is called from the Listener's own goroutines, several
+	// at once when handshakes run side by side, so it must be safe for
+	// concurrent use;
 	// it must return promptly and not call the Listener's Close, since a
 	// refusal made while reading requests holds up every later request
 	// until it returns. Log it, or count it.
