@@ -65,7 +65,7 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 	}
 	l.requestsDone.L = &l.requestsMu
 	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx,
-		pending: newPendingHandshakes(maxPending, backlog, stalledHandshakeAfter)}
+		pending: newPendingHandshakes(maxPending, min(backlog, lineSlotsPerSlot*maxPending), stalledHandshakeAfter)}
 	l.stop = func() {
 		cancel()
 		a.pending.close()
@@ -191,6 +191,15 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 	id := ev.ID
 	if !slot.wait(a.ctx.Done()) {
 		a.reject(id, net.ErrClosed) // Listener.Close
+		id.Close()
+		ch.Close()
+		return
+	}
+	// A request that waited in line checks the backlog again now that it
+	// holds a slot: the connections waiting for room in the backlog must
+	// never outnumber the slots, or they would pin more than the bound.
+	if a.l.backlogFull() {
+		a.reject(id, errBacklogFull)
 		id.Close()
 		ch.Close()
 		return

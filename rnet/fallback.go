@@ -41,7 +41,7 @@ const (
 	// Dialer's RDMAAttemptTimeout.
 	FallbackTimeout
 	// FallbackRemembered: an RDMA attempt to the address found no RDMA
-	// there a short while ago (no device or route, or nothing listening;
+	// there a short while ago (no route, or nothing listening;
 	// see Dialer.TCPFallbackMemory), so no RDMA attempt was made. Cause
 	// says when, and holds that attempt's error.
 	FallbackRemembered
@@ -249,27 +249,27 @@ func (e fallbackError) Timeout() bool {
 
 // lastingRefusal reports whether the failed RDMA attempt err, which falls
 // back for reason, says that RDMA is not to be had at that address for a
-// while: no device here, no route there, or nothing listening there over
-// RDMA (the connection manager's reject when nothing listens, or one
-// without an rnet reason, as a C rsocket listener's). A reject in which an
-// rnet listener said why (busy, or short of memory) says the opposite: a
-// listener is there, and the next dial may get in. A timeout says only that
-// no answer came in time, which a listener under a flood of requests gives
-// too. Anyone on the path can forge a reject, so a remembered refusal can
-// force TCP for a while on dials that allow it, and no more.
+// while: no route there, or nothing listening there over RDMA (the
+// connection manager's reject when nothing listens, or iWARP's refused TCP
+// connect). A reject from a listener that is there says the opposite, with
+// an rnet reason (busy, short of memory) or without one (a C rsocket
+// listener out of memory, or a listener closing with requests unread): the
+// next dial may get in. No device here is checked again at no cost, and
+// stays exact. A timeout says only that no answer came in time, which a
+// listener under a flood of requests gives too. Anyone on the path can
+// forge a reject, so a remembered refusal can force TCP for a while on
+// dials that allow it, and no more.
 func lastingRefusal(reason FallbackReason, err error) bool {
 	switch reason {
-	case FallbackNoDevice, FallbackNoRoute:
+	case FallbackNoRoute:
 		return true
 	case FallbackRefused:
 		var re *cm.RejectError
-		if !errors.As(err, &re) {
+		if !errors.As(err, &re) || !re.NoListener() {
 			return false
 		}
-		if _, fromRnet := decodeRejectReason(re.PrivateData); fromRnet {
-			return false
-		}
-		return re.NoListener() || re.ByApplication()
+		_, fromRnet := decodeRejectReason(re.PrivateData)
+		return !fromRnet
 	}
 	return false
 }

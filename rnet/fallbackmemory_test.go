@@ -77,10 +77,11 @@ func refusingTCPAddr(t *testing.T) string {
 
 // TestBusyRejectIsNotRemembered: a reject in which an rnet listener said
 // it was busy (or short of memory), and a timeout, fall back for that dial
-// alone: the next dial tries RDMA again. Only what says that no RDMA is
-// there (the connection manager's reject when nothing listens, or a reject
-// without an rnet reason, as a C listener's or anyone's) is remembered, and
-// a reject whose private data is not ours is handled as such.
+// alone: the next dial tries RDMA again; so does a reject without an rnet
+// reason (a C listener's, or a closing listener's), and no device here.
+// Only what says that no RDMA is there (the connection manager's reject
+// when nothing listens, or no route) is remembered, and a reject whose
+// private data is not ours is handled as such.
 func TestBusyRejectIsNotRemembered(t *testing.T) {
 	addr := tcpServer(t)
 	for _, tc := range []struct {
@@ -113,10 +114,13 @@ func TestBusyRejectIsNotRemembered(t *testing.T) {
 		{"IWARPNothingListens", func(ctx context.Context, a string) error { return rejectedBy(ctx, a, -int(syscall.ECONNREFUSED), nil) }, FallbackRefused, true},
 		{"CListener", func(ctx context.Context, a string) error {
 			return rejectedBy(ctx, a, cm.RejectConsumer, make([]byte, 148))
-		}, FallbackRefused, true},
+		}, FallbackRefused, false},
 		{"ForeignPrivateData", func(ctx context.Context, a string) error {
 			return rejectedBy(ctx, a, cm.RejectConsumer, []byte("rnet\x00\x01\xff\xff not ours \x1b[31m"))
-		}, FallbackRefused, true},
+		}, FallbackRefused, false},
+		{"NoDevice", func(ctx context.Context, a string) error {
+			return dialError(ctx, nil, nil, ErrNoDevice)
+		}, FallbackNoDevice, false},
 		{"NoRoute", func(ctx context.Context, a string) error {
 			return dialError(ctx, nil, nil, &DeviceError{Op: "rdma_resolve_route", Addr: a, Errno: syscall.ENETUNREACH})
 		}, FallbackNoRoute, true},

@@ -29,8 +29,9 @@ var errHandshakesBusy = errors.New("rnet: every pending-handshake slot is taken 
 // will never complete. The evicted handshake is cancelled, and its slot
 // passes to the new one once it has released its resources, so memory
 // never exceeds the bound. When no handshake is that stale, the request
-// waits in line, holding nothing but its id, for the next slot to free or
-// turn stale, in the order the requests came; with maxWaiting of them in
+// waits in line for the next slot to free or turn stale, in the order the
+// requests came, holding its id, the event channel (one fd) it was moved to
+// and a goroutine, but no registered memory; with maxWaiting of them in
 // line already it is refused as busy at once. Nobody waits in the
 // acceptor, which goes on reading requests.
 type pendingHandshakes struct {
@@ -85,6 +86,11 @@ type pendingSlot struct {
 	abandoned bool          // released before the slot was its own
 	released  bool
 }
+
+// lineSlotsPerSlot bounds the line of requests waiting for a slot, with
+// the Accept backlog: each holds an fd, so the line must not grow with
+// Backlog alone toward the process's file limit.
+const lineSlotsPerSlot = 4
 
 func newPendingHandshakes(slots, maxWaiting int, staleAfter time.Duration) *pendingHandshakes {
 	return &pendingHandshakes{slots: slots, maxWaiting: maxWaiting, staleAfter: staleAfter, free: slots}

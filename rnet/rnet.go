@@ -69,7 +69,7 @@ type Dialer struct {
 	// means no bound of its own.
 	RDMAAttemptTimeout time.Duration
 	// TCPFallbackMemory is how long an address where an RDMA attempt found
-	// no RDMA (no device or route, or nothing listening over RDMA) is
+	// no RDMA (no route, or nothing listening over RDMA) is
 	// dialled over TCP straight away by DialConn with TCPFallback (the
 	// memory is the process's, shared by its Dialers), so that a fleet
 	// where some servers lack RDMA does not pay a failed attempt per dial.
