@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
@@ -208,11 +209,19 @@ func (g *pollGroup) collectPastLocked(mark cqMark) {
 	for !g.passedLocked(mark) {
 		if cut, _ := g.drainLocked(0); cut && !g.passedLocked(mark) {
 			g.pollMu.Unlock()
+			if hook := testHookBetweenDrains.Load(); hook != nil {
+				(*hook)(g)
+			}
 			runtime.Gosched()
 			g.pollMu.Lock()
 		}
 	}
 }
+
+// testHookBetweenDrains, set only by tests, is called with pollMu free
+// between two drains of collectPastLocked, so that a test can make other
+// goroutines take the lock there rather than hope the scheduler does.
+var testHookBetweenDrains atomic.Pointer[func(g *pollGroup)]
 
 // collectAll hands out everything in the CQ now: after it, a member's
 // inbox holds everything its queue pair completed before.

@@ -3,6 +3,7 @@ package rnet
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,6 +85,34 @@ func (c *floodCQ) shutdown()      { c.stopOnce.Do(func() { close(c.stop) }) }
 func (c *floodCQ) destroy() error { return nil }
 func (c *floodCQ) size() int      { return c.entries }
 
+// stepBetweenDrains makes a spinning step of stepper, in a goroutine of
+// its own, run each time a collection of g lets go of pollMu between two
+// drains, the hook waiting for it: the step polls the CQ only if it takes
+// pollMu at once, so it proves the lock free there and never blocks. It
+// returns how often the collection let go and how many steps polled.
+func stepBetweenDrains(t *testing.T, g *pollGroup, cq *floodCQ, stepper *groupMember) (released, stepped *atomic.Int32) {
+	released, stepped = new(atomic.Int32), new(atomic.Int32)
+	post := func(_ []wr.Recv, _ []wr.Send, out []wr.Completion, tries int) (int, error) {
+		stepped.Add(1)
+		return cq.poll(0, out, tries)
+	}
+	hook := func(hg *pollGroup) {
+		if hg != g {
+			return
+		}
+		released.Add(1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			stepper.step(post, nil, nil, make([]wr.Completion, 16), 2)
+		}()
+		<-done
+	}
+	testHookBetweenDrains.Store(&hook)
+	t.Cleanup(func() { testHookBetweenDrains.Store(nil) })
+	return released, stepped
+}
+
 // TestGroupDrainIsBounded: a peer that keeps a poll group's CQ full makes
 // no caller poll it for ever with pollMu held. A drain stops after
 // maxStepRounds polls; collectAll, a leave and an attach poll until
@@ -94,30 +123,59 @@ func (c *floodCQ) size() int      { return c.entries }
 // until the flood stops (here after floodPolls polls).
 func TestGroupDrainIsBounded(t *testing.T) {
 	const (
-		entries    = 1024
+		// entries is four bounded drains' worth, so that a collection
+		// lets go of pollMu between drains several times.
+		entries    = 4 * maxStepRounds * completionBatch
 		floodPolls = 20000
 		memberQP   = 7
+		// memberRecvs is how many receives of the shared queue the
+		// member posted: its completions in the CQ consume them.
+		memberRecvs = 3
 	)
 	// The most polls a caller that must see the CQ's contents handed out
 	// makes: the CQ's size in batches, and the rest of its last drain.
 	collectBound := entries/completionBatch + maxStepRounds
 	// newGroup returns a group over a full flooded CQ with one member,
-	// whose three completions are the last ones in the CQ.
-	newGroup := func(t *testing.T) (*pollGroup, *floodCQ, *groupMember) {
+	// whose three completions are the last ones in the CQ, so that the
+	// last drain of a collection hands them out. With rq, the group has a
+	// shared receive queue and they are receive completions.
+	newGroup := func(t *testing.T, rq *countingRQ) (*pollGroup, *floodCQ, *groupMember) {
 		cq := newFloodCQ(entries, floodPolls)
 		for range entries - 3 {
 			cq.queued = append(cq.queued, wr.Completion{ID: 1, QPNum: floodQPNum, Opcode: wr.WCRDMAWrite})
 		}
 		for i := range 3 {
-			cq.queued = append(cq.queued, wr.Completion{ID: uint64(i), QPNum: memberQP, Opcode: wr.WCRDMAWrite})
+			wc := wr.Completion{ID: uint64(i), QPNum: memberQP, Opcode: wr.WCRDMAWrite}
+			if rq != nil {
+				wc = recvCompletions(memberQP, 1)[0]
+			}
+			cq.queued = append(cq.queued, wc)
 		}
 		g := newPollGroup(cq)
-		m, ok := g.reserve(16, 16, 0)
+		if rq != nil {
+			if err := g.shareRecvs(rq, 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, ok := g.reserve(16, 16, memberRecvs)
 		if !ok {
 			t.Fatal("the group has no room for a member")
 		}
 		m.attach(memberQP)
+		if rq != nil {
+			m.accountRecvs(make([]wr.Recv, memberRecvs))
+		}
 		return g, cq, m
+	}
+	// join adds a member of queue pair qpNum to g.
+	join := func(t *testing.T, g *pollGroup, qpNum uint32) *groupMember {
+		t.Helper()
+		m, ok := g.reserve(16, 16, 0)
+		if !ok {
+			t.Fatal("the group has no room for a member")
+		}
+		m.attach(qpNum)
+		return m
 	}
 	// within runs f, failing the test if it does not return in a minute.
 	within := func(t *testing.T, what string, cq *floodCQ, f func()) {
@@ -133,9 +191,20 @@ func TestGroupDrainIsBounded(t *testing.T) {
 			t.Fatalf("%s did not return within a minute (%d polls so far)", what, cq.pollCount())
 		}
 	}
+	// checkReleased checks that a collection let go of pollMu between drains
+	// several times and that a member's step polled the CQ each time.
+	checkReleased := func(t *testing.T, what string, released, stepped *atomic.Int32) {
+		t.Helper()
+		if r := released.Load(); r < 2 {
+			t.Errorf("%s let go of pollMu between drains %d times, want several: the CQ holds %d bounded drains", what, r, entries/(maxStepRounds*completionBatch))
+		}
+		if r, s := released.Load(), stepped.Load(); s != r {
+			t.Errorf("%s came between drains %d times, but a member's step could take pollMu and poll there only %d times", what, r, s)
+		}
+	}
 
 	t.Run("Drain", func(t *testing.T) {
-		g, cq, _ := newGroup(t)
+		g, cq, _ := newGroup(t, nil)
 		within(t, "a drain", cq, func() {
 			g.pollMu.Lock()
 			g.armed = true
@@ -151,8 +220,11 @@ func TestGroupDrainIsBounded(t *testing.T) {
 	})
 
 	t.Run("CollectAll", func(t *testing.T) {
-		g, cq, m := newGroup(t)
+		g, cq, m := newGroup(t, nil)
+		stepper := join(t, g, memberQP+1)
+		released, stepped := stepBetweenDrains(t, g, cq, stepper)
 		within(t, "collectAll", cq, g.collectAll)
+		checkReleased(t, "collectAll", released, stepped)
 		if polls := cq.pollCount(); polls > collectBound {
 			t.Errorf("collectAll polled %d times, more than %d", polls, collectBound)
 		}
@@ -162,7 +234,7 @@ func TestGroupDrainIsBounded(t *testing.T) {
 	})
 
 	t.Run("Leader", func(t *testing.T) {
-		_, cq, m := newGroup(t)
+		_, cq, m := newGroup(t, nil)
 		const kickAt = 100
 		cq.mu.Lock()
 		cq.onPoll = func(poll int) {
@@ -190,17 +262,15 @@ func TestGroupDrainIsBounded(t *testing.T) {
 	})
 
 	t.Run("Leave", func(t *testing.T) {
-		g, cq, m := newGroup(t)
-		keep, ok := g.reserve(16, 16, 0) // the group stays open
-		if !ok {
-			t.Fatal("the group has no room for a member")
-		}
-		keep.attach(memberQP + 1)
+		g, cq, m := newGroup(t, nil)
+		keep := join(t, g, memberQP+1) // the group stays open
+		released, stepped := stepBetweenDrains(t, g, cq, keep)
 		within(t, "leave", cq, func() {
 			if err := g.leave(m, nil); err != nil {
 				t.Errorf("leave: %v", err)
 			}
 		})
+		checkReleased(t, "leave", released, stepped)
 		if polls := cq.pollCount(); polls > collectBound {
 			t.Errorf("leave polled %d times, more than %d", polls, collectBound)
 		}
@@ -211,41 +281,104 @@ func TestGroupDrainIsBounded(t *testing.T) {
 
 	t.Run("AttachAfterLeave", func(t *testing.T) {
 		// A new queue pair of the number that just left (siw reuses
-		// numbers at once) attaches while the leave is polling: the
-		// completions the old one left are not handed to it.
-		g, cq, m := newGroup(t)
-		keep, ok := g.reserve(16, 16, 0)
-		if !ok {
-			t.Fatal("the group has no room for a member")
-		}
-		keep.attach(memberQP + 1)
+		// numbers at once) attaches while the leave is collecting: it
+		// starts when the leave first lets go of pollMu and finishes
+		// before the leave takes it again, and the completions the old
+		// one left, last in the CQ, are not handed to it. The group
+		// shares receives, so a completion handed to the wrong member
+		// shows in the accounts.
+		rq := &countingRQ{}
+		g, cq, m := newGroup(t, rq)
+		join(t, g, memberQP+1) // the group stays open
 		next, ok := g.reserve(16, 16, 0)
 		if !ok {
 			t.Fatal("the group has no room for a member")
 		}
-		attached := make(chan struct{})
-		var once sync.Once
+		posted := rq.posted
+		var (
+			launched  atomic.Bool // the hook started the attach
+			awaiting  atomic.Bool // the hook waits for the attach's first poll
+			polled    = make(chan struct{})
+			resume    = make(chan struct{})
+			attached  = make(chan struct{})
+			heldThen  int // the leaving member's completions when attach returned
+			nextFirst int // the new member's completions then
+		)
+		// The attach's first poll, with pollMu held, stops until the
+		// hook has seen that the attach is collecting, not done.
 		cq.mu.Lock()
 		cq.onPoll = func(int) {
-			once.Do(func() {
-				go func() {
-					defer close(attached)
-					next.attach(memberQP)
-				}()
-			})
+			if awaiting.CompareAndSwap(true, false) {
+				polled <- struct{}{}
+				<-resume
+			}
 		}
 		cq.mu.Unlock()
-		within(t, "leave and attach", cq, func() {
+		hook := func(hg *pollGroup) {
+			if hg != g || !launched.CompareAndSwap(false, true) {
+				return
+			}
+			free := g.pollMu.TryLock()
+			if free {
+				g.pollMu.Unlock()
+				awaiting.Store(true)
+			} else {
+				t.Error("the leave called the hook between drains with pollMu held")
+			}
+			go func() {
+				defer close(attached)
+				next.attach(memberQP)
+				heldThen, nextFirst = m.pending(), next.pending()
+			}()
+			if !free {
+				return
+			}
+			select {
+			case <-polled:
+				// The attach collects the rest while the leave waits
+				// here, so the leave then finds the number taken.
+				close(resume)
+				<-attached
+			case <-attached:
+				awaiting.Store(false)
+				close(resume)
+				t.Error("an attach that began while the leave was collecting returned without polling: it did not wait for the leaver's completions")
+			}
+		}
+		testHookBetweenDrains.Store(&hook)
+		t.Cleanup(func() { testHookBetweenDrains.Store(nil) })
+
+		within(t, "leave", cq, func() {
 			if err := g.leave(m, nil); err != nil {
 				t.Errorf("leave: %v", err)
 			}
-			<-attached
 		})
+		if !launched.Load() {
+			t.Fatal("the leave never let go of pollMu between drains: no attach could start while it collected")
+		}
+		within(t, "attach", cq, func() { <-attached })
+		if heldThen != 3 || nextFirst != 0 {
+			t.Errorf("when the attach returned the leaving member held %d of its 3 completions and the new one %d, want 3 and 0: the attach did not wait for the leave's collection",
+				heldThen, nextFirst)
+		}
 		if n := next.pending(); n != 0 {
 			t.Errorf("the new member was handed %d completions of the queue pair that left", n)
 		}
 		if n := m.pending(); n != 3 {
 			t.Errorf("the leaving member was handed %d of the 3 completions its queue pair left in the CQ", n)
+		}
+		g.mu.RLock()
+		now := g.members[memberQP]
+		g.mu.RUnlock()
+		if now != next {
+			t.Error("after the leave the new member does not hold its queue pair number: the leave took it out")
+		}
+		if out := next.recvOut.Load(); out != 0 {
+			t.Errorf("the new member's queue pair consumed %d receives of the shared queue, want none", -out)
+		}
+		if b, o := g.srq.balance.Load(), g.srq.overruns.Load(); b != 0 || o != 0 || rq.posted != posted {
+			t.Errorf("after the leave the shared queue's balance is %d with %d overruns and %d receives posted back, want 0, 0, 0: the leaver's receive completions were not accounted to it",
+				b, o, rq.posted-posted)
 		}
 		if polls := cq.pollCount(); polls > 2*collectBound {
 			t.Errorf("leave and attach polled %d times, more than %d", polls, 2*collectBound)
