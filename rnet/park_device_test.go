@@ -29,14 +29,17 @@ import (
 //
 // The test counts the two connections' own crossings (their queue pairs'
 // post-and-poll calls and the server's poll group's polls), not the
-// process's, so that nothing else running in the process can change them,
-// and it accounts for the one wakeup that is not the message's: the event
-// of a completion of the server's own earlier send (a credit update, or
-// what setup sent) that had not been polled when the round began. Such a
-// wakeup finds only send completions and costs a crossing and a park of
-// its own; any other extra crossing or park fails the test. Spinning is off
-// so that the reader parks at once, and keepalives are an hour apart so
-// that no tick steps either connection.
+// process's, so that nothing else running in the process can change them.
+// It accounts for the wakeups that are not the message's: the event of a
+// completion of the server's own earlier send (what setup sent, since the
+// server sends nothing in the measured rounds), which wakes the wait with a
+// crossing of its own. If that completion was still in the CQ, the wakeup
+// finds only send completions and ends the park too; if a step had
+// already polled it, the wakeup finds nothing and the wait parks again
+// within the same park. Each earlier send leaves at most one such event;
+// any other extra crossing or park fails the test. Spinning is off so that
+// the reader parks at once, and keepalives are an hour apart so that no
+// tick steps either connection.
 func TestRXEParkCostsOneCrossing(t *testing.T) {
 	client, server := rxeMaker(rdmatest.Require(t), &Config{BusyPoll: -1, KeepAlive: time.Hour})(t)
 	defer client.Close()
@@ -55,7 +58,7 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 	const measured = 2 * (ring.RecvHeadroom / 4)
 	buf := make([]byte, 16)
 	var start Stats
-	repostCrossings := uint64(0)
+	repostCrossings, strayWakes := uint64(0), uint64(0)
 	for round := range 1 + measured {
 		if round == 1 {
 			start = server.Stats()
@@ -82,18 +85,19 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := snapshot(clientPosts, serverPosts, polls, server).minus(before)
-		t.Logf("round %d: client %d crossing(s); server %d before parking, %d poll(s) of which %d woken and %d found only its own sends, %d after the wakeup; %d park(s)",
-			round, d.clientPosts, beforePark, d.polls, d.wakes, d.sendsOnly, d.serverPosts-beforePark, d.parks)
+		t.Logf("round %d: client %d crossing(s); server %d before parking, %d poll(s) of which %d woken, %d found only its own sends and %d nothing, %d after the wakeup; %d park(s)",
+			round, d.clientPosts, beforePark, d.polls, d.wakes, d.sendsOnly, d.empty, d.serverPosts-beforePark, d.parks)
 		if round == 0 {
 			continue // the first wait arms
 		}
 		if beforePark != 0 {
 			t.Errorf("round %d: the Read crossed %d times before it parked, want 0: the CQ stays armed", round, beforePark)
 		}
-		if want := 1 + d.sendsOnly; d.polls != want || d.wakes != want || d.parks != want {
-			t.Errorf("round %d: the wait polled %d times (%d of them woken) in %d parks, want %d each: one for the message, %d for the server's own send completions",
-				round, d.polls, d.wakes, d.parks, want, d.sendsOnly)
+		if want := 1 + d.sendsOnly + d.empty; d.polls != want || d.wakes != want || d.parks != 1+d.sendsOnly {
+			t.Errorf("round %d: the wait polled %d times (%d of them woken) in %d parks, want %d polls, all woken, in %d parks: one for the message, %d for wakeups that found only the server's own send completions, %d for ones that found nothing",
+				round, d.polls, d.wakes, d.parks, want, 1+d.sendsOnly, d.sendsOnly, d.empty)
 		}
+		strayWakes += d.sendsOnly + d.empty
 		if d.clientPosts != 1 {
 			t.Errorf("round %d: the client's Write crossed %d times, want 1", round, d.clientPosts)
 		}
@@ -107,6 +111,9 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 	}
 	if sent := end.CreditUpdatesSent + end.KeepalivesSent + end.MessagesSent - start.CreditUpdatesSent - start.KeepalivesSent - start.MessagesSent; sent != 0 {
 		t.Fatalf("the server sent %d messages in the measured rounds, want none", sent)
+	}
+	if sentBefore := start.CreditUpdatesSent + start.KeepalivesSent + start.MessagesSent; strayWakes > sentBefore {
+		t.Errorf("%d wakeups in the measured rounds were not the message's, more than the %d sends the server made before them", strayWakes, sentBefore)
 	}
 	if want := uint64(measured / (ring.RecvHeadroom / 4)); repostCrossings != want {
 		t.Errorf("after their wakeups the Reads crossed %d times in %d rounds, want %d: one per batch of %d reposts", repostCrossings, measured, want, ring.RecvHeadroom/4)
@@ -133,6 +140,7 @@ type countedCQ struct {
 	sharedCQ
 	g                       *pollGroup
 	polls, wakes, sendsOnly atomic.Uint64
+	empty                   atomic.Uint64 // wakeups that found nothing
 }
 
 func (c *countedCQ) poll(flags verbs.StepFlags, out []wr.Completion, tries int) (int, error) {
@@ -147,7 +155,10 @@ func (c *countedCQ) poll(flags verbs.StepFlags, out []wr.Completion, tries int) 
 			recvs++
 		}
 	}
-	if n > 0 && recvs == 0 {
+	switch {
+	case flags&verbs.StepTakeEvent != 0 && n == 0:
+		c.empty.Add(1)
+	case n > 0 && recvs == 0:
 		c.sendsOnly.Add(1)
 	}
 	return n, err
@@ -186,14 +197,14 @@ func swapGroupCQ(t *testing.T, g *pollGroup, swap func(sharedCQ) sharedCQ) {
 type parkCounts struct {
 	clientPosts, serverPosts uint64
 	polls, wakes, sendsOnly  uint64
-	parks                    uint64
+	empty, parks             uint64
 }
 
 func snapshot(clientPosts, serverPosts *atomic.Uint64, cq *countedCQ, server *Conn) parkCounts {
 	return parkCounts{
 		clientPosts: clientPosts.Load(), serverPosts: serverPosts.Load(),
 		polls: cq.polls.Load(), wakes: cq.wakes.Load(), sendsOnly: cq.sendsOnly.Load(),
-		parks: server.Stats().Parks,
+		empty: cq.empty.Load(), parks: server.Stats().Parks,
 	}
 }
 
@@ -201,6 +212,6 @@ func (a parkCounts) minus(b parkCounts) parkCounts {
 	return parkCounts{
 		clientPosts: a.clientPosts - b.clientPosts, serverPosts: a.serverPosts - b.serverPosts,
 		polls: a.polls - b.polls, wakes: a.wakes - b.wakes, sendsOnly: a.sendsOnly - b.sendsOnly,
-		parks: a.parks - b.parks,
+		empty: a.empty - b.empty, parks: a.parks - b.parks,
 	}
 }
