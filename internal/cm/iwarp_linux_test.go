@@ -79,17 +79,17 @@ func TestIWARPSendInlineAndRefused(t *testing.T) {
 	p.disconnect(t, ctx)
 }
 
-// siw makes its TCP connection inside rdma_connect. A signal to the thread
-// waiting there used to make the kernel restart the call, which then failed
-// with EINVAL, EADDRNOTAVAIL or ECONNREFUSED: a CI failure once in a few
-// full device runs. The restarted call did not always fail, so counting
-// failed connects showed the fault only by chance; this test checks what
-// prevents it. The client's TCP SYNs are dropped (a tc filter) while each
-// connect is made, so that its thread is certain to be waiting in the
-// kernel when the test finds it there, however slow the machine. The test
-// then sends that thread SIGURG (Go's preemption signal), and the signal
-// must stay pending, blocked, while the thread still waits: it cannot end
-// the wait. Then the SYNs pass again, and the connect must be established.
+// siw makes its TCP connection inside rdma_connect. A signal that reaches
+// the thread waiting there ends the wait and the kernel restarts the call,
+// which then fails with EINVAL, EADDRNOTAVAIL or ECONNREFUSED, though not
+// every time: counting failed connects would show the fault only by chance,
+// so this test checks what prevents it, that the signal stays blocked (see
+// rnet_connect). The client's TCP SYNs are dropped (a tc filter) while each
+// connect is made, so that its thread is certain to be waiting in the kernel
+// when the test finds it there, however slow the machine. The test then
+// sends that thread SIGURG (Go's preemption signal), and the signal must
+// stay pending, blocked, while the thread still waits: it cannot end the
+// wait. Then the SYNs pass again, and the connect must be established.
 func TestIWARPConnectSignalled(t *testing.T) {
 	addrs := rdmatest.RequireIWARP(t)
 	if os.Getenv("RNET_GUEST") != "1" {
