@@ -21,11 +21,11 @@ import (
 // crossing first; only the connection's first wait crosses to arm (round 0
 // here, which is not measured). Round 0 also takes the client's credit
 // update from setup: the client posted it before round 0's message on the
-// same reliable queue pair, so it has been processed once that Read
-// returns, and the measured rounds receive their messages alone (checked
-// below). The peer's Write costs one crossing. The
-// receives the messages used go back in batches of a quarter of
-// ring.RecvHeadroom, one crossing per batch, after the wakeup.
+// same reliable queue pair, so it has been processed once that Read returns,
+// and the measured rounds receive their messages alone (checked below). The
+// peer's Write costs one crossing. The receives the messages used go back in
+// batches of a quarter of ring.RecvHeadroom, one crossing per batch, after
+// the wakeup.
 //
 // The test counts the two connections' own crossings (their queue pairs'
 // post-and-poll calls and the server's poll group's polls), not the
