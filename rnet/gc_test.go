@@ -92,10 +92,12 @@ func TestSimBlockedReadKeepsItsConn(t *testing.T) {
 	c1, c2 := simPipe(t, nil)
 	defer c2.Close()
 	inner := c1.conn // does not keep the handle alive
+	parking := make(chan struct{}, 1)
+	inner.qp.(*simQP).waiting = parking
 	got := make(chan error, 1)
 	go readOn(c1, got)
 	c1 = nil
-	waitUntil(t, "the Read to park", func() bool {
+	waitSignalled(t, "the Read to park", parking, func() bool {
 		inner.mu.Lock()
 		defer inner.mu.Unlock()
 		return inner.waitOwned

@@ -4,39 +4,70 @@ package rnet
 
 import (
 	"bytes"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rnet-dev/rnet/internal/rdmatest"
+	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // A Read that parks on a device costs one crossing into C: the one in which
-// the Read, the only waiter and so its poll group's leader (woken by the
-// netpoller), takes the event, arms the CQ again and polls.
-// The arm it leaves behind stands for the next wait, so that wait needs no
-// crossing before it parks; only the first wait crosses to arm (round 0
-// here, which is not counted). The receive the message used goes back with
-// a later crossing (see ring.Engine.RepostDue), not one of its own. The
-// peer's Write costs one more, and nothing else crosses while the reader
-// waits.
-// (Until the event moved into the post-and-poll crossing, a park took four:
-// the channel was also read once before parking, in vain, and once after
-// the wakeup; and the repost took a fifth. Until the arm stayed, it took
-// two.) Spinning is off so that the reader parks at once.
+// its wait, the only one and so its poll group's leader (woken by the
+// netpoller), takes the event, arms the CQ again and polls the message. The
+// arm it leaves behind stands for the next wait, so that wait parks without
+// crossing first; only the connection's first wait crosses to arm (round 0
+// here, which is not measured). Round 0 also takes the client's credit
+// update from setup: the client posted it before round 0's message on the
+// same reliable queue pair, so it has been processed once that Read returns,
+// and the measured rounds receive their messages alone (checked below). The
+// peer's Write costs one crossing. The receives the messages used go back in
+// batches of a quarter of ring.RecvHeadroom, one crossing per batch, after
+// the wakeup.
+//
+// The test counts the two connections' own crossings (their queue pairs'
+// post-and-poll calls and the server's poll group's polls), not the
+// process's, so that nothing else running in the process can change them.
+// It accounts for the wakeups that are not the message's: the event of a
+// completion of the server's own earlier send (what setup sent, since the
+// server sends nothing in the measured rounds), which wakes the wait with a
+// crossing of its own. If that completion was still in the CQ, the wakeup
+// finds only send completions and ends the park too; if a step had
+// already polled it, the wakeup finds nothing and the wait parks again
+// within the same park. Each earlier send leaves at most one such event;
+// any other extra crossing or park fails the test. Spinning is off so that
+// the reader parks at once, and keepalives are an hour apart so that no
+// tick steps either connection.
 func TestRXEParkCostsOneCrossing(t *testing.T) {
-	client, server := rxeMaker(rdmatest.Require(t), &Config{BusyPoll: -1})(t)
+	client, server := rxeMaker(rdmatest.Require(t), &Config{BusyPoll: -1, KeepAlive: time.Hour})(t)
 	defer client.Close()
 	defer server.Close()
-	buf := make([]byte, 16)
+	clientPosts, serverPosts := countPosts(client.conn), countPosts(server.conn)
 	member := server.conn.qp.(*verbsQP).member
+	polls := countGroupPolls(t, member.g)
+	defer polls.restore(t)
 	parking := make(chan struct{}, 1)
 	member.mu.Lock()
 	member.parking = parking
 	member.mu.Unlock()
-	const rounds = 5
-	exact := 0 // measured rounds that parked once and crossed twice
-	for round := range rounds {
-		before, parks := verbs.CgoCalls(), server.Stats().Parks
+
+	// Two batches of reposts: any eight receives in a row, with no send in
+	// between, complete exactly two.
+	const measured = 2 * (ring.RecvHeadroom / 4)
+	buf := make([]byte, 16)
+	var start Stats
+	repostCrossings, strayWakes := uint64(0), uint64(0)
+	for round := range 1 + measured {
+		if round == 1 {
+			start = server.Stats()
+		}
+		select {
+		case <-parking: // left by an earlier round's second park
+		default:
+		}
+		before := snapshot(clientPosts, serverPosts, polls, server)
 		got := make(chan error, 1)
 		go func() {
 			n, err := server.Read(buf)
@@ -46,25 +77,141 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 			got <- err
 		}()
 		<-parking
+		beforePark := serverPosts.Load() - before.serverPosts
 		if _, err := client.Write([]byte{byte(round)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-got; err != nil {
 			t.Fatal(err)
 		}
-		calls := verbs.CgoCalls() - before
-		parked := server.Stats().Parks - parks
-		t.Logf("round %d: %d crossings, %d parks", round, calls, parked)
-		if round > 0 && calls == 2 && parked == 1 {
-			exact++
+		d := snapshot(clientPosts, serverPosts, polls, server).minus(before)
+		t.Logf("round %d: client %d crossing(s); server %d before parking, %d poll(s) of which %d woken, %d found only its own sends and %d nothing, %d after the wakeup; %d park(s)",
+			round, d.clientPosts, beforePark, d.polls, d.wakes, d.sendsOnly, d.empty, d.serverPosts-beforePark, d.parks)
+		if round == 0 {
+			continue // the first wait arms
+		}
+		if beforePark != 0 {
+			t.Errorf("round %d: the Read crossed %d times before it parked, want 0: the CQ stays armed", round, beforePark)
+		}
+		if want := 1 + d.sendsOnly + d.empty; d.polls != want || d.wakes != want || d.parks != 1+d.sendsOnly {
+			t.Errorf("round %d: the wait polled %d times (%d of them woken) in %d parks, want %d polls, all woken, in %d parks: one for the message, %d for wakeups that found only the server's own send completions, %d for ones that found nothing",
+				round, d.polls, d.wakes, d.parks, want, 1+d.sendsOnly, d.sendsOnly, d.empty)
+		}
+		strayWakes += d.sendsOnly + d.empty
+		if d.clientPosts != 1 {
+			t.Errorf("round %d: the client's Write crossed %d times, want 1", round, d.clientPosts)
+		}
+		repostCrossings += d.serverPosts - beforePark
+	}
+	// The premise of the repost count: in the measured rounds the server
+	// took the messages alone, and sent nothing that reposts could ride on.
+	end := server.Stats()
+	if got := end.RecvCompletions - start.RecvCompletions; got != measured || end.MessagesReceived-start.MessagesReceived != measured {
+		t.Fatalf("the server took %d receives and %d messages in %d rounds, want one message each", got, end.MessagesReceived-start.MessagesReceived, measured)
+	}
+	if sent := end.CreditUpdatesSent + end.KeepalivesSent + end.MessagesSent - start.CreditUpdatesSent - start.KeepalivesSent - start.MessagesSent; sent != 0 {
+		t.Fatalf("the server sent %d messages in the measured rounds, want none", sent)
+	}
+	if sentBefore := start.CreditUpdatesSent + start.KeepalivesSent + start.MessagesSent; strayWakes > sentBefore {
+		t.Errorf("%d wakeups in the measured rounds were not the message's, more than the %d sends the server made before them", strayWakes, sentBefore)
+	}
+	if want := uint64(measured / (ring.RecvHeadroom / 4)); repostCrossings != want {
+		t.Errorf("after their wakeups the Reads crossed %d times in %d rounds, want %d: one per batch of %d reposts", repostCrossings, measured, want, ring.RecvHeadroom/4)
+	}
+}
+
+// countPosts counts c's post-and-poll crossings from now on.
+func countPosts(c *conn) *atomic.Uint64 {
+	n := new(atomic.Uint64)
+	q := c.qp.(*verbsQP)
+	c.mu.Lock() // q.post is called under c.mu
+	post := q.post
+	q.post = func(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+		n.Add(1)
+		return post(recvs, sends, out, tries)
+	}
+	c.mu.Unlock()
+	return n
+}
+
+// countedCQ is a poll group's CQ that counts the group's own crossings
+// (its polls) and what they found.
+type countedCQ struct {
+	sharedCQ
+	g                       *pollGroup
+	polls, wakes, sendsOnly atomic.Uint64
+	empty                   atomic.Uint64 // wakeups that found nothing
+}
+
+func (c *countedCQ) poll(flags verbs.StepFlags, out []wr.Completion, tries int) (int, error) {
+	n, err := c.sharedCQ.poll(flags, out, tries)
+	c.polls.Add(1)
+	if flags&verbs.StepTakeEvent != 0 {
+		c.wakes.Add(1)
+	}
+	recvs := 0
+	for i := range out[:n] {
+		if out[i].Opcode.IsRecv() {
+			recvs++
 		}
 	}
-	// Round 0 is not counted: it arms, and it may also meet the last of
-	// the connection's setup (the peer's first credit update coming in
-	// while the reader waits). A later round can rarely meet a stray too
-	// (about one test run in 60 did), so most rounds, not all, must show
-	// the cost; without the standing arm every parked round costs 3.
-	if measured := rounds - 1; exact <= measured/2 {
-		t.Errorf("only %d of %d rounds had a parked Read and the Write that woke it cross into C exactly twice with one park", exact, measured)
+	switch {
+	case flags&verbs.StepTakeEvent != 0 && n == 0:
+		c.empty.Add(1)
+	case n > 0 && recvs == 0:
+		c.sendsOnly.Add(1)
+	}
+	return n, err
+}
+
+// countGroupPolls puts a countedCQ in front of g's CQ. It waits until no
+// member waits on the CQ: the leader reads g.cq without the poll lock, but
+// only between taking the lead and handing it on.
+func countGroupPolls(t *testing.T, g *pollGroup) *countedCQ {
+	c := &countedCQ{g: g}
+	swapGroupCQ(t, g, func(cq sharedCQ) sharedCQ { c.sharedCQ = cq; return c })
+	return c
+}
+
+// restore takes the countedCQ out again, so that a later joiner of the
+// group finds the device's CQ.
+func (c *countedCQ) restore(t *testing.T) {
+	swapGroupCQ(t, c.g, func(sharedCQ) sharedCQ { return c.sharedCQ })
+}
+
+func swapGroupCQ(t *testing.T, g *pollGroup, swap func(sharedCQ) sharedCQ) {
+	waitUntil(t, "the poll group to have no waiter", func() bool {
+		g.lmu.Lock()
+		defer g.lmu.Unlock()
+		if g.leader != nil {
+			return false
+		}
+		g.pollMu.Lock()
+		g.cq = swap(g.cq)
+		g.pollMu.Unlock()
+		return true
+	})
+}
+
+// parkCounts are the counters a park round reads.
+type parkCounts struct {
+	clientPosts, serverPosts uint64
+	polls, wakes, sendsOnly  uint64
+	empty, parks             uint64
+}
+
+func snapshot(clientPosts, serverPosts *atomic.Uint64, cq *countedCQ, server *Conn) parkCounts {
+	return parkCounts{
+		clientPosts: clientPosts.Load(), serverPosts: serverPosts.Load(),
+		polls: cq.polls.Load(), wakes: cq.wakes.Load(), sendsOnly: cq.sendsOnly.Load(),
+		empty: cq.empty.Load(), parks: server.Stats().Parks,
+	}
+}
+
+func (a parkCounts) minus(b parkCounts) parkCounts {
+	return parkCounts{
+		clientPosts: a.clientPosts - b.clientPosts, serverPosts: a.serverPosts - b.serverPosts,
+		polls: a.polls - b.polls, wakes: a.wakes - b.wakes, sendsOnly: a.sendsOnly - b.sendsOnly,
+		empty: a.empty - b.empty, parks: a.parks - b.parks,
 	}
 }

@@ -85,11 +85,15 @@ func TestSimPusherHandOverToLeavingRead(t *testing.T) {
 	cfg := &Config{SendBufferSize: 4096, RecvBufferSize: 4096, SendQueueSize: 16, RecvQueueSize: 16, KeepAlive: time.Hour}
 	for range 20 {
 		a, b := simPipe(t, cfg)
+		// Signalled at each park; the pusher parks, as b grants nothing
+		// until it reads.
+		parking := make(chan struct{}, 1)
+		a.conn.qp.(*simQP).waiting = parking
 		msg := make([]byte, 6000)
 		if n, err := a.Write(msg); n != len(msg) || err != nil {
 			t.Fatal(n, err)
 		}
-		waitUntil(t, "the pusher to poll", func() bool {
+		waitSignalled(t, "the pusher to park", parking, func() bool {
 			a.conn.mu.Lock()
 			defer a.conn.mu.Unlock()
 			return a.conn.pushing && a.conn.waitOwned
@@ -257,19 +261,24 @@ func TestSimStreamWaitStaysStreamWait(t *testing.T) {
 	a, b := simPipe(t, &Config{BusyPoll: -1, KeepAlive: time.Millisecond})
 	defer a.Close()
 	defer b.Close()
+	// Each park is signalled, and the Read parks again after each wakeup
+	// (it gets no data until the end), so every change of Stats.Parks,
+	// counted as a wait ends, is followed by a signal.
+	parking := make(chan struct{}, 1)
+	a.conn.qp.(*simQP).waiting = parking
 	done := make(chan error, 1)
 	go func() {
 		_, err := a.Read(make([]byte, 1))
 		done <- err
 	}()
 	parks := func() uint64 { return a.Stats().Parks }
-	waitUntil(t, "the Read to park", func() bool { return parks() > 0 })
+	waitSignalled(t, "the Read to park and wake", parking, func() bool { return parks() > 0 })
 	// A tick wakes the parked Read, which finds no data and waits again,
 	// now with a Write since its last Read.
 	if _, err := a.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the Read to park again", func() bool { return parks() >= 2 })
+	waitSignalled(t, "the Read to park and wake again", parking, func() bool { return parks() >= 2 })
 	if _, err := io.ReadFull(b, make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
