@@ -325,8 +325,9 @@ type ListenConfig struct {
 	// Config sizes every accepted connection; nil means the defaults.
 	Config *Config
 	// Backlog is how many connection requests may wait in line for a
-	// pending-handshake slot, and how many established connections may
-	// wait for Accept; past either a new request is refused as busy, as a
+	// pending-handshake slot (and at most four per slot, since each holds
+	// an fd), and how many established connections may wait for Accept;
+	// past either a new request is refused as busy, as a
 	// full TCP accept queue refuses it, and an rnet dialer tries again
 	// shortly. 0 means 128; more than 65535 means 65535.
 	Backlog int
