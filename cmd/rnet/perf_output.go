@@ -195,6 +195,9 @@ func later(a, b time.Time) time.Time {
 }
 
 func (m *meter) record(now time.Time) {
+	// Intervals follow each other even when a tick's time comes before the
+	// last interval's end (a late tick, or a clock read on another CPU).
+	now = later(now, m.lastT)
 	secs := now.Sub(m.lastT).Seconds()
 	iv := Interval{Start: m.lastT.Sub(m.start).Seconds(), End: now.Sub(m.start).Seconds()}
 	for i, s := range m.streams {

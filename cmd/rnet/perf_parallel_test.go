@@ -466,3 +466,21 @@ func TestPerfParallelStreamFailure(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 1 and the dropped stream named", code, errb.String())
 	}
 }
+
+// TestMeterIntervalsFollowEachOther: a tick whose time comes before the
+// last interval's end still gives an interval that starts where the last
+// one ended, with no negative length.
+func TestMeterIntervalsFollowEachOther(t *testing.T) {
+	start := time.Now()
+	m := &meter{streams: []*perfStream{{}}, start: start, last: make([]int64, 1), lastT: start}
+	m.record(start.Add(2 * time.Millisecond))
+	m.record(start.Add(time.Millisecond)) // late, or read on another CPU
+	m.record(start.Add(3 * time.Millisecond))
+	at := 0.0
+	for _, iv := range m.records {
+		if iv.Start != at || iv.End < iv.Start {
+			t.Fatalf("intervals %+v: %+v does not follow %.6f", m.records, iv, at)
+		}
+		at = iv.End
+	}
+}
