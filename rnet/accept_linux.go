@@ -212,9 +212,9 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 		return
 	}
 	drop := func() {
-		q.disconnect()
-		q.shutdown()
-		q.destroy()
+		q.Disconnect()
+		q.Shutdown()
+		q.Destroy()
 	}
 	if err := eng.Establish(ev.Param.PrivateData); err != nil {
 		a.reject(id, err)

@@ -54,7 +54,7 @@ func (q *armedQP) deliver(n int, imm uint32, byteLen uint32) {
 	}
 }
 
-func (q *armedQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+func (q *armedQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if flags&verbs.StepTakeEvent != 0 {
@@ -74,7 +74,7 @@ func (q *armedQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, 
 	return n, nil
 }
 
-func (q *armedQP) wait() (bool, error) {
+func (q *armedQP) Wait() (bool, error) {
 	select {
 	case <-q.event:
 		return true, nil
@@ -85,21 +85,21 @@ func (q *armedQP) wait() (bool, error) {
 	}
 }
 
-func (q *armedQP) collected() bool { return false }
-func (q *armedQP) collectAll()     {}
+func (q *armedQP) Collected() bool { return false }
+func (q *armedQP) CollectAll()     {}
 
-func (q *armedQP) kick() {
+func (q *armedQP) Kick() {
 	select {
 	case q.kicked <- struct{}{}:
 	default:
 	}
 }
-func (q *armedQP) start(h eventHandler) {}
-func (q *armedQP) disconnect()          {}
-func (q *armedQP) shutdown()            { q.stopOnce.Do(func() { close(q.stop) }) }
-func (q *armedQP) destroy() error       { return nil }
-func (q *armedQP) localAddr() net.Addr  { return netAddr(netip.MustParseAddrPort("10.0.0.1:40000")) }
-func (q *armedQP) remoteAddr() net.Addr { return netAddr(netip.MustParseAddrPort("10.0.0.2:7471")) }
+func (q *armedQP) Start(h eventHandler) {}
+func (q *armedQP) Disconnect()          {}
+func (q *armedQP) Shutdown()            { q.stopOnce.Do(func() { close(q.stop) }) }
+func (q *armedQP) Destroy() error       { return nil }
+func (q *armedQP) LocalAddr() net.Addr  { return netAddr(netip.MustParseAddrPort("10.0.0.1:40000")) }
+func (q *armedQP) RemoteAddr() net.Addr { return netAddr(netip.MustParseAddrPort("10.0.0.2:7471")) }
 
 // A credit window deep enough that more completions wait in the CQ than one
 // bounded step polls.
@@ -135,7 +135,7 @@ func TestDisconnectAfterACutStep(t *testing.T) {
 	const msgs = 1500
 	q.deliver(msgs, uint32(ring.MakeMsg(ring.MsgData, 1)), 1)
 	q.deliver(1, uint32(ring.MakeMsg(ring.MsgCtrl, ring.CtrlDisconnect)), 0)
-	c.conn.transportDisconnected() // the connection manager's DISCONNECTED
+	c.conn.TransportDisconnected() // the connection manager's DISCONNECTED
 	got, err := io.ReadAll(c)
 	if len(got) != msgs || err != nil {
 		t.Fatalf("read %d of the %d bytes sent before DISCONNECT, then %v; want all, then io.EOF", len(got), msgs, err)

@@ -62,7 +62,7 @@ func (c *conn) close() error {
 	lingered := make(chan struct{})
 	linger := time.AfterFunc(c.set.linger, func() {
 		close(lingered)
-		c.qp.kick()
+		c.qp.Kick()
 	})
 	defer linger.Stop()
 	// First the data already written, like a TCP FIN after the send
@@ -91,13 +91,13 @@ func (c *conn) close() error {
 	c.closeWait(lingered, func() bool {
 		return c.eng.Flushed() || c.transDown || c.fatal != nil || c.eng.Err() != nil
 	})
-	c.qp.disconnect()
-	c.qp.shutdown()
+	c.qp.Disconnect()
+	c.qp.Shutdown()
 	<-c.pusherDone
 	// Once a caller still parked on the completion channel has left
 	// (shutdown failed its wait), nothing touches the queue pair again.
 	c.takeWaitForGood()
-	if err := c.qp.destroy(); err != nil {
+	if err := c.qp.Destroy(); err != nil {
 		closeErr = errors.Join(closeErr, err)
 	}
 	return c.opError("close", closeErr)

@@ -247,8 +247,8 @@ func startConn(qp queuePair, eng *ring.Engine, set settings) *conn {
 	layout := eng.Layout()
 	c := &conn{
 		qp:         qp,
-		laddr:      qp.localAddr(),
-		raddr:      qp.remoteAddr(),
+		laddr:      qp.LocalAddr(),
+		raddr:      qp.RemoteAddr(),
 		set:        set,
 		eng:        eng,
 		sends:      make([]wr.Send, 0, layout.SendDepth),
@@ -261,16 +261,16 @@ func startConn(qp queuePair, eng *ring.Engine, set settings) *conn {
 		pushWake:   make(chan struct{}, 1),
 		pusherDone: make(chan struct{}),
 		closed:     make(chan struct{}),
-		readDL:     newDeadline(qp.kick),
-		writeDL:    newDeadline(qp.kick),
+		readDL:     newDeadline(qp.Kick),
+		writeDL:    newDeadline(qp.Kick),
 	}
 	if s, ok := qp.(softwarePoster); ok {
-		c.softPosts = s.postsInSoftware()
+		c.softPosts = s.PostsInSoftware()
 	}
 	c.mu.Lock()
 	c.driveLocked()
 	c.mu.Unlock()
-	qp.start(c)
+	qp.Start(c)
 	go c.pusher()
 	// Under c.mu: the timer's callback reads the field under c.mu, and
 	// nothing else orders it after this write.

@@ -166,8 +166,8 @@ func (m *connEvents) deliver(sub *eventSub) {
 func dispatchEvent(h eventHandler, t cm.EventType, device string) {
 	switch t {
 	case cm.EventDisconnected:
-		h.transportDisconnected()
+		h.TransportDisconnected()
 	case cm.EventDeviceRemoval:
-		h.transportFailed(fmt.Errorf("%w: %s", ErrDeviceRemoved, device))
+		h.TransportFailed(fmt.Errorf("%w: %s", ErrDeviceRemoved, device))
 	}
 }

@@ -47,7 +47,7 @@ type floodQP struct {
 	quietAfter int
 }
 
-func (q *floodQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+func (q *floodQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.steps++
@@ -98,10 +98,10 @@ func (q *floodQP) crossings() int {
 }
 
 // wait finds a completion at once: the flood never lets up.
-func (q *floodQP) collected() bool { return false }
-func (q *floodQP) collectAll()     {}
+func (q *floodQP) Collected() bool { return false }
+func (q *floodQP) CollectAll()     {}
 
-func (q *floodQP) wait() (bool, error) {
+func (q *floodQP) Wait() (bool, error) {
 	select {
 	case <-q.stop:
 		return false, net.ErrClosed
@@ -110,15 +110,15 @@ func (q *floodQP) wait() (bool, error) {
 	}
 }
 
-func (q *floodQP) kick() {}
+func (q *floodQP) Kick() {}
 
-func (q *floodQP) start(h eventHandler) {
+func (q *floodQP) Start(h eventHandler) {
 	q.mu.Lock()
 	q.handler = h
 	q.mu.Unlock()
 }
 
-func (q *floodQP) disconnect() {
+func (q *floodQP) Disconnect() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.disconnectedAt = q.steps
@@ -134,10 +134,10 @@ func (q *floodQP) disconnect() {
 	q.recvs = q.recvs[k:]
 }
 
-func (q *floodQP) shutdown()            { q.stopOnce.Do(func() { close(q.stop) }) }
-func (q *floodQP) destroy() error       { return nil }
-func (q *floodQP) localAddr() net.Addr  { return netAddr(netip.MustParseAddrPort("10.0.0.1:40000")) }
-func (q *floodQP) remoteAddr() net.Addr { return netAddr(netip.MustParseAddrPort("10.0.0.2:7471")) }
+func (q *floodQP) Shutdown()            { q.stopOnce.Do(func() { close(q.stop) }) }
+func (q *floodQP) Destroy() error       { return nil }
+func (q *floodQP) LocalAddr() net.Addr  { return netAddr(netip.MustParseAddrPort("10.0.0.1:40000")) }
+func (q *floodQP) RemoteAddr() net.Addr { return netAddr(netip.MustParseAddrPort("10.0.0.2:7471")) }
 
 // TestControlFloodLetsCloseIn: a peer that keeps the receive path full of
 // valid keepalives keeps every step busy, but each step ends after a
@@ -211,7 +211,7 @@ func TestCloseDuringDisconnectFlood(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		h.transportDisconnected() // as the connection manager's event
+		h.TransportDisconnected() // as the connection manager's event
 		_, readErr := c.Read(make([]byte, 1))
 		_, writeErr := c.Write([]byte{2})
 		c.Close()
@@ -263,7 +263,7 @@ func TestDisconnectDrainGivesUpOnAStuckQueuePair(t *testing.T) {
 	go func() {
 		// The connection's lock is held from the disconnect to the end of
 		// the drain: every crossing in between is the drain's.
-		h.transportDisconnected()
+		h.TransportDisconnected()
 		q.mu.Lock()
 		drained := q.steps - q.disconnectedAt
 		q.mu.Unlock()

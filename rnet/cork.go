@@ -26,9 +26,9 @@ const maxCorkWindow = 250 * time.Microsecond
 // softwarePoster is a queue pair whose device is a kernel driver doing the
 // adapter's work (rxe, siw).
 type softwarePoster interface {
-	// postsInSoftware reports that a post returns only once the
+	// PostsInSoftware reports that a post returns only once the
 	// transfer is done.
-	postsInSoftware() bool
+	PostsInSoftware() bool
 }
 
 // corkWindow is how long after a post a Write corks behind it. On hardware

@@ -24,7 +24,7 @@ type holdQP struct {
 	held    []wr.Completion
 }
 
-func (q *holdQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+func (q *holdQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := 0
@@ -33,7 +33,7 @@ func (q *holdQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, o
 		n = copy(out, q.held)
 		q.held = q.held[n:]
 	}
-	m, err := q.simQP.step(flags, recvs, sends, out[n:], tries)
+	m, err := q.simQP.Step(flags, recvs, sends, out[n:], tries)
 	if err != nil || !q.holding {
 		return n + m, err
 	}
@@ -54,7 +54,7 @@ func (q *holdQP) release() {
 	q.mu.Lock()
 	q.holding = false
 	q.mu.Unlock()
-	q.kick()
+	q.Kick()
 }
 
 // holdInFlight makes c treat a transfer in flight as in flight however

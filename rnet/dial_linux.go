@@ -75,9 +75,9 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 	}
 	local = q.laddr
 	abort := func(err error) (*Conn, error) {
-		q.disconnect()
-		q.shutdown()
-		q.destroy()
+		q.Disconnect()
+		q.Shutdown()
+		q.Destroy()
 		return fail(err)
 	}
 	if err := postInitialRecvs(q, eng); err != nil {

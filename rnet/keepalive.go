@@ -84,10 +84,10 @@ func (c *conn) keepaliveLocked() {
 	c.driveLocked()
 }
 
-// transportDisconnected is called when the connection manager reports the
+// TransportDisconnected is called when the connection manager reports the
 // connection gone. If the peer said goodbye with DISCONNECT first, this is
 // just the end of an orderly close; otherwise the peer vanished.
-func (c *conn) transportDisconnected() {
+func (c *conn) TransportDisconnected() {
 	c.mu.Lock()
 	// Our queue pair goes to the error state first (and the peer's
 	// disconnect request is answered): a peer that keeps sending after its
@@ -95,7 +95,7 @@ func (c *conn) transportDisconnected() {
 	// drain, and this lock, busy. It is done under the lock so that no
 	// step sees a flush before the drain has accounted everything that
 	// arrived before it.
-	c.qp.disconnect()
+	c.qp.Disconnect()
 	c.drainLocked() // account everything that arrived before the disconnect
 	c.transDown = true
 	if !c.eng.Finished() || c.eng.Err() != nil {
@@ -108,9 +108,9 @@ func (c *conn) transportDisconnected() {
 	c.mu.Unlock()
 }
 
-// transportFailed is called when the connection cannot go on, such as when
+// TransportFailed is called when the connection cannot go on, such as when
 // its device is removed.
-func (c *conn) transportFailed(err error) {
+func (c *conn) TransportFailed(err error) {
 	c.mu.Lock()
 	c.transDown = true
 	c.failLocked(err)

@@ -44,9 +44,9 @@ type verbsQP struct {
 	shutdownOnce   sync.Once
 }
 
-// step posts on the queue pair and takes the completions the group has
+// Step posts on the queue pair and takes the completions the group has
 // for it; flags are the group's business (its leader arms the CQ).
-func (q *verbsQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+func (q *verbsQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	return q.member.step(q.post, q.member.accountRecvs(recvs), sends, out, tries)
 }
 
@@ -59,15 +59,15 @@ func (q *verbsQP) postAndPoll(recvs []wr.Recv, sends []wr.Send, out []wr.Complet
 	return q.qp.Step(q.groupCQ, 0, recvs, sends, out, tries)
 }
 
-func (q *verbsQP) collected() bool { return q.member.pending() > 0 }
+func (q *verbsQP) Collected() bool { return q.member.pending() > 0 }
 
-func (q *verbsQP) collectAll() { q.member.g.collectAll() }
+func (q *verbsQP) CollectAll() { q.member.g.collectAll() }
 
-func (q *verbsQP) wait() (parked bool, err error) { return q.member.wait() }
+func (q *verbsQP) Wait() (parked bool, err error) { return q.member.wait() }
 
-func (q *verbsQP) kick() { q.member.kick() }
+func (q *verbsQP) Kick() { q.member.kick() }
 
-func (q *verbsQP) start(h eventHandler) {
+func (q *verbsQP) Start(h eventHandler) {
 	q.startOnce.Do(func() {
 		err := setupStep(q.accepting, "attach events")
 		if err == nil {
@@ -108,11 +108,11 @@ func (q *verbsQP) events(h eventHandler) {
 	}
 }
 
-func (q *verbsQP) disconnect() {
+func (q *verbsQP) Disconnect() {
 	q.disconnectOnce.Do(func() { q.id.Disconnect() })
 }
 
-func (q *verbsQP) shutdown() {
+func (q *verbsQP) Shutdown() {
 	q.shutdownOnce.Do(func() {
 		if q.attached {
 			establishedEvents.detach(q.id)
@@ -130,11 +130,11 @@ func (q *verbsQP) shutdown() {
 	})
 }
 
-// destroy frees everything in dependency order: the QP before it leaves its
+// Destroy frees everything in dependency order: the QP before it leaves its
 // poll group (the last member frees the group's CQ), memory regions and PD
 // before the id that owns the device context, and the id before its event
 // channel.
-func (q *verbsQP) destroy() error {
+func (q *verbsQP) Destroy() error {
 	var errs []error
 	keep := func(err error) {
 		if err != nil {
@@ -168,8 +168,8 @@ func (q *verbsQP) destroy() error {
 	return errors.Join(errs...)
 }
 
-func (q *verbsQP) localAddr() net.Addr  { return q.laddr }
-func (q *verbsQP) remoteAddr() net.Addr { return q.raddr }
+func (q *verbsQP) LocalAddr() net.Addr  { return q.laddr }
+func (q *verbsQP) RemoteAddr() net.Addr { return q.raddr }
 
 // postsInSoftware reports that the device is a kernel driver doing the
 // adapter's work (rxe, siw): a post returns only once the transfer is

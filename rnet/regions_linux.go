@@ -20,10 +20,10 @@ func regionAccess(kind ring.RegionKind) verbs.Access {
 	return verbs.AccessLocalWrite
 }
 
-// addRegion registers a new ring region in the connection's own protection
+// AddRegion registers a new ring region in the connection's own protection
 // domain, with a registration of its own: its key reaches this region
 // only, and only through this connection's queue pair.
-func (q *verbsQP) addRegion(kind ring.RegionKind, size int) (ring.Region, error) {
+func (q *verbsQP) AddRegion(kind ring.RegionKind, size int) (ring.Region, error) {
 	mr, err := q.pd.RegisterMR(size, regionAccess(kind))
 	if err != nil {
 		return ring.Region{}, fmt.Errorf("rnet: %s: %v ring of %d bytes: %w", q.device, kind, size, err)
@@ -32,9 +32,9 @@ func (q *verbsQP) addRegion(kind ring.RegionKind, size int) (ring.Region, error)
 	return mrRegion(mr), nil
 }
 
-// removeRegion deregisters a region the engine retired: from then on a
+// RemoveRegion deregisters a region the engine retired: from then on a
 // write with its key fails at the device.
-func (q *verbsQP) removeRegion(r ring.Region) error {
+func (q *verbsQP) RemoveRegion(r ring.Region) error {
 	for i, mr := range q.mrs {
 		if mr.Addr() == r.Addr && mr.LKey() == r.LKey {
 			if err := mr.Close(); err != nil {

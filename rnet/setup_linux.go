@@ -35,7 +35,7 @@ func setup(id *cm.ID, ch *cm.EventChannel, cfg ring.Config, t transportSettings,
 	eng, err := q.build(cfg, t)
 	if err != nil {
 		q.id, q.ch = nil, nil // the caller owns these on failure
-		q.destroy()
+		q.Destroy()
 		return nil, nil, err
 	}
 	q.laddr = netAddr(id.LocalAddr())
@@ -111,7 +111,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	if q.member.g.srq != nil {
 		cfg.SharedRecv = true
 		srq = q.member.g.srq.rq.(*verbsSRQ).srq
-		q.member.onCutOff = q.disconnect
+		q.member.onCutOff = q.Disconnect
 	}
 	inline := cfg.InlineThreshold
 	if inline < 0 {

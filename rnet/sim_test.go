@@ -12,10 +12,10 @@ import (
 // register memory: every ring stays at its first size.
 type noRegions struct{}
 
-func (noRegions) addRegion(ring.RegionKind, int) (ring.Region, error) {
+func (noRegions) AddRegion(ring.RegionKind, int) (ring.Region, error) {
 	return ring.Region{}, errors.New("test double: no memory registration")
 }
-func (noRegions) removeRegion(ring.Region) error { return nil }
+func (noRegions) RemoveRegion(ring.Region) error { return nil }
 
 // simPipe returns two connected Conns over a fresh simulated fabric.
 func simPipe(tb testing.TB, cfg *Config) (*Conn, *Conn) {

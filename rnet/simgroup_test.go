@@ -92,9 +92,9 @@ type simGroupQP struct {
 	post   memberPost // q.postAndPoll, bound once
 }
 
-// step is the member's step, with simQP's yield after a spinning step that
-// moved something (see simQP.step): the peer it readied runs on this P.
-func (q *simGroupQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+// Step is the member's Step, with simQP's yield after a spinning Step that
+// moved something (see simQP.Step): the peer it readied runs on this P.
+func (q *simGroupQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	n, err := q.member.step(q.post, recvs, sends, out, tries)
 	moved := n > 0 || len(recvs) > 0 || len(sends) > 0
 	if tries > 1 && (moved || q.readiedPeer) {
@@ -124,20 +124,20 @@ func (q *simGroupQP) postAndPoll(recvs []wr.Recv, sends []wr.Send, out []wr.Comp
 	return pollTries(q.cq, out, tries)
 }
 
-func (q *simGroupQP) wait() (bool, error) { return q.member.wait() }
-func (q *simGroupQP) kick()               { q.member.kick() }
-func (q *simGroupQP) collected() bool     { return q.member.pending() > 0 }
-func (q *simGroupQP) collectAll()         { q.member.g.collectAll() }
+func (q *simGroupQP) Wait() (bool, error) { return q.member.wait() }
+func (q *simGroupQP) Kick()               { q.member.kick() }
+func (q *simGroupQP) Collected() bool     { return q.member.pending() > 0 }
+func (q *simGroupQP) CollectAll()         { q.member.g.collectAll() }
 
-func (q *simGroupQP) shutdown() {
+func (q *simGroupQP) Shutdown() {
 	q.member.stop()
-	q.simQP.shutdown()
+	q.simQP.Shutdown()
 }
 
-// destroy destroys the queue pair (the endpoint vanishes: nothing of it
+// Destroy destroys the queue pair (the endpoint vanishes: nothing of it
 // completes any more, and what its peer sends fails), then leaves the
-// group, in verbsQP.destroy's order.
-func (q *simGroupQP) destroy() error {
+// group, in verbsQP.Destroy's order.
+func (q *simGroupQP) Destroy() error {
 	q.f.Kill(q.ep)
 	return q.member.g.leave(q.member, nil)
 }

@@ -135,7 +135,7 @@ type simQP struct {
 	waiting chan struct{}
 }
 
-// step posts and polls as a device's step does; there is nothing to arm,
+// Step posts and polls as a device's Step does; there is nothing to arm,
 // since the endpoint's Notify channel always reports new completions, and
 // no event to take, since Notify's token is gone once wait received it.
 // Empty lists are not posted, so that a poll that finds nothing takes no
@@ -143,10 +143,10 @@ type simQP struct {
 //
 // Posting readies the peer's goroutine directly, unlike a device, whose
 // peer the kernel wakes: it sits in this P's runnext, where an idle P steals
-// it only after a delay. So a spinning step (tries > 1) yields when it moved
-// anything, or when an earlier step did, or the spinner would starve the
+// it only after a delay. So a spinning Step (tries > 1) yields when it moved
+// anything, or when an earlier Step did, or the spinner would starve the
 // peer it just fed.
-func (q *simQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+func (q *simQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	if len(recvs) > 0 {
 		if err := q.ep.PostRecv(recvs); err != nil {
 			return 0, err
@@ -171,7 +171,7 @@ func (q *simQP) step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, ou
 	return n, nil
 }
 
-func (q *simQP) wait() (parked bool, err error) {
+func (q *simQP) Wait() (parked bool, err error) {
 	select {
 	case <-q.ep.Notify():
 		return false, nil
@@ -197,58 +197,58 @@ func (q *simQP) wait() (parked bool, err error) {
 	}
 }
 
-func (q *simQP) collected() bool { return false }
-func (q *simQP) collectAll()     {}
+func (q *simQP) Collected() bool { return false }
+func (q *simQP) CollectAll()     {}
 
-func (q *simQP) kick() {
+func (q *simQP) Kick() {
 	select {
 	case q.kicked <- struct{}{}:
 	default:
 	}
 }
 
-func (q *simQP) start(h eventHandler) {
+func (q *simQP) Start(h eventHandler) {
 	go func() {
 		defer close(q.eventsDone)
 		select {
 		case <-q.peerGone:
-			h.transportDisconnected()
+			h.TransportDisconnected()
 		case <-q.stop:
 		}
 	}()
 }
 
-func (q *simQP) disconnect() {
+func (q *simQP) Disconnect() {
 	q.discOnce.Do(func() {
 		q.ep.DisconnectLocal()
 		q.peer.goneOnce.Do(func() { close(q.peer.peerGone) })
 	})
 }
 
-func (q *simQP) shutdown() {
+func (q *simQP) Shutdown() {
 	q.stopOnce.Do(func() { close(q.stop) })
 	<-q.eventsDone
 }
 
-func (q *simQP) destroy() error { return nil }
+func (q *simQP) Destroy() error { return nil }
 
-// addRegion registers a ring's new region with the simulated device: the
+// AddRegion registers a ring's new region with the simulated device: the
 // peer can write it only if it is a receive ring.
-func (q *simQP) addRegion(kind ring.RegionKind, size int) (ring.Region, error) {
+func (q *simQP) AddRegion(kind ring.RegionKind, size int) (ring.Region, error) {
 	return q.ep.Register(make([]byte, size), kind == ring.RegionRecv), nil
 }
 
-// removeRegion deregisters it: the peer's writes into it then fail with a
+// RemoveRegion deregisters it: the peer's writes into it then fail with a
 // remote access error, as on a device.
-func (q *simQP) removeRegion(r ring.Region) error {
+func (q *simQP) RemoveRegion(r ring.Region) error {
 	if !q.ep.Deregister(r) {
 		return errors.New("simQP: region not registered")
 	}
 	return nil
 }
 
-func (q *simQP) localAddr() net.Addr  { return q.laddr }
-func (q *simQP) remoteAddr() net.Addr { return q.raddr }
+func (q *simQP) LocalAddr() net.Addr  { return q.laddr }
+func (q *simQP) RemoteAddr() net.Addr { return q.raddr }
 
 func newSimQP(ep *simfabric.Endpoint, local, remote string) *simQP {
 	return newSimQPAt(ep, netip.MustParseAddrPort(local), netip.MustParseAddrPort(remote))

@@ -48,7 +48,7 @@ func (c *conn) stepMovedLocked() bool {
 // goes on completing past that fails the connection rather than keep the
 // lock.
 func (c *conn) drainLocked() {
-	c.qp.collectAll()
+	c.qp.CollectAll()
 	layout := c.eng.Layout()
 	limit := 1 + (layout.CQDepth+layout.RecvDepth)/(maxStepRounds*completionBatch)
 	for steps := 1; ; steps++ {
@@ -101,10 +101,10 @@ func (c *conn) serveRegionsLocked() (added bool) {
 		if !ok {
 			break
 		}
-		r, err := c.qp.addRegion(kind, size)
+		r, err := c.qp.AddRegion(kind, size)
 		if hook := testHookAddRegion; hook != nil && err == nil {
 			if err = hook(kind, size); err != nil {
-				c.qp.removeRegion(r)
+				c.qp.RemoveRegion(r)
 			}
 		}
 		if err != nil {
@@ -112,7 +112,7 @@ func (c *conn) serveRegionsLocked() (added bool) {
 			continue
 		}
 		if err := c.eng.AddRegion(kind, r); err != nil {
-			c.qp.removeRegion(r) // unreachable: it is what RegionWanted asked for
+			c.qp.RemoveRegion(r) // unreachable: it is what RegionWanted asked for
 			continue
 		}
 		added = true
@@ -121,7 +121,7 @@ func (c *conn) serveRegionsLocked() (added bool) {
 	for i, r := range c.retiredRegions {
 		// A region that fails to deregister stays in the queue pair's
 		// list, and teardown tries again.
-		c.qp.removeRegion(r)
+		c.qp.RemoveRegion(r)
 		c.retiredRegions[i] = ring.Region{}
 	}
 	return added
@@ -130,15 +130,15 @@ func (c *conn) serveRegionsLocked() (added bool) {
 // creditClaimer is a queuePair whose receives come from a queue shared with
 // other connections: a wider credit window needs receives claimed there.
 type creditClaimer interface {
-	// claimCredits claims up to n more receives and returns how many.
-	claimCredits(n int) int
+	// ClaimCredits claims up to n more receives and returns how many.
+	ClaimCredits(n int) int
 }
 
 // claimCredits returns how many of n more receives q can back: all of them
 // on a receive queue of its own, which is as deep as the largest window.
 func claimCredits(q queuePair, n int) int {
 	if c, ok := q.(creditClaimer); ok {
-		return c.claimCredits(n)
+		return c.ClaimCredits(n)
 	}
 	return n
 }
@@ -154,7 +154,7 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
 		switch {
 		case c.fatal != nil:
-		case poll && !c.qp.collected() || c.eng.RepostDue():
+		case poll && !c.qp.Collected() || c.eng.RepostDue():
 			// Receives go first: the engine only grants credits for
 			// receives that are back on the queue.
 			c.recvs = c.eng.PostRecvs(c.recvs)
@@ -182,7 +182,7 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 			tries = spinPollTries
 		}
 		start, timed := c.postStartLocked()
-		n, err := c.qp.step(flags, c.recvs, c.sends, wcs, tries)
+		n, err := c.qp.Step(flags, c.recvs, c.sends, wcs, tries)
 		c.polls++
 		c.notePostLocked(start, timed)
 		if err != nil {

@@ -30,7 +30,7 @@ func TestSimPeerVanishedDataKept(t *testing.T) {
 	if _, err := io.ReadFull(b, first); err != nil {
 		t.Fatal(err)
 	}
-	a.conn.qp.(*simQP).disconnect() // the transport goes, no DISCONNECT said
+	a.conn.qp.(*simQP).Disconnect() // the transport goes, no DISCONNECT said
 	// Once a Write fails, the connection knows the peer is gone.
 	for {
 		if _, err := b.Write(msg); err != nil {

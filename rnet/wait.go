@@ -119,7 +119,7 @@ func (c *conn) awaitEvent(done func() bool) (parked bool) {
 	if finished {
 		return false
 	}
-	parked, err := c.qp.wait()
+	parked, err := c.qp.Wait()
 	c.mu.Lock()
 	if parked {
 		c.parks++
@@ -221,7 +221,7 @@ func (c *conn) pusher() {
 // the CQ (Close, CloseRead, a transport event).
 func (c *conn) kickLocked() {
 	if c.waitOwned {
-		c.qp.kick()
+		c.qp.Kick()
 	}
 }
 
