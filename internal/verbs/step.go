@@ -1,19 +1,14 @@
 package verbs
 
-// StepFlags choose what a Step does before it posts and polls.
-type StepFlags uint32
+import "github.com/rnet-dev/rnet/internal/wr"
+
+// StepFlags choose what a Step does before it posts and polls; they are
+// the shared vocabulary's (see wr.StepFlags).
+type StepFlags = wr.StepFlags
 
 const (
-	// StepTakeEvent first takes the event (if any) that woke a wait on
-	// cq's completion channel, and acknowledges it. cq must be the only CQ
-	// on its channel, since the event's CQ is not checked. Finding no
-	// event is no failure: the wakeup was a deadline's, or spurious.
-	StepTakeEvent StepFlags = 2
-	// StepArm arms cq (ReqNotify for every completion) before the poll, so
-	// that a completion landing after the poll still leaves an event.
-	// After StepTakeEvent|StepArm the CQ stays armed: every completion not
-	// yet polled has left an event, and the caller may wait at once.
-	StepArm StepFlags = 1
+	StepTakeEvent = wr.StepTakeEvent
+	StepArm       = wr.StepArm
 )
 
 // stepPlan says how many receives and sends a Step posts ahead of its
