@@ -169,7 +169,7 @@ func (dl *DualListener) shut() error {
 	var err error
 	dl.shutOnce.Do(func() {
 		close(dl.done)
-		dl.acceptDL.stop()
+		dl.acceptDL.Stop()
 		err = dl.tcp.Close()
 		if dl.rdma != nil {
 			err = errors.Join(err, dl.rdma.Close())
@@ -189,7 +189,7 @@ func (dl *DualListener) Accept() (net.Conn, error) {
 			dl.acceptedTCP.Add(1)
 		}
 		return c, nil
-	case <-dl.acceptDL.wait():
+	case <-dl.acceptDL.Wait():
 		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: dl.Addr(), Err: os.ErrDeadlineExceeded}
 	case <-dl.done:
 	}
@@ -225,7 +225,7 @@ func (dl *DualListener) SetDeadline(t time.Time) error {
 		return &net.OpError{Op: "set", Net: "rdma", Addr: dl.Addr(), Err: net.ErrClosed}
 	default:
 	}
-	dl.acceptDL.set(t)
+	dl.acceptDL.Set(t)
 	return nil
 }
 

@@ -3,10 +3,8 @@ package rnet
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"os"
-	"syscall"
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/ring"
@@ -77,24 +75,6 @@ type (
 	// manager's reject reason. errors.Is matches syscall.ECONNREFUSED.
 	RejectError = cm.RejectError
 )
-
-// opError wraps err the way package net does, keeping the conventions that
-// callers compare against directly: a bare io.EOF, net.ErrClosed, and
-// os.ErrDeadlineExceeded placed directly in Err so that Timeout() is true.
-func opError(op string, src, dst net.Addr, err error) error {
-	if err == nil || err == io.EOF {
-		return err
-	}
-	switch {
-	case errors.Is(err, ring.ErrClosed):
-		err = net.ErrClosed
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		err = os.ErrDeadlineExceeded
-	case errors.Is(err, ring.ErrPeerDisconnected):
-		err = &os.SyscallError{Syscall: "write", Err: syscall.ECONNRESET}
-	}
-	return &net.OpError{Op: op, Net: "rdma", Source: src, Addr: dst, Err: err}
-}
 
 // dialError keeps the context's error visible through errors.Is, as net.Dialer does.
 func dialError(ctx context.Context, local, remote net.Addr, err error) error {

@@ -1,10 +1,11 @@
 package rnet
 
 import (
-	"net"
 	"net/netip"
 	"runtime"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/stream"
 )
 
 // ConnInfo is what a connection runs with: where its queue pair sends, the
@@ -73,34 +74,33 @@ type pathReporter interface {
 // net.ErrClosed; once the device is gone, the device's part is left zero
 // and the error says why.
 func (h *Conn) Info() (ConnInfo, error) {
-	info, err := h.conn.info()
+	info, err := h.info()
 	runtime.KeepAlive(h)
 	return info, err
 }
 
-func (c *conn) info() (ConnInfo, error) {
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return ConnInfo{}, c.opError("info", net.ErrClosed)
+func (h *Conn) info() (ConnInfo, error) {
+	e, err := h.conn.Info()
+	if err != nil {
+		return ConnInfo{}, err
 	}
-	cfg := c.eng.Config()
+	cfg := e.Config
 	info := ConnInfo{
 		Transport:       "simulated",
 		InlineThreshold: max(cfg.InlineThreshold, 0),
 		SendBufferSize:  cfg.SendBufferSize,
 		RecvBufferSize:  cfg.RecvBufferSize,
 		SendQueueSize:   cfg.SendQueueSize,
-		CreditWindow:    c.eng.CreditWindow(),
+		CreditWindow:    e.CreditWindow,
 		RecvQueueSize:   cfg.RecvQueueSize,
 		SharedRecvQueue: cfg.SharedRecv,
 		NoDelay:         !cfg.Autocork,
+		SendRingSize:    e.SendRingSize,
+		RecvRingSize:    e.RecvRingSize,
 	}
-	info.SendRingSize, info.RecvRingSize = c.eng.RingSizes()
-	c.mu.Unlock()
-	if p, ok := c.qp.(pathReporter); ok {
+	if p, ok := h.conn.QueuePair().(pathReporter); ok {
 		if err := p.path(&info); err != nil {
-			return info, c.opError("info", err)
+			return info, stream.OpError("info", h.conn.LocalAddr(), h.conn.RemoteAddr(), err)
 		}
 	}
 	return info, nil

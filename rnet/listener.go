@@ -68,7 +68,7 @@ func (h *Listener) SetDeadline(t time.Time) error {
 		return &net.OpError{Op: "set", Net: "rdma", Addr: h.l.addr, Err: net.ErrClosed}
 	default:
 	}
-	h.l.acceptDL.set(t)
+	h.l.acceptDL.Set(t)
 	runtime.KeepAlive(h)
 	return nil
 }
@@ -161,7 +161,7 @@ func (l *listener) accept() (*Conn, error) {
 		return c, nil
 	case <-l.done:
 		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: net.ErrClosed}
-	case <-l.acceptDL.wait():
+	case <-l.acceptDL.Wait():
 		select {
 		case c := <-l.conns: // one that came as the deadline passed
 			return c, nil
@@ -184,7 +184,7 @@ func (l *listener) Close() error {
 	l.closeOnce.Do(func() {
 		first = true
 		close(l.done)
-		l.acceptDL.stop()
+		l.acceptDL.Stop()
 		l.stop()
 		// Side by side: each Close may wait up to Linger for a peer that
 		// vanished, and a full backlog of them must not add up.

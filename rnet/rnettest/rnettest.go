@@ -41,6 +41,8 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/rnetsim"
+	"github.com/rnet-dev/rnet/internal/simqp"
+	"github.com/rnet-dev/rnet/internal/stream"
 	"github.com/rnet-dev/rnet/rnet"
 )
 
@@ -57,8 +59,7 @@ const (
 // Fabric is an in-memory network of rnet connections. Its methods may be
 // called from any goroutine.
 type Fabric struct {
-	cfg   *rnet.Config
-	hooks rnetsim.Hooks[rnet.Config, rnet.Conn, rnet.Listener]
+	cfg *rnet.Config
 
 	mu        sync.Mutex
 	listeners map[netip.AddrPort]*listening
@@ -67,7 +68,7 @@ type Fabric struct {
 
 // listening is one Listener's entry in its Fabric.
 type listening struct {
-	offer func(*rnet.Conn) bool
+	offer func(net.Conn) bool
 
 	// mu orders deliveries before the Listener's Close drains its queue:
 	// a connection queued after the drain would never be closed.
@@ -94,7 +95,6 @@ func (e *listening) close() {
 func NewFabric(cfg *rnet.Config) *Fabric {
 	return &Fabric{
 		cfg:       cfg,
-		hooks:     rnetsim.Get[rnet.Config, rnet.Conn, rnet.Listener](),
 		listeners: make(map[netip.AddrPort]*listening),
 	}
 }
@@ -136,7 +136,7 @@ func (f *Fabric) Listen(network, address string) (*rnet.Listener, error) {
 			Err: &os.SyscallError{Syscall: "rdma_bind_addr", Err: syscall.EADDRINUSE}}
 	}
 	entry := &listening{}
-	ln, offer := f.hooks.Listen(addr, Backlog, func() {
+	ln, offer := rnetsim.Listen(addr, Backlog, func() {
 		f.mu.Lock()
 		if f.listeners[addr] == entry {
 			delete(f.listeners, addr)
@@ -144,9 +144,15 @@ func (f *Fabric) Listen(network, address string) (*rnet.Listener, error) {
 		f.mu.Unlock()
 		entry.close()
 	})
+	l, ok := ln.(*rnet.Listener)
+	if !ok {
+		ln.Close()
+		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: rnetAddr(addr),
+			Err: fmt.Errorf("rnettest: package rnet made a %T, not an *rnet.Listener", ln)}
+	}
 	entry.offer = offer
 	f.listeners[addr] = entry
-	return ln, nil
+	return l, nil
 }
 
 // freePort returns ip with a port no Listener in f uses on any address, so
@@ -197,7 +203,7 @@ func (f *Fabric) DialContext(ctx context.Context, network, address string) (*rne
 	if entry == nil {
 		return nil, refused(laddr, raddr, cm.RejectInvalidServiceID)
 	}
-	c, s, err := f.hooks.Pair(f.cfg, laddr, raddr)
+	c, s, err := f.pair(laddr, raddr)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: "rdma", Source: rnetAddr(laddr), Addr: rnetAddr(raddr), Err: err}
 	}
@@ -210,6 +216,44 @@ func (f *Fabric) DialContext(ctx context.Context, network, address string) (*rne
 		return nil, refused(laddr, raddr, cm.RejectConsumer)
 	}
 	return c, nil
+}
+
+// pair connects two Conns over a fresh simulated fabric, the first at
+// address client, the second at server, both configured by f's Config.
+func (f *Fabric) pair(client, server netip.AddrPort) (*rnet.Conn, *rnet.Conn, error) {
+	set, err := rnetsim.Settings(f.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, b, err := simqp.Pair(set.Ring, rnetAddr(client), rnetAddr(server))
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := f.handle(stream.Start(a.QP, a.Engine, set))
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := f.handle(stream.Start(b.QP, b.Engine, set))
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, s, nil
+}
+
+// handle hands c out as package rnet does.
+func (f *Fabric) handle(c *stream.Conn) (*rnet.Conn, error) {
+	h, err := rnetsim.NewConn(c, f.cfg)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	rc, ok := h.(*rnet.Conn)
+	if !ok {
+		h.Close()
+		return nil, fmt.Errorf("rnettest: package rnet handed out a %T, not an *rnet.Conn", h)
+	}
+	return rc, nil
 }
 
 // refused is the error a device's Dial returns when the peer's connection

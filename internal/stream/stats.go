@@ -1,7 +1,7 @@
-package rnet
+package stream
 
 import (
-	"time"
+	"net"
 
 	"github.com/rnet-dev/rnet/internal/ring"
 )
@@ -16,7 +16,7 @@ type Stats struct {
 	MessagesReceived uint64
 	InlineSends      uint64 // transfers small enough to travel inside the work request
 	// CoalescedWrites counts Writes whose bytes went out in one transfer
-	// with bytes of an earlier Write (see Config.NoDelay).
+	// with bytes of an earlier Write (see rnet's Config.NoDelay).
 	CoalescedWrites uint64
 
 	CreditUpdatesSent     uint64
@@ -33,7 +33,7 @@ type Stats struct {
 	ErrorCompletions uint64 // completions with an error status
 	CQPolls          uint64 // polls of the completion queue (each one crossing into C)
 
-	// How Reads, Writes and Close waited (see Config.BusyPoll): Spins
+	// How Reads, Writes and Close waited (see rnet's Config.BusyPoll): Spins
 	// counts waits that polled the CQ in a loop, Parks the times a waiting
 	// goroutine parked until the completion channel or another caller
 	// woke it. A park on the channel costs one crossing into C (two for
@@ -45,7 +45,7 @@ type Stats struct {
 	Parks uint64
 
 	// SendRingSize and RecvRingSize are the sizes of the rings now, not
-	// counters: they start at Config.IdleBufferSize, grow up to
+	// counters: they start at rnet's Config.IdleBufferSize, grow up to
 	// SendBufferSize and RecvBufferSize while the connection is busy, and
 	// shrink back once it is quiet.
 	SendRingSize int
@@ -66,8 +66,8 @@ type Stats struct {
 	CreditWindowGrowths uint64
 }
 
-// Stats: see Conn.Stats.
-func (c *conn) Stats() Stats {
+// Stats returns a snapshot of the connection's counters.
+func (c *Conn) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.eng.Stats()
@@ -101,39 +101,37 @@ func (c *conn) Stats() Stats {
 	return st
 }
 
-// effectiveConfig is the Config this connection runs with: every default
-// applied, queue depths as the device allowed, and the inline size the
-// device granted; a feature that is off shows as a negative value.
-func (c *conn) effectiveConfig() Config {
+// EngineConfig is the engine's configuration: Settings.Ring with every
+// default applied, queue depths as the device allowed and the inline size
+// it granted.
+func (c *Conn) EngineConfig() ring.Config {
 	c.mu.Lock()
-	rc := c.eng.Config()
-	c.mu.Unlock()
-	offIfZero := func(d time.Duration) time.Duration {
-		if d == 0 {
-			return -1
-		}
-		return d
-	}
-	inline := rc.InlineThreshold
-	if inline == ring.NoInline {
-		inline = -1
-	}
-	limit := c.set.busyPollLimit
-	if c.set.busyPoll == 0 || limit == 0 {
-		limit = -1
-	}
-	return Config{
-		SendBufferSize:   rc.SendBufferSize,
-		RecvBufferSize:   rc.RecvBufferSize,
-		IdleBufferSize:   rc.IdleBufferSize,
-		SendQueueSize:    rc.SendQueueSize,
-		RecvQueueSize:    rc.RecvQueueSize,
-		InlineThreshold:  inline,
-		BusyPoll:         offIfZero(c.set.busyPoll),
-		BusyPollLimit:    limit,
-		KeepAlive:        offIfZero(c.set.keepAlive),
-		Linger:           offIfZero(c.set.linger),
-		HandshakeTimeout: offIfZero(c.set.handshakeTimeout),
-		NoDelay:          !rc.Autocork,
-	}
+	defer c.mu.Unlock()
+	return c.eng.Config()
 }
+
+// Settings returns the settings the connection was started with.
+func (c *Conn) Settings() Settings { return c.set }
+
+// EngineInfo is what Info reports of the engine.
+type EngineInfo struct {
+	Config                     ring.Config
+	CreditWindow               int
+	SendRingSize, RecvRingSize int
+}
+
+// Info reports the engine's configuration and sizes now; after Close it
+// fails with net.ErrClosed.
+func (c *Conn) Info() (EngineInfo, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return EngineInfo{}, c.opError("info", net.ErrClosed)
+	}
+	info := EngineInfo{Config: c.eng.Config(), CreditWindow: c.eng.CreditWindow()}
+	info.SendRingSize, info.RecvRingSize = c.eng.RingSizes()
+	return info, nil
+}
+
+// QueuePair returns the queue pair the connection runs over.
+func (c *Conn) QueuePair() QueuePair { return c.qp }

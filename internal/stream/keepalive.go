@@ -1,8 +1,10 @@
-package rnet
+package stream
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
 )
 
 // keepaliveProbes is how many keepalive periods in a row sends may stay
@@ -25,9 +27,9 @@ const housekeepingPeriod = 15 * time.Second
 
 // tickPeriod is the keepalive period, or the housekeeping period when
 // keepalives are off.
-func (c *conn) tickPeriod() time.Duration {
-	if c.set.keepAlive > 0 {
-		return c.set.keepAlive
+func (c *Conn) tickPeriod() time.Duration {
+	if c.set.KeepAlive > 0 {
+		return c.set.KeepAlive
 	}
 	return housekeepingPeriod
 }
@@ -35,7 +37,7 @@ func (c *conn) tickPeriod() time.Duration {
 // tick runs every tickPeriod: it sends a keepalive (when they are on) and
 // steps the engine, which on an idle connection is the only thing that
 // reposts the receives the peer's control messages used.
-func (c *conn) tick() {
+func (c *Conn) tick() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -48,7 +50,7 @@ func (c *conn) tick() {
 	// below registers the smaller regions).
 	c.eng.Quiet()
 	switch {
-	case c.set.keepAlive > 0:
+	case c.set.KeepAlive > 0:
 		c.keepaliveLocked()
 	default:
 		c.driveLocked()
@@ -61,22 +63,22 @@ func (c *conn) tick() {
 // retries should end that with a failed completion, but some devices retry
 // without limit (rxe takes retry_count 7 as "forever"), so the connection
 // gives up after keepaliveProbes periods without one send completion.
-func (c *conn) keepaliveLocked() {
+func (c *Conn) keepaliveLocked() {
 	c.driveLocked()
 	done := c.eng.Stats().SendCompletions
-	if c.eng.InFlight() > 0 && done == c.kaSendDone {
-		c.kaStalled++
+	if c.eng.InFlight() > 0 && done == c.keepaliveSendsDone {
+		c.keepaliveStalls++
 	} else {
-		c.kaStalled = 0
+		c.keepaliveStalls = 0
 	}
-	c.kaSendDone = done
+	c.keepaliveSendsDone = done
 	limit := keepaliveProbes
 	if c.eng.PeerMayLackReceives() {
 		limit = keepaliveProbesBusyPeer
 	}
-	if c.kaStalled >= limit {
+	if c.keepaliveStalls >= limit {
 		c.failLocked(fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
-			ErrPeerGone, c.kaStalled, c.set.keepAlive))
+			ring.ErrPeerGone, c.keepaliveStalls, c.set.KeepAlive))
 		c.signalLocked()
 		return
 	}
@@ -87,7 +89,7 @@ func (c *conn) keepaliveLocked() {
 // TransportDisconnected is called when the connection manager reports the
 // connection gone. If the peer said goodbye with DISCONNECT first, this is
 // just the end of an orderly close; otherwise the peer vanished.
-func (c *conn) TransportDisconnected() {
+func (c *Conn) TransportDisconnected() {
 	c.mu.Lock()
 	// Our queue pair goes to the error state first (and the peer's
 	// disconnect request is answered): a peer that keeps sending after its
@@ -97,11 +99,11 @@ func (c *conn) TransportDisconnected() {
 	// arrived before it.
 	c.qp.Disconnect()
 	c.drainLocked() // account everything that arrived before the disconnect
-	c.transDown = true
+	c.transportDown = true
 	if !c.eng.Finished() || c.eng.Err() != nil {
 		// An error already there stays, unless it is a flush: the
 		// disconnect is what caused that.
-		c.eng.Fail(ErrPeerGone)
+		c.eng.Fail(ring.ErrPeerGone)
 	}
 	c.signalLocked()
 	c.kickLocked()
@@ -110,9 +112,9 @@ func (c *conn) TransportDisconnected() {
 
 // TransportFailed is called when the connection cannot go on, such as when
 // its device is removed.
-func (c *conn) TransportFailed(err error) {
+func (c *Conn) TransportFailed(err error) {
 	c.mu.Lock()
-	c.transDown = true
+	c.transportDown = true
 	c.failLocked(err)
 	c.signalLocked()
 	c.kickLocked()

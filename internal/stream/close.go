@@ -1,16 +1,18 @@
-package rnet
+package stream
 
 import (
 	"errors"
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
 )
 
 // How a connection ends: half-closes, Close and its linger.
 
-// CloseWrite: see Conn.CloseWrite.
-func (c *conn) CloseWrite() error {
+// CloseWrite: see rnet's Conn.CloseWrite.
+func (c *Conn) CloseWrite() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -21,8 +23,8 @@ func (c *conn) CloseWrite() error {
 	return nil
 }
 
-// CloseRead: see Conn.CloseRead.
-func (c *conn) CloseRead() error {
+// CloseRead: see rnet's Conn.CloseRead.
+func (c *Conn) CloseRead() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -34,8 +36,8 @@ func (c *conn) CloseRead() error {
 	return nil
 }
 
-// Close: see Conn.Close.
-func (c *conn) Close() error {
+// Close: see rnet's Conn.Close.
+func (c *Conn) Close() error {
 	first := false
 	c.closeOnce.Do(func() {
 		first = true
@@ -47,7 +49,7 @@ func (c *conn) Close() error {
 	return c.closeErr
 }
 
-func (c *conn) close() error {
+func (c *Conn) close() error {
 	c.mu.Lock()
 	c.closing = true
 	close(c.closed)
@@ -56,11 +58,11 @@ func (c *conn) close() error {
 	c.kickLocked() // a Read or Write parked on the completion channel returns
 	c.keepalive.Stop()
 	c.mu.Unlock()
-	c.readDL.stop()
-	c.writeDL.stop()
+	c.readDL.Stop()
+	c.writeDL.Stop()
 
 	lingered := make(chan struct{})
-	linger := time.AfterFunc(c.set.linger, func() {
+	linger := time.AfterFunc(c.set.Linger, func() {
 		close(lingered)
 		c.qp.Kick()
 	})
@@ -68,12 +70,12 @@ func (c *conn) close() error {
 	// First the data already written, like a TCP FIN after the send
 	// buffer drains.
 	sent := c.closeWait(lingered, func() bool {
-		return c.eng.Flushed() || c.eng.Finished() || c.transDown || c.fatal != nil
+		return c.eng.Flushed() || c.eng.Finished() || c.transportDown || c.fatal != nil
 	})
 	c.mu.Lock()
 	var closeErr error
 	switch {
-	case c.transDown || c.fatal != nil || c.eng.Err() != nil || c.eng.PeerDisconnected():
+	case c.transportDown || c.fatal != nil || c.eng.Err() != nil || c.eng.PeerDisconnected():
 		// Nothing more can go out, or the peer is already gone.
 	case sent:
 		c.eng.Close()
@@ -81,7 +83,7 @@ func (c *conn) close() error {
 		if dropped := c.eng.Abort(); dropped > 0 {
 			// The peer sees the connection torn down, not a clean
 			// end, and the caller learns that bytes were lost.
-			closeErr = fmt.Errorf("%w: %d bytes written were not sent within Linger (%v)", ErrAborted, dropped, c.set.linger)
+			closeErr = fmt.Errorf("%w: %d bytes written were not sent within Linger (%v)", ring.ErrAborted, dropped, c.set.Linger)
 		}
 	}
 	c.driveLocked()
@@ -89,7 +91,7 @@ func (c *conn) close() error {
 	// Then our DISCONNECT, so the peer sees an orderly close rather than
 	// a torn-down queue pair.
 	c.closeWait(lingered, func() bool {
-		return c.eng.Flushed() || c.transDown || c.fatal != nil || c.eng.Err() != nil
+		return c.eng.Flushed() || c.transportDown || c.fatal != nil || c.eng.Err() != nil
 	})
 	c.qp.Disconnect()
 	c.qp.Shutdown()
@@ -105,7 +107,7 @@ func (c *conn) close() error {
 
 // closeWait drives the connection until cond (called with c.mu held) holds
 // or timeout is closed, and reports whether cond held.
-func (c *conn) closeWait(timeout <-chan struct{}, cond func() bool) bool {
+func (c *Conn) closeWait(timeout <-chan struct{}, cond func() bool) bool {
 	for {
 		c.mu.Lock()
 		ok := cond()

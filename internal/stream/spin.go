@@ -1,4 +1,4 @@
-package rnet
+package stream
 
 import (
 	"slices"
@@ -71,7 +71,7 @@ func (s *streamSpin) observe(caught bool) {
 // A spin also lasts at least as long as a park and wakeup costs, once that
 // is measured: spinning until a park would have paid off costs at most
 // twice the better choice (the ski-rental rule). The limit itself rises to
-// that cost, unless Config.BusyPollLimit fixed it. The cost is measured
+// that cost, unless rnet's Config.BusyPollLimit fixed it. The cost is measured
 // every measureEvery-th wait, on waits whose window was only twice the
 // average, so that what parks is mostly the park itself.
 type waitEstimate struct {
@@ -104,8 +104,8 @@ const probeEvery = 16
 // longer still, within the limit; or the whole limit for a probe while
 // spinning is off. measure says a park after this spin measures what a
 // park costs.
-func (w *waitEstimate) window(s *settings) (window time.Duration, measure bool) {
-	d, limit := s.busyPoll, w.limit(s)
+func (w *waitEstimate) window(s *Settings) (window time.Duration, measure bool) {
+	d, limit := s.BusyPoll, w.limit(s)
 	if d <= 0 {
 		return 0, false // spinning is off
 	}
@@ -134,8 +134,8 @@ func (w *waitEstimate) window(s *settings) (window time.Duration, measure bool) 
 // transfer comes as two RDMA writes): as long as a reply wait spins now,
 // without counting as one. Only one Read is a continuation, so a long
 // download after a request does not spin on every chunk.
-func (w *waitEstimate) restWindow(s *settings) time.Duration {
-	d, limit := s.busyPoll, w.limit(s)
+func (w *waitEstimate) restWindow(s *Settings) time.Duration {
+	d, limit := s.BusyPoll, w.limit(s)
 	if d <= 0 || limit <= d || w.spinOff(limit) {
 		return max(d, 0)
 	}
@@ -144,9 +144,9 @@ func (w *waitEstimate) restWindow(s *settings) time.Duration {
 
 // limit is the longest spin of this connection's waits: the configured
 // limit, raised to the measured cost of a park up to the ceiling (see
-// Config.BusyPollLimit).
-func (w *waitEstimate) limit(s *settings) time.Duration {
-	return min(max(s.busyPollLimit, w.park), s.busyPollLimitMax)
+// rnet's Config.BusyPollLimit).
+func (w *waitEstimate) limit(s *Settings) time.Duration {
+	return min(max(s.BusyPollLimit, w.park), s.BusyPollLimitMax)
 }
 
 // spinOff reports that recent waits were too long for spinning to pay.

@@ -1,4 +1,4 @@
-package rnet
+package stream
 
 import (
 	"runtime"
@@ -7,8 +7,8 @@ import (
 
 // Who waits for completions.
 //
-// A connection's completions wake it through one wait (queuePair.wait: on a
-// device, its poll group hands them over, see pollgroup.go), and at most
+// A connection's completions wake it through one wait (QueuePair.wait: on a
+// device, its poll group hands them over, see package rnet), and at most
 // one goroutine waits there at a time: the wait's owner. c.waitOwned
 // (under c.mu) says the wait is taken. The owner is, in this order of
 // preference:
@@ -45,7 +45,7 @@ import (
 // is handed to them. The caller re-checks its condition after block
 // returns; wakeups may be spurious. parked says the caller did wait, rather
 // than find its condition already true.
-func (c *conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan struct{}) (parked bool) {
+func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan struct{}) (parked bool) {
 	c.mu.Lock()
 	if c.waitOwned {
 		// Look again under the lock that signalLocked holds: from here on
@@ -101,7 +101,7 @@ func (c *conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 // beforehand only if it has work to post. After shutdown the wait fails for
 // good, and the caller then sees why. parked says the wait found no event at
 // first and parked.
-func (c *conn) awaitEvent(done func() bool) (parked bool) {
+func (c *Conn) awaitEvent(done func() bool) (parked bool) {
 	c.mu.Lock()
 	if c.armed {
 		// Nothing to poll: whatever completed since the last poll has
@@ -110,7 +110,7 @@ func (c *conn) awaitEvent(done func() bool) (parked bool) {
 	} else {
 		// Arm before polling, in the same crossing: a completion that
 		// lands after the poll then still produces an event for wait.
-		c.stepLocked(true, stepArm)
+		c.stepLocked(stepPoll, stepArm)
 	}
 	// A step cut short by its bound leaves completions that came before
 	// the arm, which leave no event: the caller must step again, not wait.
@@ -125,7 +125,7 @@ func (c *conn) awaitEvent(done func() bool) (parked bool) {
 		c.parks++
 	}
 	if err == nil {
-		c.stepLocked(true, stepTakeEventAndArm)
+		c.stepLocked(stepPoll, stepTakeEventAndArm)
 	}
 	c.mu.Unlock()
 	return parked
@@ -133,7 +133,7 @@ func (c *conn) awaitEvent(done func() bool) (parked bool) {
 
 // handOffWait gives up the wait: to a queued caller if there is one, else
 // to the pusher if the engine needs it.
-func (c *conn) handOffWait() {
+func (c *Conn) handOffWait() {
 	c.mu.Lock()
 	c.waitOwned = false
 	handOff := c.queued > 0
@@ -148,7 +148,7 @@ func (c *conn) handOffWait() {
 
 // takeWaitForGood makes the caller the wait's owner and never gives it
 // back: Close, before it destroys the queue pair.
-func (c *conn) takeWaitForGood() {
+func (c *Conn) takeWaitForGood() {
 	for {
 		c.mu.Lock()
 		if !c.waitOwned {
@@ -167,7 +167,7 @@ func (c *conn) takeWaitForGood() {
 
 // pushIfBlockedLocked starts the pusher when the engine waits for a
 // completion and nobody owns the wait.
-func (c *conn) pushIfBlockedLocked() {
+func (c *Conn) pushIfBlockedLocked() {
 	if !c.waitOwned && !c.pushing && !c.closing && c.fatal == nil && c.eng.Blocked() {
 		c.pushing = true
 		c.readied = true
@@ -179,7 +179,7 @@ func (c *conn) pushIfBlockedLocked() {
 // has work that waits for a completion (see Engine.Blocked) and no Read,
 // Write or Close is blocked. It is parked on pushWake the rest of the time,
 // so a busy connection's events wake the caller that waits for them.
-func (c *conn) pusher() {
+func (c *Conn) pusher() {
 	defer close(c.pusherDone)
 	for {
 		select {
@@ -219,7 +219,7 @@ func (c *conn) pusher() {
 
 // kickLocked wakes the wait's owner, for news that does not come through
 // the CQ (Close, CloseRead, a transport event).
-func (c *conn) kickLocked() {
+func (c *Conn) kickLocked() {
 	if c.waitOwned {
 		c.qp.Kick()
 	}
@@ -229,7 +229,7 @@ func (c *conn) kickLocked() {
 // or deadline is closed, so that a reply microseconds away does not cost a
 // park and a wakeup. It does not take the wait. reply says the caller waits
 // for the answer to its own Write.
-func (c *conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) {
+func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) {
 	if window <= 0 {
 		return
 	}
@@ -250,9 +250,7 @@ func (c *conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 		if spin == 1 {
 			c.spins++
 		}
-		c.spinning = true
-		moved := c.stepMovedLocked()
-		c.spinning = false
+		moved, _ := c.stepLocked(stepPoll|stepSpin, 0)
 		ok := ready() || c.fatal != nil || c.closing
 		yield := (moved || spin == 1) && c.readied || spin == 1 && reply
 		if yield {

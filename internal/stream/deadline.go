@@ -1,4 +1,4 @@
-package rnet
+package stream
 
 import (
 	"sync"
@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// deadline is a settable point in time whose passing closes a channel, so a
+// Deadline is a settable point in time whose passing closes a channel, so a
 // goroutine parked in select wakes when a deadline set from another goroutine
 // passes, as with *net.TCPConn.
-type deadline struct {
+type Deadline struct {
 	// expired is called when the deadline passes, to wake a goroutine
 	// parked somewhere a channel cannot reach (the completion channel).
 	expired func()
@@ -18,7 +18,7 @@ type deadline struct {
 	// they choose.
 	afterFunc func(time.Duration, func()) stopper
 
-	// mu serializes set and stop; wait takes no lock, as every Read and
+	// mu serialises Set and Stop; Wait takes no lock, as every Read and
 	// Write calls it.
 	mu     sync.Mutex
 	timer  stopper                       // under mu
@@ -28,30 +28,30 @@ type deadline struct {
 // stopper is the part of *time.Timer that deadline uses.
 type stopper interface{ Stop() bool }
 
-func newDeadline(expired func()) *deadline {
-	d := &deadline{expired: expired, afterFunc: afterFunc}
+func NewDeadline(expired func()) *Deadline {
+	d := &Deadline{expired: expired, afterFunc: afterFunc}
 	d.renew()
 	return d
 }
 
 // renew gives the deadline a new channel, not closed. Called with mu held,
-// or before the deadline is shared.
-func (d *deadline) renew() {
+// or before the Deadline is shared.
+func (d *Deadline) renew() {
 	ch := make(chan struct{})
 	d.cancel.Store(&ch)
 }
 
 func afterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
 
-// set arms the deadline; the zero time disarms it.
-func (d *deadline) set(t time.Time) {
+// Set arms the deadline; the zero time disarms it.
+func (d *Deadline) Set(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.timer != nil && !d.timer.Stop() {
-		<-d.wait() // the timer fired and closed it; wait for that before replacing
+		<-d.Wait() // the timer fired and closed it; wait for that before replacing
 	}
 	d.timer = nil
-	closed := isClosed(d.wait())
+	closed := isClosed(d.Wait())
 	if t.IsZero() {
 		if closed {
 			d.renew()
@@ -76,17 +76,17 @@ func (d *deadline) set(t time.Time) {
 	}
 }
 
-// wait returns the channel that is closed when the deadline passes.
-func (d *deadline) wait() <-chan struct{} { return *d.cancel.Load() }
+// Wait returns the channel that is closed when the deadline passes.
+func (d *Deadline) Wait() <-chan struct{} { return *d.cancel.Load() }
 
-// stop disarms the deadline for good (Close). A timer already firing is
-// waited for, as in set: forgotten, it would close a channel a later set
+// Stop disarms the deadline for good (Close). A timer already firing is
+// waited for, as in Set: forgotten, it would close a channel a later Set
 // reuses or closes itself.
-func (d *deadline) stop() {
+func (d *Deadline) Stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.timer != nil && !d.timer.Stop() {
-		<-d.wait()
+		<-d.Wait()
 	}
 	d.timer = nil
 }

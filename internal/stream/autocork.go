@@ -1,4 +1,4 @@
-package rnet
+package stream
 
 import (
 	"time"
@@ -6,49 +6,41 @@ import (
 	"github.com/rnet-dev/rnet/internal/ring"
 )
 
-// Autocorking (Config.NoDelay off): the engine holds small writes back while
+// Autocorking (Settings.Ring.Autocork): the engine holds small writes back while
 // a transfer of the connection is in flight (ring.Engine.Corked); this file
 // decides when a Write looks at completions, and makes sure nobody waits on
 // corked bytes.
 
-// reapDelay is how long after a transfer was posted that a Write behind it
+// DefaultReapDelay is how long after a transfer was posted that a Write behind it
 // reaps completions before it decides whether to cork: about a small RDMA
 // write's round trip to the peer's device. A Write within that time corks
 // behind the transfer; a Write after a pause must not cork behind one that
 // has long completed, and goes out at once.
-const reapDelay = 10 * time.Microsecond
+const DefaultReapDelay = 10 * time.Microsecond
 
 // maxCorkWindow bounds the cork window on a device in software (see
 // corkWindow), and each post's share of it: a stall of the posting thread
 // must not hold the next writes back for long.
 const maxCorkWindow = 250 * time.Microsecond
 
-// softwarePoster is a queue pair whose device is a kernel driver doing the
-// adapter's work (rxe, siw).
-type softwarePoster interface {
-	// PostsInSoftware reports that a post returns only once the
-	// transfer is done.
-	PostsInSoftware() bool
-}
-
 // corkWindow is how long after a post a Write corks behind it. On hardware
 // a post is a doorbell and the transfer completes about a round trip
-// later: reapDelay. A device in software (rxe, siw) does a transfer's work
+// later: Settings.ReapDelay. A device in software (rxe, siw) does a transfer's work
 // inside the call that posts it, so its completion is there when the post
 // returns and corking only "while a transfer is in flight" would hold
 // nothing back; there the window is as long as recent posts took, so that
 // the writes made meanwhile coalesce into the next transfer as they would
 // behind a hardware device that was still busy.
-func (c *conn) corkWindow() time.Duration {
-	return max(c.set.reapDelay, c.postCost)
+func (c *Conn) corkWindow() time.Duration {
+	return max(c.set.ReapDelay, c.postCost)
 }
 
 // postStartLocked reads the clock before a crossing on a device in software
 // that posts a transfer the device copies from the send ring, for
 // notePostLocked. Any other crossing (hardware, inline, control or receives
 // only) is not timed, and so pays no second clock read.
-func (c *conn) postStartLocked() (start time.Duration, timed bool) {
-	if c.softPosts && c.set.ring.Autocork {
+func (c *Conn) postStartLocked() (start time.Duration, timed bool) {
+	if c.softPosts && c.set.Ring.Autocork {
 		for i := range c.sends {
 			if c.sends[i].NumSGE > 0 && !c.sends[i].Inline {
 				return monotonic(), true
@@ -60,8 +52,8 @@ func (c *conn) postStartLocked() (start time.Duration, timed bool) {
 
 // notePostLocked records, after a crossing, when it last posted sends
 // (lastPost) and, if postStartLocked timed it, how long it took (postCost).
-func (c *conn) notePostLocked(start time.Duration, timed bool) {
-	if len(c.sends) == 0 || !c.set.ring.Autocork {
+func (c *Conn) notePostLocked(start time.Duration, timed bool) {
+	if len(c.sends) == 0 || !c.set.Ring.Autocork {
 		return
 	}
 	now := monotonic()
@@ -84,36 +76,33 @@ var monoBase = time.Now()
 
 func monotonic() time.Duration { return time.Since(monoBase) }
 
-// postWriteLocked posts the n bytes a Write took; wasCorked says bytes were
-// corked before it. With autocorking on, for a Write smaller than a
-// transfer, while the send ring and the credits have room, it posts without
-// polling: the completions are left to whoever waits next (a Read, the
-// pusher), so the transfers just posted stay in flight and the Writes that
-// follow cork behind them, as TCP's do behind packets its device has not
-// yet sent. A Write that would cork behind a transfer posted corkWindow
-// ago or longer goes out at once instead, and reaps in the same crossing.
-func (c *conn) postWriteLocked(n int, wasCorked bool) {
+// writeModeLocked is how the step that posts the n bytes a Write took looks
+// at completions; wasCorked says bytes were corked before it. With
+// autocorking on, for a Write smaller than a transfer, while the send ring
+// and the credits have room, it posts without polling (stepNoReap): the
+// completions are left to whoever waits next (a Read, the pusher), so the
+// transfers just posted stay in flight and the Writes that follow cork
+// behind them, as TCP's do behind packets its device has not yet sent. A
+// Write that would cork behind a transfer posted corkWindow ago or longer
+// goes out at once instead, and reaps in the same crossing.
+func (c *Conn) writeModeLocked(n int, wasCorked bool) stepMode {
 	send, _ := c.eng.RingSizes()
-	if !c.set.ring.Autocork || n >= ring.MaxTransfer || c.eng.SendSpace() < send/2 || c.eng.Credits() < 2 {
-		c.driveLocked()
-		return
+	if !c.set.Ring.Autocork || n >= ring.MaxTransfer || c.eng.SendSpace() < send/2 || c.eng.Credits() < 2 {
+		return stepPoll
 	}
 	if !wasCorked && c.eng.InFlight() > 0 && monotonic()-c.lastPost >= c.corkWindow() {
 		// What is in flight has most likely completed: polling for
 		// it first would cost a crossing of its own.
 		c.eng.Uncork()
-		c.driveLocked()
-		return
+		return stepPoll
 	}
-	c.reapless = true
-	c.stepLocked(false, 0)
-	c.reapless = false
+	return stepNoReap
 }
 
 // uncorkLocked posts the bytes autocorking holds back, for a caller about
 // to wait or give up waiting: the peer may be waiting for them, and nobody
 // should wait on a cork.
-func (c *conn) uncorkLocked() {
+func (c *Conn) uncorkLocked() {
 	if c.eng.Corked() {
 		c.eng.Uncork()
 		c.flushLocked()
@@ -121,7 +110,7 @@ func (c *conn) uncorkLocked() {
 }
 
 // uncork is uncorkLocked for a caller without c.mu.
-func (c *conn) uncork() {
+func (c *Conn) uncork() {
 	c.mu.Lock()
 	if !c.closing {
 		c.uncorkLocked()

@@ -1,20 +1,38 @@
-package rnet
+package stream
 
 import (
 	"fmt"
 
 	"github.com/rnet-dev/rnet/internal/ring"
-	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // What a step does in its first crossing besides posting and polling.
 const (
-	stepArm             = verbs.StepArm                       // the caller is about to wait
-	stepTakeEventAndArm = verbs.StepTakeEvent | verbs.StepArm // the caller's wait has just ended
+	stepArm             = wr.StepArm                    // the caller is about to wait
+	stepTakeEventAndArm = wr.StepTakeEvent | wr.StepArm // the caller's wait has just ended
 )
 
-// completionBatch is how many completions one step polls, in one crossing.
-const completionBatch = 64
+// stepMode says how a step looks at completions; the zero mode crosses
+// into C only when there is work to post, and polls in that crossing.
+type stepMode uint8
+
+const (
+	// stepPoll polls until the CQ is empty, crossing into C even with
+	// nothing to post.
+	stepPoll stepMode = 1 << iota
+	// stepSpin is a busy-polling caller's: each crossing polls an empty CQ
+	// up to spinPollTries times.
+	stepSpin
+	// stepNoReap posts without polling: the completions are left to
+	// whoever waits next, so that the transfers just posted stay in
+	// flight and the Writes that follow cork behind them (see
+	// writeModeLocked).
+	stepNoReap
+)
+
+// CompletionBatch is how many completions one step polls, in one crossing.
+const CompletionBatch = 64
 
 // spinPollTries is how many times a busy-polling step polls an empty CQ in
 // its one crossing into C: counted, not timed, so that the Go side still
@@ -22,22 +40,15 @@ const completionBatch = 64
 // microseconds.
 const spinPollTries = 16
 
-// maxStepRounds bounds the crossings of one step: a peer that keeps the CQ
+// MaxStepRounds bounds the crossings of one step: a peer that keeps the CQ
 // full (a flood of valid control messages) must not keep the connection's
 // lock, and with it Close and the other callers, for ever.
-const maxStepRounds = 16
+const MaxStepRounds = 16
 
 // driveLocked posts whatever work the engine has and polls completions into
 // it, until the CQ is empty and nothing is left to post, and wakes whoever
 // can now proceed. Each round is one crossing into C.
-func (c *conn) driveLocked() { c.stepLocked(true, 0) }
-
-// stepMovedLocked is driveLocked that reports whether anything moved: work
-// posted or completions polled.
-func (c *conn) stepMovedLocked() bool {
-	moved, _ := c.stepLocked(true, 0)
-	return moved
-}
+func (c *Conn) driveLocked() { c.stepLocked(stepPoll, 0) }
 
 // drainLocked is driveLocked that goes on past the bound of one step until
 // the CQ is empty: for news that must come after everything that arrived
@@ -47,17 +58,17 @@ func (c *conn) stepMovedLocked() bool {
 // within the queue depths however fast the peer sends. A queue pair that
 // goes on completing past that fails the connection rather than keep the
 // lock.
-func (c *conn) drainLocked() {
+func (c *Conn) drainLocked() {
 	c.qp.CollectAll()
 	layout := c.eng.Layout()
-	limit := 1 + (layout.CQDepth+layout.RecvDepth)/(maxStepRounds*completionBatch)
+	limit := 1 + (layout.CQDepth+layout.RecvDepth)/(MaxStepRounds*CompletionBatch)
 	for steps := 1; ; steps++ {
-		if _, cut := c.stepLocked(true, 0); !cut {
+		if _, cut := c.stepLocked(stepPoll, 0); !cut {
 			return
 		}
 		if steps > limit {
 			c.failLocked(fmt.Errorf("%w: the queue pair (%d work requests deep) still completed a full batch %d polls after it was moved to the error state",
-				ErrPeerGone, layout.CQDepth, steps*maxStepRounds))
+				ring.ErrPeerGone, layout.CQDepth, steps*MaxStepRounds))
 			return
 		}
 	}
@@ -66,36 +77,50 @@ func (c *conn) drainLocked() {
 // flushLocked is driveLocked for a caller that needs no news from the CQ
 // (a Read that found data): it crosses into C only when there is work to
 // post.
-func (c *conn) flushLocked() { c.stepLocked(false, 0) }
+func (c *Conn) flushLocked() { c.stepLocked(0, 0) }
 
-// stepLocked is driveLocked (poll) or flushLocked, with flags' extra work
-// folded into the first round's crossing. cut says it stopped at
-// maxStepRounds with completions left in the CQ.
-func (c *conn) stepLocked(poll bool, flags verbs.StepFlags) (moved, cut bool) {
-	moved, cut = c.stepRoundsLocked(poll, flags)
+// stepLocked steps the engine as mode says, with flags' extra work folded
+// into the first round's crossing, then serves what the rounds left for
+// it and wakes whoever can proceed. moved says work was posted or
+// completions polled; cut says it stopped at MaxStepRounds with
+// completions left in the CQ.
+func (c *Conn) stepLocked(mode stepMode, flags wr.StepFlags) (moved, cut bool) {
+	moved, cut = c.roundsLocked(mode, flags)
+	if c.finishStepLocked(mode) {
+		moved = true
+	}
+	return moved, cut
+}
+
+// finishStepLocked completes a step after its rounds: it widens the credit
+// window and serves the ring's regions when the engine asks, posting what
+// that frees in further rounds that poll only as they post, and wakes
+// whoever can now proceed. moved says those rounds moved anything.
+func (c *Conn) finishStepLocked(mode stepMode) (moved bool) {
+	more := mode &^ stepPoll
 	if n := c.eng.CreditsWanted(); n > 0 {
 		// The peer used up its credit window: widen it by what the
 		// receive queue can back, and post the receives and the grant.
 		c.eng.AddCredits(claimCredits(c.qp, n))
-		m, _ := c.stepRoundsLocked(false, 0)
+		m, _ := c.roundsLocked(more, 0)
 		moved = moved || m
 	}
 	if c.eng.RegionWork() && c.serveRegionsLocked() {
 		// A new region may make a buffer grant due, or let the send ring
 		// move and take the writer's bytes: post what it freed.
-		m, _ := c.stepRoundsLocked(false, 0)
+		m, _ := c.roundsLocked(more, 0)
 		moved = moved || m
 	}
 	c.signalLocked()
 	c.pushIfBlockedLocked()
-	return moved, cut
+	return moved
 }
 
 // serveRegionsLocked registers the regions the engine wants and
 // deregisters the ones it retired, and reports whether it added any. A
 // registration that fails (the locked-memory limit, say) leaves the ring
 // as it is: the connection goes on at its current size.
-func (c *conn) serveRegionsLocked() (added bool) {
+func (c *Conn) serveRegionsLocked() (added bool) {
 	for {
 		kind, size, ok := c.eng.RegionWanted()
 		if !ok {
@@ -127,29 +152,21 @@ func (c *conn) serveRegionsLocked() (added bool) {
 	return added
 }
 
-// creditClaimer is a queuePair whose receives come from a queue shared with
-// other connections: a wider credit window needs receives claimed there.
-type creditClaimer interface {
-	// ClaimCredits claims up to n more receives and returns how many.
-	ClaimCredits(n int) int
-}
-
 // claimCredits returns how many of n more receives q can back: all of them
 // on a receive queue of its own, which is as deep as the largest window.
-func claimCredits(q queuePair, n int) int {
-	if c, ok := q.(creditClaimer); ok {
+func claimCredits(q QueuePair, n int) int {
+	if c, ok := q.(CreditClaimer); ok {
 		return c.ClaimCredits(n)
 	}
 	return n
 }
 
-// testHookAddRegion, set only by tests before any connection exists,
-// fails the registration of a ring's new region, as a locked-memory limit
-// would.
-var testHookAddRegion func(kind ring.RegionKind, size int) error
-
-// stepRoundsLocked is stepLocked without serving regions or waking anyone.
-func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bool) {
+// roundsLocked is stepLocked without finishing: up to MaxStepRounds
+// crossings into C, each posting what the engine has and polling what
+// completed, while the CQ may hold more (stepPoll) or completions freed
+// work to post.
+func (c *Conn) roundsLocked(mode stepMode, flags wr.StepFlags) (moved, cut bool) {
+	poll := mode&stepPoll != 0
 	for round := 1; ; round++ {
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
 		switch {
@@ -174,11 +191,11 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 			break
 		}
 		wcs := c.wcs
-		if c.fatal != nil || c.reapless {
+		if c.fatal != nil || mode&stepNoReap != 0 {
 			wcs = c.wcs[:0] // a failed QP only flushes; the engine has failed too
 		}
 		tries := 1
-		if flags == 0 && c.spinning && len(wcs) > 0 {
+		if flags == 0 && mode&stepSpin != 0 && len(wcs) > 0 {
 			tries = spinPollTries
 		}
 		start, timed := c.postStartLocked()
@@ -205,7 +222,7 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 		// A full batch may have left more behind; otherwise go round
 		// again only if the completions freed work to post.
 		poll = n == len(wcs) && n > 0
-		if poll && round >= maxStepRounds {
+		if poll && round >= MaxStepRounds {
 			// Completions that came before the last arm left no event,
 			// so the next wait must poll before it parks.
 			c.armed = false
@@ -218,7 +235,7 @@ func (c *conn) stepRoundsLocked(poll bool, flags verbs.StepFlags) (moved, cut bo
 
 // discardInboundLocked consumes received bytes nobody will read, so the peer
 // keeps its credits and can go on reading what we still have to send.
-func (c *conn) discardInboundLocked() {
+func (c *Conn) discardInboundLocked() {
 	if c.eng.ReadableBytes() == 0 {
 		return
 	}
@@ -233,7 +250,7 @@ func (c *conn) discardInboundLocked() {
 	}
 }
 
-func (c *conn) failLocked(err error) {
+func (c *Conn) failLocked(err error) {
 	if c.fatal == nil {
 		c.fatal = err
 		c.eng.Fail(err)
@@ -243,7 +260,7 @@ func (c *conn) failLocked(err error) {
 
 // signalLocked wakes the calls parked on their channels (see wait.go) whose
 // condition may now hold.
-func (c *conn) signalLocked() {
+func (c *Conn) signalLocked() {
 	if c.queued == 0 {
 		return
 	}
@@ -259,10 +276,10 @@ func (c *conn) signalLocked() {
 }
 
 // readReadyLocked reports whether a blocked Read has something to return.
-func (c *conn) readReadyLocked() bool { return c.eng.Readable() || c.readShut || c.closing }
+func (c *Conn) readReadyLocked() bool { return c.eng.Readable() || c.readShut || c.closing }
 
 // writeReadyLocked reports whether a blocked Write can make progress.
-func (c *conn) writeReadyLocked() bool { return c.eng.Writable() || c.closing }
+func (c *Conn) writeReadyLocked() bool { return c.eng.Writable() || c.closing }
 
 func notify(ch chan struct{}) {
 	select {

@@ -1,0 +1,27 @@
+// Package stream drives one established rsocket connection: it turns Read,
+// Write and Close into steps of the engine (internal/ring) over a
+// QueuePair, and decides who waits for completions, who spins, when writes
+// cork, when keepalives go and when deadlines pass. It knows nothing of
+// devices, the connection manager or poll groups: a QueuePair hides them.
+// Package rnet wraps a Conn in its public handle; internal/simqp provides a
+// QueuePair over the simulated fabric for tests.
+//
+// # Locks
+//
+// A Conn's locks are taken in this order, each released in the function
+// that took it:
+//
+//  1. readMu (Reads) or writeMu (Writes that go in parts): held for the
+//     whole call, so concurrent Reads, or Writes, take turns;
+//  2. mu: the engine and the state Read, Write, Close, the pusher and the
+//     timers share; a Conn calls its QueuePair's Step, Collected,
+//     CollectAll, AddRegion, RemoveRegion, Disconnect and Kick with mu held,
+//     so the queue pair's own locks come after it;
+//  3. the queue pair's locks.
+//
+// A Deadline's mu is taken without any of these, and calls its expired
+// func (QueuePair.Kick) with it held. No lock is held across a park: a
+// caller that blocks (wait.go) releases mu before it waits on a channel or
+// on QueuePair.Wait, which is called with no lock held. The transport calls
+// EventHandler's methods with none of the Conn's locks held; they take mu.
+package stream

@@ -1,0 +1,33 @@
+package stream
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// OpError wraps err the way package net does, keeping the conventions that
+// callers compare against directly: a bare io.EOF, net.ErrClosed, and
+// os.ErrDeadlineExceeded placed directly in Err so that Timeout() is true.
+func OpError(op string, src, dst net.Addr, err error) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	switch {
+	case errors.Is(err, ring.ErrClosed):
+		err = net.ErrClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = os.ErrDeadlineExceeded
+	case errors.Is(err, ring.ErrPeerDisconnected):
+		err = &os.SyscallError{Syscall: "write", Err: syscall.ECONNRESET}
+	}
+	return &net.OpError{Op: op, Net: "rdma", Source: src, Addr: dst, Err: err}
+}
+
+func (c *Conn) opError(op string, err error) error {
+	return OpError(op, c.laddr, c.raddr, err)
+}

@@ -1,0 +1,31 @@
+package stream
+
+import (
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// Settings are what a Conn runs with, every default applied: package rnet
+// fills them from its Config.
+type Settings struct {
+	// Ring configures the engine; Ring.Autocork turns autocorking on.
+	Ring ring.Config
+	// ReapDelay is how long after a transfer was posted that a Write
+	// behind it corks rather than reap first: DefaultReapDelay, raised by
+	// tests that hold completions back (see corkWindow).
+	ReapDelay time.Duration
+	// BusyPoll is how long a blocked call spins before it parks; 0 turns
+	// spinning off.
+	BusyPoll time.Duration
+	// BusyPollLimit is the longest spin of a Read that waits for a reply,
+	// or its floor when a measured park raises it; BusyPollLimitMax is the
+	// ceiling of that rise (see waitEstimate).
+	BusyPollLimit    time.Duration
+	BusyPollLimitMax time.Duration
+	// KeepAlive is the keepalive period; 0 turns keepalives off.
+	KeepAlive time.Duration
+	// Linger bounds how long Close waits for the peer to take what was
+	// written; 0 means Close does not wait.
+	Linger time.Duration
+}
