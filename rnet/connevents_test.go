@@ -109,10 +109,10 @@ func TestRXEConnEventsFallBack(t *testing.T) {
 	if hit.Load() != 1 {
 		t.Fatal("the accepted connection never tried to attach")
 	}
-	if q := accepted[0].conn.qp.(*verbsQP); q.attached || q.ch == nil {
+	if q := accepted[0].conn.QueuePair().(*verbsQP); q.attached || q.ch == nil {
 		t.Errorf("accepted connection: attached %v, own channel %v; want its own channel", q.attached, q.ch != nil)
 	}
-	if q := dialed[0].conn.qp.(*verbsQP); !q.attached || q.ch != nil {
+	if q := dialed[0].conn.QueuePair().(*verbsQP); !q.attached || q.ch != nil {
 		t.Errorf("dialled connection: attached %v, own channel %v; want the shared channel", q.attached, q.ch != nil)
 	}
 	roundTripOnce(t, dialed[0], accepted[0])

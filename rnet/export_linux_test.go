@@ -7,7 +7,7 @@ import "github.com/rnet-dev/rnet/internal/verbs"
 // registeredAccess returns the access flags of a device connection's memory
 // regions as registered: send ring, receive ring, target SGL.
 func registeredAccess(c *Conn) (send, recv, target verbs.Access, ok bool) {
-	q, ok := c.conn.qp.(*verbsQP)
+	q, ok := c.conn.QueuePair().(*verbsQP)
 	if !ok || len(q.mrs) != 3 {
 		return 0, 0, 0, false
 	}

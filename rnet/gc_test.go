@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/procstat"
+	"github.com/rnet-dev/rnet/internal/simqp"
+	"github.com/rnet-dev/rnet/internal/waittest"
 )
 
 // collectUntil runs the garbage collector until done delivers, for at most
@@ -93,15 +95,15 @@ func TestSimBlockedReadKeepsItsConn(t *testing.T) {
 	defer c2.Close()
 	inner := c1.conn // does not keep the handle alive
 	parking := make(chan struct{}, 1)
-	inner.qp.(*simQP).waiting = parking
+	inner.QueuePair().(*simqp.QP).Waiting = parking
 	got := make(chan error, 1)
 	go readOn(c1, got)
 	c1 = nil
-	waitSignalled(t, "the Read to park", parking, func() bool {
-		inner.mu.Lock()
-		defer inner.mu.Unlock()
-		return inner.waitOwned
-	})
+	select { // only the Read waits on the completion channel here
+	case <-parking:
+	case <-time.After(waittest.Timeout(t)):
+		t.Fatal("the Read did not park")
+	}
 	for range 5 {
 		runtime.GC()
 	}

@@ -46,7 +46,7 @@ func TestRXEFabricSettings(t *testing.T) {
 					t.Fatalf("%s: Info: %v", end.name, err)
 				}
 				t.Logf("%s: %+v", end.name, info)
-				path, err := end.conn.conn.qp.(*verbsQP).qp.Path()
+				path, err := end.conn.conn.QueuePair().(*verbsQP).qp.Path()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -57,7 +57,7 @@ func TestRXEFabricSettings(t *testing.T) {
 				if want := ackTimeoutUnit << attrs.AckTimeout; info.AckTimeout != want {
 					t.Errorf("%s: Info.AckTimeout %v, the queue pair's %v", end.name, info.AckTimeout, want)
 				}
-				if info.Transport != "RoCE" || info.Device != end.conn.conn.qp.(*verbsQP).device || info.Port != 1 ||
+				if info.Transport != "RoCE" || info.Device != end.conn.conn.QueuePair().(*verbsQP).device || info.Port != 1 ||
 					!info.GID.IsValid() || info.PathMTU < 256 || info.MaxInlineData < info.InlineThreshold ||
 					info.SendRingSize == 0 || info.RecvRingSize == 0 || info.CreditWindow == 0 ||
 					info.RetryCount != int(attrs.RetryCount) || info.RNRRetryCount != int(attrs.RNRRetry) {

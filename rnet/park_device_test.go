@@ -10,6 +10,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/stream"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -45,7 +46,7 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 	defer client.Close()
 	defer server.Close()
 	clientPosts, serverPosts := countPosts(client.conn), countPosts(server.conn)
-	member := server.conn.qp.(*verbsQP).member
+	member := server.conn.QueuePair().(*verbsQP).member
 	polls := countGroupPolls(t, member.g)
 	defer polls.restore(t)
 	parking := make(chan struct{}, 1)
@@ -121,16 +122,16 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 }
 
 // countPosts counts c's post-and-poll crossings from now on.
-func countPosts(c *conn) *atomic.Uint64 {
+func countPosts(c *stream.Conn) *atomic.Uint64 {
 	n := new(atomic.Uint64)
-	q := c.qp.(*verbsQP)
-	c.mu.Lock() // q.post is called under c.mu
-	post := q.post
-	q.post = func(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-		n.Add(1)
-		return post(recvs, sends, out, tries)
-	}
-	c.mu.Unlock()
+	q := c.QueuePair().(*verbsQP)
+	c.WhileLocked(func() { // q.post is called under the Conn's lock
+		post := q.post
+		q.post = func(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+			n.Add(1)
+			return post(recvs, sends, out, tries)
+		}
+	})
 	return n
 }
 

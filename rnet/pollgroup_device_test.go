@@ -96,7 +96,7 @@ func TestRXEPollGroupMembersFailOneByOne(t *testing.T) {
 	}
 	for i := range failing {
 		<-progressed[i]
-		q := dialed[i].conn.qp.(*verbsQP)
+		q := dialed[i].conn.QueuePair().(*verbsQP)
 		if err := q.qp.SetError(); err != nil {
 			t.Fatalf("connection %d: move the queue pair to error: %v", i, err)
 		}

@@ -221,16 +221,16 @@ type groupFault struct {
 
 var groupFaults = []groupFault{
 	// The client's queue pair reports an error completion (a local fault).
-	{"ClientCompletionError", func(sn *simGroupNet, i int) { sn.clientQPs[i].ep.InjectError(wr.WCGeneralErr) }},
+	{"ClientCompletionError", func(sn *simGroupNet, i int) { sn.clientQPs[i].Endpoint().InjectError(wr.WCGeneralErr) }},
 	// The server vanishes like a crashed host: the client's sends go
 	// unanswered.
-	{"ServerKilled", func(sn *simGroupNet, i int) { sn.f.Kill(sn.serverQPs[i].ep) }},
+	{"ServerKilled", func(sn *simGroupNet, i int) { sn.f.Kill(sn.serverQPs[i].Endpoint()) }},
 	// Both queue pairs go to the error state at once, everything flushed.
-	{"BothDisconnected", func(sn *simGroupNet, i int) { sn.clientQPs[i].ep.Disconnect() }},
+	{"BothDisconnected", func(sn *simGroupNet, i int) { sn.clientQPs[i].Endpoint().Disconnect() }},
 	// The server's queue pair reports an error completion.
-	{"ServerCompletionError", func(sn *simGroupNet, i int) { sn.serverQPs[i].ep.InjectError(wr.WCLocProtErr) }},
+	{"ServerCompletionError", func(sn *simGroupNet, i int) { sn.serverQPs[i].Endpoint().InjectError(wr.WCLocProtErr) }},
 	// The client vanishes.
-	{"ClientKilled", func(sn *simGroupNet, i int) { sn.f.Kill(sn.clientQPs[i].ep) }},
+	{"ClientKilled", func(sn *simGroupNet, i int) { sn.f.Kill(sn.clientQPs[i].Endpoint()) }},
 }
 
 // TestSimPollGroupMembersFailOneByOne: while the connections of two poll

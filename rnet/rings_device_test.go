@@ -40,13 +40,13 @@ func TestRXERingsGrowAndShrink(t *testing.T) {
 // registeredRegions returns a device connection's memory regions as
 // registered now.
 func registeredRegions(c *Conn) []*verbs.MR {
-	c.conn.mu.Lock()
-	defer c.conn.mu.Unlock()
-	q, ok := c.conn.qp.(*verbsQP)
-	if !ok {
-		return nil
-	}
-	return append([]*verbs.MR(nil), q.mrs...)
+	var mrs []*verbs.MR
+	c.conn.WhileLocked(func() { // q.mrs changes under the Conn's lock
+		if q, ok := c.conn.QueuePair().(*verbsQP); ok {
+			mrs = append(mrs, q.mrs...)
+		}
+	})
+	return mrs
 }
 
 // logPinned logs the lengths of c's memory regions as registered (whole

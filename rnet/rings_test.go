@@ -1,7 +1,6 @@
 package rnet
 
 import (
-	"fmt"
 	"io"
 	"testing"
 
@@ -53,9 +52,7 @@ func streamChecked(t *testing.T, w io.Writer, r io.Reader, total, writeSize, rea
 func driveUntil(t *testing.T, c *Conn, what string, cond func(Stats) bool) {
 	t.Helper()
 	waitUntil(t, what, func() bool {
-		c.conn.mu.Lock()
-		c.conn.driveLocked()
-		c.conn.mu.Unlock()
+		c.conn.Drive()
 		return cond(c.Stats())
 	})
 }
@@ -65,7 +62,7 @@ func driveUntil(t *testing.T, c *Conn, what string, cond func(Stats) bool) {
 func quietTicks(t *testing.T, c *Conn, what string, cond func(Stats) bool) {
 	t.Helper()
 	waitUntil(t, what, func() bool {
-		c.conn.tick()
+		c.conn.Tick()
 		return cond(c.Stats())
 	})
 }
@@ -107,9 +104,7 @@ func testRingsGrowAndShrink(t *testing.T, a, b *Conn) {
 // recvShrinkPending reports that c's engine holds a smaller receive region
 // for its next grant.
 func recvShrinkPending(c *Conn) bool {
-	c.conn.mu.Lock()
-	defer c.conn.mu.Unlock()
-	return c.conn.eng.RecvMovePending()
+	return c.conn.RecvShrinkPending()
 }
 
 func TestSimRingsGrowAndShrink(t *testing.T) {
@@ -119,28 +114,8 @@ func TestSimRingsGrowAndShrink(t *testing.T) {
 	testRingsGrowAndShrink(t, a, b)
 	for _, c := range []*Conn{a, b} {
 		// Send, receive, target, and perhaps a ring still to move to.
-		if n := c.conn.qp.(*simQP).ep.Regions(); n < 3 || n > 5 {
+		if n := simQPOf(c).Endpoint().Regions(); n < 3 || n > 5 {
 			t.Errorf("%d regions registered", n)
 		}
-	}
-}
-
-// A connection whose larger regions cannot be registered goes on at its
-// first size.
-func TestSimRingsRegistrationRefused(t *testing.T) {
-	testHookAddRegion = func(kind ring.RegionKind, size int) error {
-		return fmt.Errorf("refused %v region of %d bytes", kind, size)
-	}
-	defer func() { testHookAddRegion = nil }()
-	a, b := simPipe(t, nil)
-	defer a.Close()
-	defer b.Close()
-	streamChecked(t, a, b, 4<<20, 64<<10, 64<<10, 3)
-	sa, sb := a.Stats(), b.Stats()
-	if sa.SendRingSize != ring.DefaultIdleBufSize || sb.RecvRingSize != ring.DefaultIdleBufSize {
-		t.Fatalf("rings moved: send %d receive %d", sa.SendRingSize, sb.RecvRingSize)
-	}
-	if sa.RegionsDeclined == 0 || sb.RegionsDeclined == 0 {
-		t.Fatalf("declined: writer %d reader %d", sa.RegionsDeclined, sb.RegionsDeclined)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/simqp"
 )
 
 // noRegions is the region half of a queuePair for test doubles that cannot
@@ -25,7 +26,7 @@ func simPipe(tb testing.TB, cfg *Config) (*Conn, *Conn) {
 
 // simPipeWrap is simPipe with the first Conn's queue pair wrapped by wrap,
 // if not nil.
-func simPipeWrap(tb testing.TB, cfg *Config, wrap func(*simQP) queuePair) (*Conn, *Conn) {
+func simPipeWrap(tb testing.TB, cfg *Config, wrap func(*simqp.QP) queuePair) (*Conn, *Conn) {
 	tb.Helper()
 	a, b, err := simPairWrapped(cfg, netip.MustParseAddrPort("10.0.0.1:40000"),
 		netip.MustParseAddrPort("10.0.0.2:7471"), wrap)
@@ -34,3 +35,27 @@ func simPipeWrap(tb testing.TB, cfg *Config, wrap func(*simQP) queuePair) (*Conn
 	}
 	return a, b
 }
+
+// simPair returns two Conns connected over a fresh simulated fabric, the
+// first at address client, the second at server, both configured by cfg.
+func simPair(cfg *Config, client, server netip.AddrPort) (*Conn, *Conn, error) {
+	return simPairWrapped(cfg, client, server, nil)
+}
+
+// simPairWrapped is simPair with the client's queue pair wrapped by wrap,
+// if not nil: rnet's tests hold its completions back with it.
+func simPairWrapped(cfg *Config, client, server netip.AddrPort, wrap func(*simqp.QP) queuePair) (*Conn, *Conn, error) {
+	set := cfg.settings()
+	a, b, err := simqp.Pair(set.ring, netAddr(client), netAddr(server))
+	if err != nil {
+		return nil, nil, err
+	}
+	var qa queuePair = a.QP
+	if wrap != nil {
+		qa = wrap(a.QP)
+	}
+	return newConn(qa, a.Engine, set), newConn(b.QP, b.Engine, set), nil
+}
+
+// simQPOf returns the simulated queue pair under c.
+func simQPOf(c *Conn) *simqp.QP { return c.conn.QueuePair().(*simqp.QP) }

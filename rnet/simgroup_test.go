@@ -10,8 +10,10 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/simqp"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
+	"net/netip"
 )
 
 // Poll groups over the simulated fabric: the portable half of pollgroup.go
@@ -81,19 +83,20 @@ func (c *simGroupCQ) destroy() error {
 
 func (c *simGroupCQ) size() int { return c.cq.Size() }
 
-// simGroupQP is simQP whose completions go through a poll group: its
+// simGroupQP is simqp.QP whose completions go through a poll group: its
 // endpoint completes into the group's shared CQ, and step, wait and kick
 // are its groupMember's, as verbsQP's are on a device.
 type simGroupQP struct {
-	*simQP
-	f      *simfabric.Fabric
-	cq     *simfabric.CQ
-	member *groupMember
-	post   memberPost // q.postAndPoll, bound once
+	*simqp.QP
+	readiedPeer bool // as simqp.QP's, for the yield below
+	f           *simfabric.Fabric
+	cq          *simfabric.CQ
+	member      *groupMember
+	post        memberPost // q.postAndPoll, bound once
 }
 
-// Step is the member's Step, with simQP's yield after a spinning Step that
-// moved something (see simQP.Step): the peer it readied runs on this P.
+// Step is the member's Step, with simqp.QP's yield after a spinning Step that
+// moved something (see simqp.QP.Step): the peer it readied runs on this P.
 func (q *simGroupQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	n, err := q.member.step(q.post, recvs, sends, out, tries)
 	moved := n > 0 || len(recvs) > 0 || len(sends) > 0
@@ -109,12 +112,12 @@ func (q *simGroupQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Sen
 // postAndPoll posts on the member's own endpoint and polls the group's CQ.
 func (q *simGroupQP) postAndPoll(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	if len(recvs) > 0 {
-		if err := q.ep.PostRecv(recvs); err != nil {
+		if err := q.Endpoint().PostRecv(recvs); err != nil {
 			return 0, err
 		}
 	}
 	if len(sends) > 0 {
-		if err := q.ep.PostSend(sends); err != nil {
+		if err := q.Endpoint().PostSend(sends); err != nil {
 			return 0, err
 		}
 	}
@@ -131,14 +134,14 @@ func (q *simGroupQP) CollectAll()         { q.member.g.collectAll() }
 
 func (q *simGroupQP) Shutdown() {
 	q.member.stop()
-	q.simQP.Shutdown()
+	q.QP.Shutdown()
 }
 
 // Destroy destroys the queue pair (the endpoint vanishes: nothing of it
 // completes any more, and what its peer sends fails), then leaves the
 // group, in verbsQP.Destroy's order.
 func (q *simGroupQP) Destroy() error {
-	q.f.Kill(q.ep)
+	q.f.Kill(q.Endpoint())
 	return q.member.g.leave(q.member, nil)
 }
 
@@ -210,7 +213,7 @@ func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
 		return eng
 	}
 	newQP := func(ep *simfabric.Endpoint, cq *simGroupCQ, m *groupMember, local, remote string) *simGroupQP {
-		q := &simGroupQP{simQP: newSimQP(ep, local, remote), f: f, cq: cq.cq, member: m}
+		q := &simGroupQP{QP: simqp.New(ep, netAddr(netip.MustParseAddrPort(local)), netAddr(netip.MustParseAddrPort(remote))), f: f, cq: cq.cq, member: m}
 		q.post = q.postAndPoll
 		m.attach(ep.QPNum())
 		return q
@@ -228,7 +231,7 @@ func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
 		client := fmt.Sprintf("10.0.%d.%d:40000", i/250, i%250+1)
 		qa := newQP(a, sn.clientCQ, p.mc, client, "10.1.0.1:7471")
 		qb := newQP(b, sn.serverCQ, p.ms, "10.1.0.1:7471", client)
-		qa.peer, qb.peer = qb.simQP, qa.simQP
+		simqp.Connect(qa.QP, qb.QP)
 		sn.clientQPs = append(sn.clientQPs, qa)
 		sn.serverQPs = append(sn.serverQPs, qb)
 		sn.clients = append(sn.clients, newConn(qa, ea, set))

@@ -17,7 +17,7 @@ import (
 // has no receive queue of its own.
 func sharesReceiveQueue(t *testing.T, c *Conn) bool {
 	t.Helper()
-	q := c.conn.qp.(*verbsQP)
+	q := c.conn.QueuePair().(*verbsQP)
 	shared := q.member.g.srq != nil
 	if shared != (q.qp.SRQ() != nil) {
 		t.Fatalf("the group has a shared receive queue: %v; the queue pair is on one: %v", shared, q.qp.SRQ() != nil)

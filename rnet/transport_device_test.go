@@ -62,9 +62,9 @@ func tryConnectConfigs(pair rdmatest.Pair, dialCfg, listenCfg *Config) (client, 
 // qpAttrs queries the queue pair under a device connection.
 func qpAttrs(t *testing.T, c *Conn) verbs.QPAttrs {
 	t.Helper()
-	q, ok := c.conn.qp.(*verbsQP)
+	q, ok := c.conn.QueuePair().(*verbsQP)
 	if !ok {
-		t.Fatalf("%T is not a device connection", c.conn.qp)
+		t.Fatalf("%T is not a device connection", c.conn.QueuePair())
 	}
 	a, err := q.qp.Attrs()
 	if err != nil {
@@ -80,7 +80,7 @@ func onSoftRoCE(t *testing.T, c *Conn) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := c.conn.qp.(*verbsQP).device
+	name := c.conn.QueuePair().(*verbsQP).device
 	for _, d := range devs {
 		if d.Name == name {
 			return d.VendorID == verbs.VendorSoftRoCE

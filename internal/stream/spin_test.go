@@ -1,6 +1,7 @@
-package rnet
+package stream
 
 import (
+	"github.com/rnet-dev/rnet/internal/simqp"
 	"io"
 	"testing"
 	"time"
@@ -9,8 +10,8 @@ import (
 // The adaptive spin follows short waits, stays at BusyPoll for long ones,
 // and never spins when busy polling is off.
 func TestSpinWindow(t *testing.T) {
-	c := &conn{set: (&Config{}).settings()}
-	busy, limit := c.set.busyPoll, c.set.busyPollLimit
+	c := &Conn{set: testSettings(nil)}
+	busy, limit := c.set.BusyPoll, c.set.BusyPollLimit
 	var w waitEstimate
 	if got := window(c, &w); got != busy {
 		t.Fatalf("no history: window %v, want BusyPoll's %v", got, busy)
@@ -40,7 +41,7 @@ func TestSpinWindow(t *testing.T) {
 		t.Fatalf("waits of 5ms (past the %v limit): window %v, want BusyPoll's %v", limit, got, busy)
 	}
 
-	off := &conn{set: (&Config{BusyPoll: -1}).settings()}
+	off := &Conn{set: testSettings(func(s *Settings) { s.BusyPoll = 0 })}
 	var short waitEstimate
 	for range 64 {
 		short.observe(50*time.Microsecond, limit, limit)
@@ -48,7 +49,7 @@ func TestSpinWindow(t *testing.T) {
 	if got := window(off, &short); got != 0 {
 		t.Fatalf("BusyPoll off: window %v, want 0", got)
 	}
-	fixed := &conn{set: (&Config{BusyPollLimit: -1}).settings()}
+	fixed := &Conn{set: testSettings(func(s *Settings) { s.BusyPollLimit, s.BusyPollLimitMax = 0, 0 })}
 	for range 2 * probeEvery {
 		if got := window(fixed, &w); got != busy {
 			t.Fatalf("BusyPollLimit off: window %v, want BusyPoll's %v, and no probes", got, busy)
@@ -62,8 +63,8 @@ func TestSpinWindow(t *testing.T) {
 // probeEvery-th wait spins the whole limit, and one that catches its reply
 // restarts the average.
 func TestSpinWindowRecovers(t *testing.T) {
-	c := &conn{set: (&Config{}).settings()}
-	busy, limit := c.set.busyPoll, c.set.busyPollLimit
+	c := &Conn{set: testSettings(nil)}
+	busy, limit := c.set.BusyPoll, c.set.BusyPollLimit
 	var w waitEstimate
 	for range 64 {
 		w.observe(time.Millisecond, window(c, &w), limit)
@@ -96,8 +97,8 @@ func TestSpinWindowRecovers(t *testing.T) {
 // and the waits between probes spin only BusyPoll: a peer that stays slow
 // costs one long spin per probeEvery waits.
 func TestSpinWindowProbesStaySparse(t *testing.T) {
-	c := &conn{set: (&Config{}).settings()}
-	busy, limit := c.set.busyPoll, c.set.busyPollLimit
+	c := &Conn{set: testSettings(nil)}
+	busy, limit := c.set.BusyPoll, c.set.BusyPollLimit
 	var w waitEstimate
 	var probes []int
 	for i := range 64 + 8*probeEvery {
@@ -125,7 +126,7 @@ func TestSpinWindowProbesStaySparse(t *testing.T) {
 }
 
 // window is the spin window alone.
-func window(c *conn, w *waitEstimate) time.Duration {
+func window(c *Conn, w *waitEstimate) time.Duration {
 	d, _ := w.window(&c.set)
 	return d
 }
@@ -136,7 +137,7 @@ func window(c *conn, w *waitEstimate) time.Duration {
 // Only those waits are measured; the estimate is the median of the last
 // parkSamples, so a few late replies do not inflate it.
 func TestSpinWindowCoversParkCost(t *testing.T) {
-	c := &conn{set: (&Config{}).settings()}
+	c := &Conn{set: testSettings(nil)}
 	var w waitEstimate
 	for range 64 {
 		w.observe(60*time.Microsecond, window(c, &w), w.limit(&c.set))
@@ -182,20 +183,20 @@ func TestSpinWindowCoversParkCost(t *testing.T) {
 	for range parkSamples {
 		w.observePark(10 * time.Millisecond)
 	}
-	if got, win := w.limit(&c.set), window(c, &w); got != maxBusyPollLimit || win > maxBusyPollLimit {
-		t.Fatalf("parks of 10ms: limit %v and window %v, want at most the ceiling %v", got, win, maxBusyPollLimit)
+	if got, win := w.limit(&c.set), window(c, &w); got != c.set.BusyPollLimitMax || win > c.set.BusyPollLimitMax {
+		t.Fatalf("parks of 10ms: limit %v and window %v, want at most the ceiling %v", got, win, c.set.BusyPollLimitMax)
 	}
 
 	// Where a park is cheaper than twice the average, nothing changes.
 	for range parkSamples {
 		w.observePark(20 * time.Microsecond)
 	}
-	if got, win := w.limit(&c.set), window(c, &w); got != defaultBusyPollLimit || win != 2*w.avg {
-		t.Fatalf("parks of 20µs: limit %v and window %v, want %v and twice the average, %v", got, win, defaultBusyPollLimit, 2*w.avg)
+	if got, win := w.limit(&c.set), window(c, &w); got != c.set.BusyPollLimit || win != 2*w.avg {
+		t.Fatalf("parks of 20µs: limit %v and window %v, want %v and twice the average, %v", got, win, c.set.BusyPollLimit, 2*w.avg)
 	}
 
 	// A fixed limit stays fixed.
-	fixed := &conn{set: (&Config{BusyPollLimit: 300 * time.Microsecond}).settings()}
+	fixed := &Conn{set: testSettings(func(s *Settings) { s.BusyPollLimit, s.BusyPollLimitMax = 300*time.Microsecond, 300*time.Microsecond })}
 	for range parkSamples {
 		w.observePark(700 * time.Microsecond)
 	}
@@ -222,7 +223,7 @@ func TestSimReadMeasuresParks(t *testing.T) {
 				errc <- err
 				return
 			}
-			<-cqp.waiting
+			<-cqp.Waiting
 			if _, err := server.Write(buf); err != nil {
 				errc <- err
 				return
@@ -233,7 +234,7 @@ func TestSimReadMeasuresParks(t *testing.T) {
 	req, resp := make([]byte, 64), make([]byte, 64)
 	roundTrip := func() {
 		select { // a signal left over from an earlier wait
-		case <-cqp.waiting:
+		case <-cqp.Waiting:
 		default:
 		}
 		if _, err := client.Write(req); err != nil {
@@ -244,18 +245,18 @@ func TestSimReadMeasuresParks(t *testing.T) {
 		}
 	}
 	done := 0
-	for ; done < rounds && client.conn.readWait.nParked < parkSamplesMin; done++ {
+	for ; done < rounds && client.readWait.nParked < parkSamplesMin; done++ {
 		roundTrip()
 	}
-	if client.conn.readWait.nParked < parkSamplesMin || client.conn.readWait.park <= 0 {
-		t.Fatalf("after %d parked round trips: %d parks measured, cost %v", done, client.conn.readWait.nParked, client.conn.readWait.park)
+	if client.readWait.nParked < parkSamplesMin || client.readWait.park <= 0 {
+		t.Fatalf("after %d parked round trips: %d parks measured, cost %v", done, client.readWait.nParked, client.readWait.park)
 	}
-	before := client.conn.readWait.nParked
+	before := client.readWait.nParked
 	for range 2 * measureEvery {
 		roundTrip()
 	}
 	done += 2 * measureEvery
-	if got := client.conn.readWait.nParked - before; got > 3 {
+	if got := client.readWait.nParked - before; got > 3 {
 		t.Fatalf("%d parks measured in %d parked round trips, want at most 3 (one wait in %d measures)", got, 2*measureEvery, measureEvery)
 	}
 	for ; done < rounds; done++ {
@@ -275,10 +276,10 @@ func TestSimReadMeasuresParks(t *testing.T) {
 // transfer comes as a second RDMA write), without counting as one; the
 // Read after that is an ordinary wait again.
 func TestRestWindow(t *testing.T) {
-	c := &conn{set: (&Config{}).settings()}
+	c := &Conn{set: testSettings(nil)}
 	var w waitEstimate
-	if got := w.restWindow(&c.set); got != c.set.busyPoll {
-		t.Fatalf("no history: rest window %v, want BusyPoll's %v", got, c.set.busyPoll)
+	if got := w.restWindow(&c.set); got != c.set.BusyPoll {
+		t.Fatalf("no history: rest window %v, want BusyPoll's %v", got, c.set.BusyPoll)
 	}
 	for range 64 {
 		w.observe(60*time.Microsecond, window(c, &w), w.limit(&c.set))
@@ -299,10 +300,10 @@ func TestRestWindow(t *testing.T) {
 	for range 64 {
 		w.observe(5*time.Millisecond, window(c, &w), w.limit(&c.set))
 	}
-	if got := w.restWindow(&c.set); got != c.set.busyPoll {
-		t.Fatalf("spinning off: rest window %v, want BusyPoll's %v", got, c.set.busyPoll)
+	if got := w.restWindow(&c.set); got != c.set.BusyPoll {
+		t.Fatalf("spinning off: rest window %v, want BusyPoll's %v", got, c.set.BusyPoll)
 	}
-	off := &conn{set: (&Config{BusyPoll: -1}).settings()}
+	off := &Conn{set: testSettings(func(s *Settings) { s.BusyPoll = 0 })}
 	if got := before.restWindow(&off.set); got != 0 {
 		t.Fatalf("BusyPoll off: rest window %v, want 0", got)
 	}
@@ -324,13 +325,13 @@ func TestRestWindow(t *testing.T) {
 	if _, err := io.ReadFull(client, buf); err != nil {
 		t.Fatal(err)
 	}
-	if !client.conn.replyRest {
+	if !client.replyRest {
 		t.Fatal("after the start of a reply: the next Read does not wait for its rest")
 	}
 	if _, err := io.ReadFull(client, buf[:5]); err != nil {
 		t.Fatal(err)
 	}
-	if client.conn.replyRest {
+	if client.replyRest {
 		t.Fatal("after the rest of a reply: the next Read still waits for a rest")
 	}
 }
@@ -399,7 +400,7 @@ func TestSimStreamReadStopsSpinning(t *testing.T) {
 		msg := make([]byte, 64)
 		for range messages {
 			<-reading
-			<-cqp.waiting
+			<-cqp.Waiting
 			if _, err := server.Write(msg); err != nil {
 				errc <- err
 				return
@@ -413,7 +414,7 @@ func TestSimStreamReadStopsSpinning(t *testing.T) {
 		// completion, say) may have left a signal behind: drop it, so
 		// that only this Read's waits release the message.
 		select {
-		case <-cqp.waiting:
+		case <-cqp.Waiting:
 		default:
 		}
 		reading <- struct{}{}
@@ -434,16 +435,16 @@ func TestSimStreamReadStopsSpinning(t *testing.T) {
 }
 
 // parkSignallingPipe is simPipe whose client signals on the returned
-// simQP's waiting channel each time it waits on its completion channel,
+// simqp.QP's Waiting channel each time it waits on its completion channel,
 // so that the peer can answer only once the client has parked.
-func parkSignallingPipe(t *testing.T) (client, server *Conn, cqp *simQP) {
+func parkSignallingPipe(t *testing.T) (client, server *Conn, cqp *simqp.QP) {
 	t.Helper()
 	client, server = simPipe(t, nil)
 	t.Cleanup(func() {
 		client.Close()
 		server.Close()
 	})
-	cqp = client.conn.qp.(*simQP)
-	cqp.waiting = make(chan struct{}, 1)
+	cqp = simQPOf(client)
+	cqp.Waiting = make(chan struct{}, 1)
 	return client, server, cqp
 }

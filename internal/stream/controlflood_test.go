@@ -1,16 +1,14 @@
-package rnet
+package stream
 
 import (
 	"errors"
 	"net"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/ring"
-	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
@@ -32,7 +30,7 @@ type floodQP struct {
 	steps   int
 	// disconnectedAt is steps when disconnect was called.
 	disconnectedAt int
-	handler        eventHandler
+	handler        EventHandler
 	stop           chan struct{}
 	stopOnce       sync.Once
 	// holdOff says the peer has not started its flood yet: it sends
@@ -47,7 +45,7 @@ type floodQP struct {
 	quietAfter int
 }
 
-func (q *floodQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+func (q *floodQP) Step(flags wr.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.steps++
@@ -112,7 +110,7 @@ func (q *floodQP) Wait() (bool, error) {
 
 func (q *floodQP) Kick() {}
 
-func (q *floodQP) Start(h eventHandler) {
+func (q *floodQP) Start(h EventHandler) {
 	q.mu.Lock()
 	q.handler = h
 	q.mu.Unlock()
@@ -136,8 +134,8 @@ func (q *floodQP) Disconnect() {
 
 func (q *floodQP) Shutdown()            { q.stopOnce.Do(func() { close(q.stop) }) }
 func (q *floodQP) Destroy() error       { return nil }
-func (q *floodQP) LocalAddr() net.Addr  { return netAddr(netip.MustParseAddrPort("10.0.0.1:40000")) }
-func (q *floodQP) RemoteAddr() net.Addr { return netAddr(netip.MustParseAddrPort("10.0.0.2:7471")) }
+func (q *floodQP) LocalAddr() net.Addr  { return clientAddr }
+func (q *floodQP) RemoteAddr() net.Addr { return serverAddr }
 
 // TestControlFloodLetsCloseIn: a peer that keeps the receive path full of
 // valid keepalives keeps every step busy, but each step ends after a
@@ -145,7 +143,7 @@ func (q *floodQP) RemoteAddr() net.Addr { return netAddr(netip.MustParseAddrPort
 // connection's lock and the connection closes. Without the bound the first
 // step never returns.
 func TestControlFloodLetsCloseIn(t *testing.T) {
-	set := (&Config{Linger: -1}).settings()
+	set := testSettings(func(s *Settings) { s.Linger = 0 })
 	eng := establishedEngine(t, set)
 	q := &floodQP{stop: make(chan struct{})}
 	for _, r := range eng.PostRecvs(nil) {
@@ -153,15 +151,15 @@ func TestControlFloodLetsCloseIn(t *testing.T) {
 	}
 	done := make(chan *Conn, 1)
 	go func() {
-		c := newConn(q, eng, set)
+		c := Start(q, eng, set)
 		c.Close()
 		done <- c
 	}()
 	select {
 	case c := <-done:
-		if s := c.Stats(); s.RecvCompletions < maxStepRounds*completionBatch {
+		if s := c.Stats(); s.RecvCompletions < MaxStepRounds*CompletionBatch {
 			t.Errorf("the flood delivered %d receive completions, fewer than one bounded step's %d: it did not flood",
-				s.RecvCompletions, maxStepRounds*completionBatch)
+				s.RecvCompletions, MaxStepRounds*CompletionBatch)
 		}
 	case <-time.After(time.Minute): // a hang detector only
 		q.mu.Lock()
@@ -182,20 +180,20 @@ func TestControlFloodLetsCloseIn(t *testing.T) {
 // a count, not a hang).
 func TestCloseDuringDisconnectFlood(t *testing.T) {
 	const floodCrossings = 5000
-	set := (&Config{Linger: -1}).settings()
+	set := testSettings(func(s *Settings) { s.Linger = 0 })
 	eng := establishedEngine(t, set)
 	layout := eng.Layout()
-	q := &floodQP{stop: make(chan struct{}), holdOff: true, quietAfter: floodCrossings, arrived: 3 * completionBatch}
+	q := &floodQP{stop: make(chan struct{}), holdOff: true, quietAfter: floodCrossings, arrived: 3 * CompletionBatch}
 	for _, r := range eng.PostRecvs(nil) {
 		q.recvs = append(q.recvs, r.ID)
 	}
-	c := newConn(q, eng, set)
+	c := Start(q, eng, set)
 	// Nothing steps the connection before the disconnect (no call waits
 	// on it, and the engine has nothing for the pusher to push), so every
 	// crossing counted below is the disconnect's or a call's after it.
-	c.conn.mu.Lock()
-	busy := c.conn.pushing || c.conn.eng.Blocked()
-	c.conn.mu.Unlock()
+	c.mu.Lock()
+	busy := c.pushing || c.eng.Blocked()
+	c.mu.Unlock()
 	if busy {
 		t.Fatal("the connection has work before the flood: crossings would not count the disconnect's alone")
 	}
@@ -225,12 +223,12 @@ func TestCloseDuringDisconnectFlood(t *testing.T) {
 	}
 	// What the queue pair can flush, a batch a crossing, and a step's
 	// worth for Close.
-	bound := (layout.CQDepth+layout.RecvDepth)/completionBatch + maxStepRounds
+	bound := (layout.CQDepth+layout.RecvDepth)/CompletionBatch + MaxStepRounds
 	if r.crossings > bound {
 		t.Errorf("%d crossings between the disconnect and Close's return, more than %d: the drain polled the flood", r.crossings, bound)
 	}
-	if !errors.Is(r.readErr, ErrPeerGone) || !errors.Is(r.writeErr, ErrPeerGone) {
-		t.Errorf("after the disconnect: Read %v, Write %v; want both ErrPeerGone", r.readErr, r.writeErr)
+	if !errors.Is(r.readErr, ring.ErrPeerGone) || !errors.Is(r.writeErr, ring.ErrPeerGone) {
+		t.Errorf("after the disconnect: Read %v, Write %v; want both ring.ErrPeerGone", r.readErr, r.writeErr)
 	}
 	if s := c.Stats(); s.RecvCompletions < uint64(q.arrived) {
 		t.Errorf("the drain took %d receive completions, fewer than the %d messages that arrived before the disconnect",
@@ -244,14 +242,14 @@ func TestCloseDuringDisconnectFlood(t *testing.T) {
 // breaking its contract) does not keep the disconnect's drain going: the
 // drain fails the connection after the queue depths' worth of polls.
 func TestDisconnectDrainGivesUpOnAStuckQueuePair(t *testing.T) {
-	set := (&Config{Linger: -1}).settings()
+	set := testSettings(func(s *Settings) { s.Linger = 0 })
 	eng := establishedEngine(t, set)
 	layout := eng.Layout()
 	q := &floodQP{stop: make(chan struct{}), stuck: true, quietAfter: 5000}
 	for _, r := range eng.PostRecvs(nil) {
 		q.recvs = append(q.recvs, r.ID)
 	}
-	c := newConn(q, eng, set)
+	c := Start(q, eng, set)
 	q.mu.Lock()
 	h := q.handler
 	q.mu.Unlock()
@@ -277,14 +275,14 @@ func TestDisconnectDrainGivesUpOnAStuckQueuePair(t *testing.T) {
 	case <-time.After(time.Minute): // a hang detector only
 		t.Fatalf("the drain did not give up within a minute (%d crossings so far)", q.crossings())
 	}
-	if !errors.Is(r.err, ErrPeerGone) || !strings.Contains(r.err.Error(), "error state") {
-		t.Errorf("Read after the drain gave up = %v, want ErrPeerGone naming the error state", r.err)
+	if !errors.Is(r.err, ring.ErrPeerGone) || !strings.Contains(r.err.Error(), "error state") {
+		t.Errorf("Read after the drain gave up = %v, want ring.ErrPeerGone naming the error state", r.err)
 	}
-	// The drain's steps up to its limit, each at most maxStepRounds
+	// The drain's steps up to its limit, each at most MaxStepRounds
 	// crossings of polling and as many again after each of its two kinds
 	// of posts (credits, regions).
-	limit := 1 + (layout.CQDepth+layout.RecvDepth)/(maxStepRounds*completionBatch)
-	bound := (limit + 1) * 3 * maxStepRounds
+	limit := 1 + (layout.CQDepth+layout.RecvDepth)/(MaxStepRounds*CompletionBatch)
+	bound := (limit + 1) * 3 * MaxStepRounds
 	if r.drained > bound {
 		t.Errorf("the drain made %d crossings, more than %d", r.drained, bound)
 	}
@@ -293,14 +291,14 @@ func TestDisconnectDrainGivesUpOnAStuckQueuePair(t *testing.T) {
 
 // establishedEngine is an engine established with a peer that exists only
 // as its private data, for queue pairs that play the peer themselves.
-func establishedEngine(t *testing.T, set settings) *ring.Engine {
+func establishedEngine(t *testing.T, set Settings) *ring.Engine {
 	t.Helper()
-	layout := set.ring.Layout()
+	layout := set.Ring.Layout()
 	newEngine := func(base uint64) *ring.Engine {
 		region := func(off uint64, n int) ring.Region {
 			return ring.Region{Buf: make([]byte, n), Addr: base + off, LKey: 1, RKey: 2}
 		}
-		eng, err := ring.New(set.ring, region(0, layout.SendRegion), region(1<<30, layout.RecvRegion), region(2<<30, layout.TargetRegion))
+		eng, err := ring.New(set.Ring, region(0, layout.SendRegion), region(1<<30, layout.RecvRegion), region(2<<30, layout.TargetRegion))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package rnet
+package stream
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/ring"
-	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/simqp"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
@@ -18,13 +18,13 @@ import (
 // completions, so that a transfer stays in flight for as long as a test
 // wants and the bytes written meanwhile stay corked.
 type holdQP struct {
-	*simQP
+	*simqp.QP
 	mu      sync.Mutex
 	holding bool
 	held    []wr.Completion
 }
 
-func (q *holdQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+func (q *holdQP) Step(flags wr.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := 0
@@ -33,7 +33,7 @@ func (q *holdQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, o
 		n = copy(out, q.held)
 		q.held = q.held[n:]
 	}
-	m, err := q.simQP.Step(flags, recvs, sends, out[n:], tries)
+	m, err := q.QP.Step(flags, recvs, sends, out[n:], tries)
 	if err != nil || !q.holding {
 		return n + m, err
 	}
@@ -58,12 +58,12 @@ func (q *holdQP) release() {
 }
 
 // holdInFlight makes c treat a transfer in flight as in flight however
-// long ago it was posted (see reapDelay): a slow machine's Writes must not
+// long ago it was posted (see Settings.ReapDelay): a slow machine's Writes must not
 // find the held transfer stale and go out at once.
 func holdInFlight(c *Conn) {
-	c.conn.mu.Lock()
-	c.conn.set.reapDelay = time.Hour
-	c.conn.mu.Unlock()
+	c.mu.Lock()
+	c.set.ReapDelay = time.Hour
+	c.mu.Unlock()
 }
 
 // corkedPipe returns a pipe whose first end has written three messages,
@@ -74,12 +74,12 @@ func corkedPipe(t *testing.T) (*Conn, *Conn, *holdQP, []byte) {
 	return corkedPipeConfig(t, nil)
 }
 
-// corkedPipeConfig is corkedPipe with cfg.
-func corkedPipeConfig(t *testing.T, cfg *Config) (*Conn, *Conn, *holdQP, []byte) {
+// corkedPipeConfig is corkedPipe with testSettings(mod).
+func corkedPipeConfig(t *testing.T, mod func(*Settings)) (*Conn, *Conn, *holdQP, []byte) {
 	t.Helper()
 	var hold *holdQP
-	c, s := simPipeWrap(t, cfg, func(q *simQP) queuePair {
-		hold = &holdQP{simQP: q, holding: true}
+	c, s := simPipeWrap(t, mod, func(q *simqp.QP) QueuePair {
+		hold = &holdQP{QP: q, holding: true}
 		return hold
 	})
 	holdInFlight(c)
@@ -96,8 +96,8 @@ func corkedPipeConfig(t *testing.T, cfg *Config) (*Conn, *Conn, *holdQP, []byte)
 		t.Fatalf("%d transfers of %d bytes, %d coalesced writes; want the later writes corked (1, 64, 1)",
 			st.MessagesSent, st.BytesSent, st.CoalescedWrites)
 	}
-	if c.Config().NoDelay {
-		t.Fatal("Config().NoDelay is true by default")
+	if !c.EngineConfig().Autocork {
+		t.Fatal("autocorking is off by default")
 	}
 	return c, s, hold, want
 }
@@ -142,7 +142,7 @@ func TestSimCorkWriteThenRead(t *testing.T) {
 // TestSimCorkClose: Close posts the corked bytes at once, so that a Linger
 // that runs out before the in-flight transfer completes drops none of them.
 func TestSimCorkClose(t *testing.T) {
-	c, s, hold, want := corkedPipeConfig(t, &Config{Linger: -1})
+	c, s, hold, want := corkedPipeConfig(t, func(s *Settings) { s.Linger = 0 })
 	defer closeBoth(t, hold, s)
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close with bytes corked: %v", err)
@@ -205,8 +205,8 @@ func TestSimCorkIdleWriter(t *testing.T) {
 // parked Read gets its reply.
 func TestSimCorkParkedReader(t *testing.T) {
 	var hold *holdQP
-	c, s := simPipeWrap(t, nil, func(q *simQP) queuePair {
-		hold = &holdQP{simQP: q, holding: true}
+	c, s := simPipeWrap(t, nil, func(q *simqp.QP) QueuePair {
+		hold = &holdQP{QP: q, holding: true}
 		return hold
 	})
 	defer closeBoth(t, hold, c, s)
@@ -221,9 +221,9 @@ func TestSimCorkParkedReader(t *testing.T) {
 		readc <- err
 	}()
 	waitUntil(t, "the Read to park", func() bool {
-		c.conn.mu.Lock()
-		defer c.conn.mu.Unlock()
-		return c.conn.waitOwned && !c.conn.pushing || c.conn.queued > 0
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.waitOwned && !c.pushing || c.queued > 0
 	})
 	want := bytes.Repeat([]byte("abcdefgh"), 16)
 	for _, m := range [][]byte{want[:64], want[64:96], want[96:]} {
@@ -252,11 +252,11 @@ func TestSimCorkParkedReader(t *testing.T) {
 }
 
 // TestSimNoDelay: with NoDelay, a Write behind a transfer in flight is
-// posted at once, and Config reports the switch.
+// posted at once, and the engine reports the switch.
 func TestSimNoDelay(t *testing.T) {
 	var hold *holdQP
-	c, s := simPipeWrap(t, &Config{NoDelay: true}, func(q *simQP) queuePair {
-		hold = &holdQP{simQP: q, holding: true}
+	c, s := simPipeWrap(t, func(s *Settings) { s.Ring.Autocork = false }, func(q *simqp.QP) QueuePair {
+		hold = &holdQP{QP: q, holding: true}
 		return hold
 	})
 	defer closeBoth(t, hold, c, s)
@@ -268,14 +268,14 @@ func TestSimNoDelay(t *testing.T) {
 	if st := c.Stats(); st.MessagesSent != 2 || st.CoalescedWrites != 0 {
 		t.Fatalf("NoDelay: %d transfers, %d coalesced writes; want 2, 0", st.MessagesSent, st.CoalescedWrites)
 	}
-	if !c.Config().NoDelay {
-		t.Fatal("Config().NoDelay = false with NoDelay set")
+	if c.EngineConfig().Autocork {
+		t.Fatal("autocorking is on with it turned off")
 	}
 }
 
 // TestCorkWindowFollowsPostCost: on a device in software a Write corks
 // behind a transfer for as long as recent posts of ring data took, if that
-// is longer than reapDelay; no post counts for more than maxCorkWindow;
+// is longer than DefaultReapDelay; no post counts for more than maxCorkWindow;
 // inline posts, and every post on hardware, are not timed.
 func TestCorkWindowFollowsPostCost(t *testing.T) {
 	// The average, with exact durations.
@@ -295,12 +295,12 @@ func TestCorkWindowFollowsPostCost(t *testing.T) {
 	for range 64 {
 		avg = nextPostCost(avg, 0)
 	}
-	if avg > reapDelay/10 {
+	if avg > DefaultReapDelay/10 {
 		t.Errorf("average after fast posts %v, want it near 0", avg)
 	}
 
 	// The wiring: which crossings are timed, and the window they give.
-	c := &conn{set: settings{reapDelay: reapDelay, ring: ring.Config{Autocork: true}}}
+	c := &Conn{set: Settings{ReapDelay: DefaultReapDelay, Ring: ring.Config{Autocork: true}}}
 	c.sends = []wr.Send{{NumSGE: 1}}
 	if _, timed := c.postStartLocked(); timed {
 		t.Error("a post on hardware was timed")
@@ -323,17 +323,17 @@ func TestCorkWindowFollowsPostCost(t *testing.T) {
 	if c.postCost != maxCorkWindow/4 || c.corkWindow() != maxCorkWindow/4 {
 		t.Errorf("after one stalled post: postCost %v, window %v; want %v", c.postCost, c.corkWindow(), maxCorkWindow/4)
 	}
-	c.postCost = reapDelay / 2
-	if w := c.corkWindow(); w != reapDelay {
-		t.Errorf("window with fast posts %v, want reapDelay %v", w, reapDelay)
+	c.postCost = DefaultReapDelay / 2
+	if w := c.corkWindow(); w != DefaultReapDelay {
+		t.Errorf("window with fast posts %v, want DefaultReapDelay %v", w, DefaultReapDelay)
 	}
-	// A test that holds completions (holdInFlight) raises reapDelay.
-	c.set.reapDelay = time.Hour
+	// A test that holds completions (holdInFlight) raises ReapDelay.
+	c.set.ReapDelay = time.Hour
 	if w := c.corkWindow(); w != time.Hour {
-		t.Errorf("window with reapDelay an hour: %v", w)
+		t.Errorf("window with ReapDelay an hour: %v", w)
 	}
 	// NoDelay: nothing is noted.
-	c.set.ring.Autocork = false
+	c.set.Ring.Autocork = false
 	c.lastPost, c.postCost = 0, 0
 	c.notePostLocked(c.postStartLocked())
 	if c.lastPost != 0 || c.postCost != 0 {

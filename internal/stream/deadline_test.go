@@ -1,4 +1,4 @@
-package rnet
+package stream
 
 import (
 	"testing"
@@ -24,27 +24,27 @@ func (ft *firingTimer) Stop() bool {
 func TestDeadlineWaitsForFiringTimer(t *testing.T) {
 	for _, op := range []struct {
 		name string
-		do   func(d *deadline)
+		do   func(d *Deadline)
 	}{
-		{"stop", func(d *deadline) { d.stop() }},
-		{"set", func(d *deadline) { d.set(time.Time{}) }},
-		{"set again", func(d *deadline) { d.set(time.Now().Add(time.Hour)) }},
+		{"stop", func(d *Deadline) { d.Stop() }},
+		{"set", func(d *Deadline) { d.Set(time.Time{}) }},
+		{"set again", func(d *Deadline) { d.Set(time.Now().Add(time.Hour)) }},
 	} {
 		t.Run(op.name, func(t *testing.T) {
-			d := newDeadline(func() {})
+			d := NewDeadline(func() {})
 			d.afterFunc = func(_ time.Duration, f func()) stopper { return &firingTimer{f} }
-			d.set(time.Now().Add(time.Hour))
-			first := d.wait()
+			d.Set(time.Now().Add(time.Hour))
+			first := d.Wait()
 			op.do(d)
 			if !isClosed(first) {
 				t.Fatalf("%s returned before the firing timer's callback ran", op.name)
 			}
 			d.afterFunc = afterFunc
-			d.set(time.Unix(1, 0)) // in the past: closes the current channel itself
-			if !isClosed(d.wait()) {
+			d.Set(time.Unix(1, 0)) // in the past: closes the current channel itself
+			if !isClosed(d.Wait()) {
 				t.Fatal("a past deadline left the channel open")
 			}
-			d.stop()
+			d.Stop()
 		})
 	}
 }

@@ -1,15 +1,13 @@
-package rnet
+package stream
 
 import (
 	"io"
 	"net"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/ring"
-	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
@@ -54,16 +52,16 @@ func (q *armedQP) deliver(n int, imm uint32, byteLen uint32) {
 	}
 }
 
-func (q *armedQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+func (q *armedQP) Step(flags wr.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if flags&verbs.StepTakeEvent != 0 {
+	if flags&wr.StepTakeEvent != 0 {
 		select {
 		case <-q.event:
 		default:
 		}
 	}
-	if flags&verbs.StepArm != 0 {
+	if flags&wr.StepArm != 0 {
 		q.armed = true
 	}
 	for _, r := range recvs {
@@ -94,26 +92,31 @@ func (q *armedQP) Kick() {
 	default:
 	}
 }
-func (q *armedQP) Start(h eventHandler) {}
+func (q *armedQP) Start(h EventHandler) {}
 func (q *armedQP) Disconnect()          {}
 func (q *armedQP) Shutdown()            { q.stopOnce.Do(func() { close(q.stop) }) }
 func (q *armedQP) Destroy() error       { return nil }
-func (q *armedQP) LocalAddr() net.Addr  { return netAddr(netip.MustParseAddrPort("10.0.0.1:40000")) }
-func (q *armedQP) RemoteAddr() net.Addr { return netAddr(netip.MustParseAddrPort("10.0.0.2:7471")) }
+func (q *armedQP) LocalAddr() net.Addr  { return clientAddr }
+func (q *armedQP) RemoteAddr() net.Addr { return serverAddr }
 
 // A credit window deep enough that more completions wait in the CQ than one
 // bounded step polls.
-var deepQueueConfig = &Config{Linger: -1, BusyPoll: -1, KeepAlive: -1, RecvQueueSize: 4096}
+func deepQueueSettings() Settings {
+	return testSettings(func(s *Settings) {
+		s.Linger, s.BusyPoll, s.KeepAlive = 0, 0, 0
+		s.Ring.RecvQueueSize = 4096
+	})
+}
 
 // TestBlockedReadAfterACutStep: a Read that blocks while more completions
 // wait in the CQ than one step polls must not park on the channel, since
 // completions that came before the arm leave no event: it finds the byte
 // behind 1,100 keepalives.
 func TestBlockedReadAfterACutStep(t *testing.T) {
-	set := deepQueueConfig.settings()
+	set := deepQueueSettings()
 	eng := establishedEngine(t, set)
 	q := newArmedQP(eng)
-	c := newConn(q, eng, set)
+	c := Start(q, eng, set)
 	defer c.Close()
 	q.deliver(1100, uint32(ring.MakeMsg(ring.MsgCtrl, ring.CtrlKeepalive)), 0)
 	q.deliver(1, uint32(ring.MakeMsg(ring.MsgData, 1)), 1)
@@ -125,17 +128,17 @@ func TestBlockedReadAfterACutStep(t *testing.T) {
 
 // TestDisconnectAfterACutStep: the peer's DISCONNECT behind more messages
 // than one step polls still ends the stream cleanly: every byte, then
-// io.EOF, not ErrPeerGone.
+// io.EOF, not ring.ErrPeerGone.
 func TestDisconnectAfterACutStep(t *testing.T) {
-	set := deepQueueConfig.settings()
+	set := deepQueueSettings()
 	eng := establishedEngine(t, set)
 	q := newArmedQP(eng)
-	c := newConn(q, eng, set)
+	c := Start(q, eng, set)
 	defer c.Close()
 	const msgs = 1500
 	q.deliver(msgs, uint32(ring.MakeMsg(ring.MsgData, 1)), 1)
 	q.deliver(1, uint32(ring.MakeMsg(ring.MsgCtrl, ring.CtrlDisconnect)), 0)
-	c.conn.TransportDisconnected() // the connection manager's DISCONNECTED
+	c.TransportDisconnected() // the connection manager's DISCONNECTED
 	got, err := io.ReadAll(c)
 	if len(got) != msgs || err != nil {
 		t.Fatalf("read %d of the %d bytes sent before DISCONNECT, then %v; want all, then io.EOF", len(got), msgs, err)

@@ -1,4 +1,4 @@
-package rnet
+package stream
 
 import (
 	"errors"
@@ -11,12 +11,13 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/simqp"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // TestSimPeerVanishedDataKept: bytes that arrived before the peer's transport
 // went away without a DISCONNECT are still read, as TCP reads what came
-// before a reset; then Read reports ErrPeerGone, not io.EOF.
+// before a reset; then Read reports ring.ErrPeerGone, not io.EOF.
 func TestSimPeerVanishedDataKept(t *testing.T) {
 	a, b := simPipe(t, nil)
 	defer a.Close()
@@ -30,12 +31,12 @@ func TestSimPeerVanishedDataKept(t *testing.T) {
 	if _, err := io.ReadFull(b, first); err != nil {
 		t.Fatal(err)
 	}
-	a.conn.qp.(*simQP).Disconnect() // the transport goes, no DISCONNECT said
+	simQPOf(a).Disconnect() // the transport goes, no DISCONNECT said
 	// Once a Write fails, the connection knows the peer is gone.
 	for {
 		if _, err := b.Write(msg); err != nil {
-			if !errors.Is(err, ErrPeerGone) {
-				t.Fatalf("Write to the vanished peer: %v, want ErrPeerGone", err)
+			if !errors.Is(err, ring.ErrPeerGone) {
+				t.Fatalf("Write to the vanished peer: %v, want ring.ErrPeerGone", err)
 			}
 			break
 		}
@@ -44,15 +45,15 @@ func TestSimPeerVanishedDataKept(t *testing.T) {
 	if string(first)+string(rest) != string(msg) {
 		t.Errorf("read %q after the peer vanished, want %q", rest, msg[1:])
 	}
-	if !errors.Is(err, ErrPeerGone) {
-		t.Errorf("Read after the data: %v, want ErrPeerGone", err)
+	if !errors.Is(err, ring.ErrPeerGone) {
+		t.Errorf("Read after the data: %v, want ring.ErrPeerGone", err)
 	}
 }
 
 // TestSimCloseReadEndsSpinningRead: CloseRead ends a Read that is busy
 // polling (here for up to a minute), as it ends a parked one, with io.EOF.
 func TestSimCloseReadEndsSpinningRead(t *testing.T) {
-	a, b := simPipe(t, &Config{BusyPoll: time.Minute})
+	a, b := simPipe(t, func(s *Settings) { s.BusyPoll = time.Minute })
 	defer a.Close()
 	defer b.Close()
 	errc := make(chan error, 1)
@@ -82,21 +83,25 @@ func TestSimCloseReadEndsSpinningRead(t *testing.T) {
 // Keepalive ticks are an hour apart here, so none can rescue a lost wakeup
 // before the 10 s deadline fails the test.
 func TestSimPusherHandOverToLeavingRead(t *testing.T) {
-	cfg := &Config{SendBufferSize: 4096, RecvBufferSize: 4096, SendQueueSize: 16, RecvQueueSize: 16, KeepAlive: time.Hour}
+	small := func(s *Settings) {
+		s.Ring.SendBufferSize, s.Ring.RecvBufferSize = 4096, 4096
+		s.Ring.SendQueueSize, s.Ring.RecvQueueSize = 16, 16
+		s.KeepAlive = time.Hour
+	}
 	for range 20 {
-		a, b := simPipe(t, cfg)
+		a, b := simPipe(t, small)
 		// Signalled at each park; the pusher parks, as b grants nothing
 		// until it reads.
 		parking := make(chan struct{}, 1)
-		a.conn.qp.(*simQP).waiting = parking
+		simQPOf(a).Waiting = parking
 		msg := make([]byte, 6000)
 		if n, err := a.Write(msg); n != len(msg) || err != nil {
 			t.Fatal(n, err)
 		}
 		waitSignalled(t, "the pusher to park", parking, func() bool {
-			a.conn.mu.Lock()
-			defer a.conn.mu.Unlock()
-			return a.conn.pushing && a.conn.waitOwned
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return a.pushing && a.waitOwned
 		})
 		a.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 		if _, err := a.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -112,25 +117,25 @@ func TestSimPusherHandOverToLeavingRead(t *testing.T) {
 }
 
 // TestSimLingerExpiryIsNotEOF: Close gives up on a peer that does not read
-// within Linger. It returns ErrAborted, and the peer reads what came and then
-// ErrPeerGone: never a clean io.EOF after a truncated stream.
+// within Linger. It returns ring.ErrAborted, and the peer reads what came and then
+// ring.ErrPeerGone: never a clean io.EOF after a truncated stream.
 func TestSimLingerExpiryIsNotEOF(t *testing.T) {
-	a, b := simPipe(t, &Config{Linger: 100 * time.Millisecond})
+	a, b := simPipe(t, func(s *Settings) { s.Linger = 100 * time.Millisecond })
 	defer b.Close()
 	msg := make([]byte, 200<<10) // more than the peer's 128 KiB ring
 	if n, err := a.Write(msg); n != len(msg) || err != nil {
 		t.Fatal(n, err)
 	}
-	if err := a.Close(); !errors.Is(err, ErrAborted) {
-		t.Fatalf("Close after Linger = %v, want ErrAborted", err)
+	if err := a.Close(); !errors.Is(err, ring.ErrAborted) {
+		t.Fatalf("Close after Linger = %v, want ring.ErrAborted", err)
 	}
 	b.SetReadDeadline(time.Now().Add(time.Minute))
 	got, err := io.ReadAll(b)
 	if len(got) == 0 || len(got) >= len(msg) {
 		t.Errorf("peer read %d of %d bytes", len(got), len(msg))
 	}
-	if !errors.Is(err, ErrPeerGone) {
-		t.Errorf("peer's Read after %d bytes = %v, want ErrPeerGone", len(got), err)
+	if !errors.Is(err, ring.ErrPeerGone) {
+		t.Errorf("peer's Read after %d bytes = %v, want ring.ErrPeerGone", len(got), err)
 	}
 }
 
@@ -143,13 +148,13 @@ func TestSimLingerExpiryIsNotEOF(t *testing.T) {
 // peer polls, every byte arrives.
 func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	// One transfer per Write: the test needs more DATA messages than credits.
-	set := (&Config{KeepAlive: 5 * time.Millisecond, NoDelay: true}).settings()
+	set := testSettings(func(s *Settings) { s.KeepAlive, s.Ring.Autocork = 5*time.Millisecond, false })
 	peerCfg := ring.Config{RecvQueueSize: 16}.Normalize()
 	f := simfabric.New(1, simfabric.Options{Auto: true, DirectLanding: true, RNRRetry: true})
-	la, lb := set.ring.Layout(), peerCfg.Layout()
+	la, lb := set.Ring.Layout(), peerCfg.Layout()
 	a, b := f.Pair(simfabric.Caps{SendDepth: la.SendDepth, RecvDepth: la.RecvDepth, MaxInline: 256},
 		simfabric.Caps{SendDepth: lb.SendDepth, RecvDepth: lb.RecvDepth, MaxInline: 256})
-	ea, err := ring.New(set.ring, a.Register(make([]byte, la.SendRegion), false),
+	ea, err := ring.New(set.Ring, a.Register(make([]byte, la.SendRegion), false),
 		a.Register(make([]byte, la.RecvRegion), true), a.Register(make([]byte, la.TargetRegion), true))
 	if err != nil {
 		t.Fatal(err)
@@ -174,10 +179,10 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	if err := eb.Establish(pa[:]); err != nil {
 		t.Fatal(err)
 	}
-	qa := newSimQP(a, "10.0.0.1:40000", "10.0.0.2:7471")
-	qb := newSimQP(b, "10.0.0.2:7471", "10.0.0.1:40000")
-	qa.peer, qb.peer = qb, qa
-	c := newConn(qa, ea, set)
+	qa := simqp.New(a, clientAddr, serverAddr)
+	qb := simqp.New(b, serverAddr, clientAddr)
+	simqp.Connect(qa, qb)
+	c := Start(qa, ea, set)
 	defer c.Close()
 
 	const writes = 20
@@ -189,13 +194,13 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	// Wait for more stalled keepalive periods than keepaliveProbes allows
 	// a peer that acknowledges nothing, or for the connection to fail.
 	waitUntil(t, "more stalled keepalive periods than keepaliveProbes", func() bool {
-		c.conn.mu.Lock()
-		defer c.conn.mu.Unlock()
-		return c.conn.kaStalled > keepaliveProbes || c.conn.fatal != nil
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.keepaliveStalls > keepaliveProbes || c.fatal != nil
 	})
-	c.conn.mu.Lock()
-	fatal := c.conn.fatal
-	c.conn.mu.Unlock()
+	c.mu.Lock()
+	fatal := c.fatal
+	c.mu.Unlock()
 	if fatal != nil {
 		t.Fatalf("the connection failed while the peer was busy: %v (fabric %+v)", fatal, f.Stats())
 	}
@@ -258,14 +263,14 @@ func TestSimZeroReadIgnoresDeadline(t *testing.T) {
 func TestSimStreamWaitStaysStreamWait(t *testing.T) {
 	// Short keepalive periods: each tick drives the engine and wakes the
 	// parked Read to look again.
-	a, b := simPipe(t, &Config{BusyPoll: -1, KeepAlive: time.Millisecond})
+	a, b := simPipe(t, func(s *Settings) { s.BusyPoll, s.KeepAlive = 0, time.Millisecond })
 	defer a.Close()
 	defer b.Close()
 	// Each park is signalled, and the Read parks again after each wakeup
 	// (it gets no data until the end), so every change of Stats.Parks,
 	// counted as a wait ends, is followed by a signal.
 	parking := make(chan struct{}, 1)
-	a.conn.qp.(*simQP).waiting = parking
+	simQPOf(a).Waiting = parking
 	done := make(chan error, 1)
 	go func() {
 		_, err := a.Read(make([]byte, 1))
@@ -288,9 +293,9 @@ func TestSimStreamWaitStaysStreamWait(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	a.conn.mu.Lock()
-	avg := a.conn.readWait.avg
-	a.conn.mu.Unlock()
+	a.mu.Lock()
+	avg := a.readWait.avg
+	a.mu.Unlock()
 	if avg != 0 {
 		t.Errorf("reply-wait estimate %v after a streaming wait, want untouched", avg)
 	}
