@@ -83,4 +83,3 @@ func waitSignalled(t testing.TB, what string, signal <-chan struct{}, cond func(
 	t.Helper()
 	waittest.Signalled(t, what, signal, cond)
 }
-
