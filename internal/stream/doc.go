@@ -15,8 +15,8 @@
 //     whole call, so concurrent Reads, or Writes, take turns;
 //  2. mu: the engine and the state Read, Write, Close, the pusher and the
 //     timers share; a Conn calls its QueuePair's Step, Collected,
-//     CollectAll, AddRegion, RemoveRegion, Disconnect and Kick with mu held,
-//     so the queue pair's own locks come after it;
+//     CollectAll, AddRegion, RemoveRegion and Kick with mu held (Disconnect
+//     sometimes too), so the queue pair's own locks come after it;
 //  3. the queue pair's locks.
 //
 // A Deadline's mu is taken without any of these, and calls its expired

@@ -79,7 +79,7 @@ func TestSimCloseReadEndsSpinningRead(t *testing.T) {
 // for the peer's grant, so the pusher polls; a Read with a deadline queues
 // behind it, and the deadline's kick makes the pusher hand the wait over to
 // that Read, which leaves. Someone must still poll: the peer's grant has to
-// bring the rest of the Write out (before, it waited for the 15 s tick).
+// bring the rest of the Write out, not a keepalive tick.
 // Keepalive ticks are an hour apart here, so none can rescue a lost wakeup
 // before the 10 s deadline fails the test.
 func TestSimPusherHandOverToLeavingRead(t *testing.T) {
@@ -144,7 +144,7 @@ func TestSimLingerExpiryIsNotEOF(t *testing.T) {
 // library. If it stays away while we send its credits' worth of DATA plus a
 // message it does not credit, our send waits in RNR retries with no
 // completion. The keepalive watchdog must not call that peer gone after
-// keepaliveProbes periods (it did, dropping the written bytes); once the
+// keepaliveProbes periods, which would drop the written bytes; once the
 // peer polls, every byte arrives.
 func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	// One transfer per Write: the test needs more DATA messages than credits.
