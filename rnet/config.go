@@ -140,7 +140,7 @@ const (
 // settings is a Config with every default applied.
 type settings struct {
 	ring             ring.Config
-	reapDelay        time.Duration // see cork.go; tests that hold completions raise it
+	reapDelay        time.Duration // see stream.Settings.ReapDelay
 	busyPoll         time.Duration
 	busyPollLimit    time.Duration // the spin limit, or its floor when adaptive
 	busyPollLimitMax time.Duration // the ceiling of an adaptive spin limit
