@@ -27,7 +27,3 @@ func OpError(op string, src, dst net.Addr, err error) error {
 	}
 	return &net.OpError{Op: op, Net: "rdma", Source: src, Addr: dst, Err: err}
 }
-
-func (c *Conn) opError(op string, err error) error {
-	return OpError(op, c.laddr, c.raddr, err)
-}

@@ -287,3 +287,21 @@ func notify(ch chan struct{}) {
 	default:
 	}
 }
+
+// pushIfBlockedLocked starts the pusher when the engine waits for a
+// completion and nobody owns the wait.
+func (c *Conn) pushIfBlockedLocked() {
+	if !c.waitOwned && !c.pushing && !c.closing && c.fatal == nil && c.eng.Blocked() {
+		c.pushing = true
+		c.readied = true
+		notify(c.pushWake)
+	}
+}
+
+// kickLocked wakes the wait's owner, for news that does not come through
+// the CQ (Close, CloseRead, a transport event).
+func (c *Conn) kickLocked() {
+	if c.waitOwned {
+		c.qp.Kick()
+	}
+}

@@ -165,16 +165,6 @@ func (c *Conn) takeWaitForGood() {
 	}
 }
 
-// pushIfBlockedLocked starts the pusher when the engine waits for a
-// completion and nobody owns the wait.
-func (c *Conn) pushIfBlockedLocked() {
-	if !c.waitOwned && !c.pushing && !c.closing && c.fatal == nil && c.eng.Blocked() {
-		c.pushing = true
-		c.readied = true
-		notify(c.pushWake)
-	}
-}
-
 // pusher owns the wait on behalf of nobody in particular while the engine
 // has work that waits for a completion (see Engine.Blocked) and no Read,
 // Write or Close is blocked. It is parked on pushWake the rest of the time,
@@ -214,14 +204,6 @@ func (c *Conn) pusher() {
 				break
 			}
 		}
-	}
-}
-
-// kickLocked wakes the wait's owner, for news that does not come through
-// the CQ (Close, CloseRead, a transport event).
-func (c *Conn) kickLocked() {
-	if c.waitOwned {
-		c.qp.Kick()
 	}
 }
 
