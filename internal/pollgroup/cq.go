@@ -39,6 +39,14 @@ type QP interface {
 	Num() uint32
 }
 
+// RQ is a poll group's shared receive queue.
+type RQ interface {
+	// Post posts n receives without a buffer.
+	Post(n int) error
+	// Destroy frees the queue once no queue pair uses it.
+	Destroy() error
+}
+
 // ErrInterrupted is WaitReady's return after Interrupt.
 var ErrInterrupted = errors.New("rdma: wait for the completion channel interrupted")
 

@@ -3,62 +3,11 @@ package pollgroup
 import (
 	"errors"
 	"runtime"
-	"sync"
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
-
-// Group is one shared CQ and the members whose queue pairs complete into
-// it.
-type Group struct {
-	cq CQ
-	// deviceCQ is the verbs CQ behind cq on a device, which the members'
-	// queue pairs poll in their steps, and deviceSRQ the verbs SRQ behind
-	// srq; nil otherwise.
-	deviceCQ  *verbs.CQ
-	deviceSRQ *verbs.SRQ
-
-	// pollMu is held while the CQ is polled and what the poll found is
-	// handed out, so that each member receives its completions in CQ
-	// order; the fields below it up to lmu are guarded by it.
-	pollMu sync.Mutex
-	buf    []wr.Completion // the poll's buffer
-	err    error           // the CQ failed: every member fails with it
-	// armed says the CQ was armed and every event since was taken by a
-	// crossing that armed it again, or is still on the channel: a
-	// completion not yet polled then wakes the leader.
-	armed bool
-	// polled counts the completions polled, and emptied the polls that
-	// found fewer than a full batch (the CQ was then empty), so that a
-	// caller can tell when everything in the CQ at some moment has been
-	// handed out (see cqMark).
-	polled  uint64
-	emptied uint64
-	members map[uint32]*Member // by queue pair number
-	strays  uint64             // completions for no member (a queue pair already gone)
-
-	// lmu guards the lead: the member waiting on the channel for the
-	// group, and the followers waiting for it to hand over, oldest first.
-	lmu       sync.Mutex
-	leader    *Member
-	followers waitList
-
-	// mu guards the accounts of membership: reserved, joined, closed and
-	// the shared receive queue's claims.
-	mu       sync.Mutex
-	reserved int  // CQ entries the members (and joiners) reserved
-	joined   int  // members and joiners
-	closed   bool // the last member left: no one may join
-
-	// srq, if not nil, is the group's shared receive queue (see srq.go),
-	// set before the group has members. sharesRecvs says the group takes
-	// members that may share one: it has an SRQ unless the device refused
-	// it.
-	srq         *groupSRQ
-	sharesRecvs bool
-}
 
 // New makes a group over cq. deviceCQ is the verbs CQ behind cq, which
 // the members' queue pairs poll in their steps; nil when cq is not a
@@ -146,9 +95,6 @@ func (g *Group) notePollLocked(n int) {
 		g.emptied++
 	}
 }
-
-// cqMark is a moment in the CQ's history: see passedLocked.
-type cqMark struct{ polled, emptied uint64 }
 
 func (g *Group) markLocked() cqMark { return cqMark{g.polled, g.emptied} }
 

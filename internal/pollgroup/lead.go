@@ -59,10 +59,6 @@ func (g *Group) interruptIfLeader(m *Member) {
 	}
 }
 
-// waitList is a list of members, linked through them, so that joining and
-// leaving it never allocates. Guarded by the group's lmu.
-type waitList struct{ head, tail *Member }
-
 func (l *waitList) push(m *Member) {
 	m.prev, m.next, m.listed = l.tail, nil, true
 	if l.tail != nil {

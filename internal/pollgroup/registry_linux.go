@@ -2,11 +2,7 @@
 
 package pollgroup
 
-import (
-	"sync"
-
-	"github.com/rnet-dev/rnet/internal/verbs"
-)
+import "github.com/rnet-dev/rnet/internal/verbs"
 
 // groupCQEntries is how many completions a poll group's CQ asks for, within
 // the device's max_cqe: with the default queue sizes, about 40 connections
@@ -15,14 +11,6 @@ const groupCQEntries = 32767
 
 // devices holds the process's poll groups, per device.
 var devices = Registry{byDevice: make(map[uintptr][]*Group)}
-
-// Registry finds a connection a poll group with room for its completions,
-// making one when none has room, and forgets groups whose last member
-// left.
-type Registry struct {
-	mu       sync.Mutex
-	byDevice map[uintptr][]*Group // by struct ibv_context *
-}
 
 // Needs is what a connection asks of a poll group.
 type Needs struct {
@@ -95,56 +83,4 @@ func (r *Registry) join(ctx *verbs.Context, info verbs.DeviceInfo, need Needs) (
 	m.reg = r
 	r.byDevice[key] = append(r.byDevice[key], g)
 	return m, nil
-}
-
-// leave destroys m's queue pair with destroyQP (if not nil) and ends its
-// membership, freeing its group if m was the last member. The group's
-// leave polls its CQ, so it runs without r.mu: joins and leaves on every
-// device take it. A closed group takes no one (see Reserve), so a join
-// meanwhile passes it by.
-func (r *Registry) leave(m *Member, destroyQP func() error) error {
-	g := m.g
-	err := g.leave(m, destroyQP)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if g.Closed() {
-		for key, gs := range r.byDevice {
-			for i, x := range gs {
-				if x == g {
-					gs = append(gs[:i], gs[i+1:]...)
-					break
-				}
-			}
-			if len(gs) == 0 {
-				delete(r.byDevice, key)
-			} else {
-				r.byDevice[key] = gs
-			}
-		}
-	}
-	return err
-}
-
-func (r *Registry) sharing() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, gs := range r.byDevice {
-		for _, g := range gs {
-			if g.srq != nil {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-func (r *Registry) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, gs := range r.byDevice {
-		n += len(gs)
-	}
-	return n
 }

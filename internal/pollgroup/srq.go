@@ -1,8 +1,6 @@
 package pollgroup
 
 import (
-	"sync/atomic"
-
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -28,14 +26,6 @@ import (
 // iWARP has no such retry (a SEND that finds no receive fails its queue
 // pair), so iWARP groups keep a receive queue per queue pair.
 
-// RQ is a poll group's shared receive queue.
-type RQ interface {
-	// Post posts n receives without a buffer.
-	Post(n int) error
-	// Destroy frees the queue once no queue pair uses it.
-	Destroy() error
-}
-
 const (
 	// srqClaimable is how many receives a group's members may claim in
 	// all: with the default sizes, about 170 idle connections or 20 at
@@ -45,24 +35,6 @@ const (
 	// srqSpare is how many receives the queue holds beyond the claims.
 	srqSpare = 256
 )
-
-// groupSRQ is a poll group's shared receive queue and its accounts.
-type groupSRQ struct {
-	rq RQ
-	// claimable and claimed count receives members may claim and have
-	// claimed; guarded by the group's mu.
-	claimable int
-	claimed   int
-	// balance is how many receives the queue holds beyond what the
-	// members have outstanding: positive after a member left with
-	// receives unconsumed (the next posts take them over instead of
-	// posting), negative after a peer took receives it had no claim to
-	// (the group posts them back).
-	balance atomic.Int64
-	// overruns counts messages that took a receive their connection had
-	// no claim to.
-	overruns atomic.Uint64
-}
 
 // anonymousRecvs are the group's own receives: no buffer, and an ID
 // engines take for a receive, which on a shared queue is all it needs.

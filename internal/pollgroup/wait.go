@@ -1,9 +1,6 @@
 package pollgroup
 
-import (
-	"errors"
-	"net"
-)
+import "errors"
 
 // Wait parks the goroutine until a completion is handed to m or Kick is
 // called: in the netpoller on the group's channel if no other member is
@@ -63,31 +60,5 @@ func (m *Member) lead() error {
 		default:
 			g.fail(err)
 		}
-	}
-}
-
-// ready reports whether Wait must return at once, and with what.
-func (m *Member) ready() (bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopped {
-		return true, net.ErrClosed
-	}
-	if m.n > 0 || m.kicked || m.err != nil {
-		m.kicked = false
-		return true, nil
-	}
-	return false, nil
-}
-
-// handedSince reports, once, whether a completion was handed to m (or a
-// kick came) since its wait dropped the last stale wakeup: the leader
-// waits on the channel, not on m.wake, so it looks at the wakeup itself.
-func (m *Member) handedSince() bool {
-	select {
-	case <-m.wake:
-		return true
-	default:
-		return false
 	}
 }
