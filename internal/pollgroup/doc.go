@@ -40,6 +40,12 @@
 // before it lets go of pollMu: each hand-over takes that member's mu for a
 // copy of one completion, and at most one poll's batch is handed over per
 // step, so the caller's connection lock is held for a bounded time
-// whatever the peers send. Every lock is released in the function that
-// took it.
+// whatever the peers send. Handing them over after pollMu is released
+// would let the next poll overtake them, and a member must receive its
+// completions in CQ order. Under pollMu a member cut off for overrunning
+// the shared receive queue runs its onCutOff (a disconnect).
+//
+// Every lock is released in the function that took it; collectPastLocked
+// lets its caller's pollMu go between drains and takes it back before it
+// returns.
 package pollgroup
