@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/pollgroup"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/ring"
-	"github.com/rnet-dev/rnet/internal/stream"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -28,9 +28,9 @@ import (
 // batches of a quarter of ring.RecvHeadroom, one crossing per batch, after
 // the wakeup.
 //
-// The test counts the two connections' own crossings (their queue pairs'
-// post-and-poll calls and the server's poll group's polls), not the
-// process's, so that nothing else running in the process can change them.
+// The test counts the two connections' own crossings (their members' steps
+// and the server's poll group's polls), not the process's, so that nothing
+// else running in the process can change them.
 // It accounts for the wakeups that are not the message's: the event of a
 // completion of the server's own earlier send (what setup sent, since the
 // server sends nothing in the measured rounds), which wakes the wait with a
@@ -45,14 +45,8 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 	client, server := rxeMaker(rdmatest.Require(t), &Config{BusyPoll: -1, KeepAlive: time.Hour})(t)
 	defer client.Close()
 	defer server.Close()
-	clientPosts, serverPosts := countPosts(client.conn), countPosts(server.conn)
-	member := server.conn.QueuePair().(*verbsQP).member
-	polls := countGroupPolls(t, member.g)
-	defer polls.restore(t)
-	parking := make(chan struct{}, 1)
-	member.mu.Lock()
-	member.parking = parking
-	member.mu.Unlock()
+	counts := watchPark(t, client.conn.QueuePair().(*verbsQP).member, server.conn.QueuePair().(*verbsQP).member)
+	parking := counts.parking
 
 	// Two batches of reposts: any eight receives in a row, with no send in
 	// between, complete exactly two.
@@ -68,7 +62,7 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 		case <-parking: // left by an earlier round's second park
 		default:
 		}
-		before := snapshot(clientPosts, serverPosts, polls, server)
+		before := counts.snapshot(server)
 		got := make(chan error, 1)
 		go func() {
 			n, err := server.Read(buf)
@@ -78,14 +72,14 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 			got <- err
 		}()
 		<-parking
-		beforePark := serverPosts.Load() - before.serverPosts
+		beforePark := counts.serverPosts.Load() - before.serverPosts
 		if _, err := client.Write([]byte{byte(round)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-got; err != nil {
 			t.Fatal(err)
 		}
-		d := snapshot(clientPosts, serverPosts, polls, server).minus(before)
+		d := counts.snapshot(server).minus(before)
 		t.Logf("round %d: client %d crossing(s); server %d before parking, %d poll(s) of which %d woken, %d found only its own sends and %d nothing, %d after the wakeup; %d park(s)",
 			round, d.clientPosts, beforePark, d.polls, d.wakes, d.sendsOnly, d.empty, d.serverPosts-beforePark, d.parks)
 		if round == 0 {
@@ -121,77 +115,63 @@ func TestRXEParkCostsOneCrossing(t *testing.T) {
 	}
 }
 
-// countPosts counts c's post-and-poll crossings from now on.
-func countPosts(c *stream.Conn) *atomic.Uint64 {
-	n := new(atomic.Uint64)
-	q := c.QueuePair().(*verbsQP)
-	c.WhileLocked(func() { // q.post is called under the Conn's lock
-		post := q.post
-		q.post = func(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-			n.Add(1)
-			return post(recvs, sends, out, tries)
-		}
-	})
-	return n
+// parkWatch counts, through the poll groups' test hooks, the crossings of
+// two connections' steps (not the process's, so that nothing else running
+// in the process can change them), the polls of the server's poll group
+// and what they found, and signals each park of the server's waits.
+type parkWatch struct {
+	clientPosts, serverPosts atomic.Uint64
+	polls, wakes, sendsOnly  atomic.Uint64
+	empty                    atomic.Uint64 // wakeups that found nothing
+	parking                  chan struct{}
 }
 
-// countedCQ is a poll group's CQ that counts the group's own crossings
-// (its polls) and what they found.
-type countedCQ struct {
-	sharedCQ
-	g                       *pollGroup
-	polls, wakes, sendsOnly atomic.Uint64
-	empty                   atomic.Uint64 // wakeups that found nothing
+func watchPark(t *testing.T, client, server *pollgroup.Member) *parkWatch {
+	w := &parkWatch{parking: make(chan struct{}, 1)}
+	t.Cleanup(pollgroup.SetTestHooks(&pollgroup.Hooks{
+		Crossed: func(m *pollgroup.Member) {
+			switch m {
+			case client:
+				w.clientPosts.Add(1)
+			case server:
+				w.serverPosts.Add(1)
+			}
+		},
+		Polled: func(g *pollgroup.Group, flags verbs.StepFlags, found []wr.Completion) {
+			if server.InGroup(g) {
+				w.notePoll(flags, found)
+			}
+		},
+		Parking: func(m *pollgroup.Member) {
+			if m == server {
+				select {
+				case w.parking <- struct{}{}:
+				default:
+				}
+			}
+		},
+	}))
+	return w
 }
 
-func (c *countedCQ) poll(flags verbs.StepFlags, out []wr.Completion, tries int) (int, error) {
-	n, err := c.sharedCQ.poll(flags, out, tries)
-	c.polls.Add(1)
+// notePoll counts a poll of the server's group and what it found.
+func (w *parkWatch) notePoll(flags verbs.StepFlags, found []wr.Completion) {
+	w.polls.Add(1)
 	if flags&verbs.StepTakeEvent != 0 {
-		c.wakes.Add(1)
+		w.wakes.Add(1)
 	}
 	recvs := 0
-	for i := range out[:n] {
-		if out[i].Opcode.IsRecv() {
+	for i := range found {
+		if found[i].Opcode.IsRecv() {
 			recvs++
 		}
 	}
 	switch {
-	case flags&verbs.StepTakeEvent != 0 && n == 0:
-		c.empty.Add(1)
-	case n > 0 && recvs == 0:
-		c.sendsOnly.Add(1)
+	case flags&verbs.StepTakeEvent != 0 && len(found) == 0:
+		w.empty.Add(1)
+	case len(found) > 0 && recvs == 0:
+		w.sendsOnly.Add(1)
 	}
-	return n, err
-}
-
-// countGroupPolls puts a countedCQ in front of g's CQ. It waits until no
-// member waits on the CQ: the leader reads g.cq without the poll lock, but
-// only between taking the lead and handing it on.
-func countGroupPolls(t *testing.T, g *pollGroup) *countedCQ {
-	c := &countedCQ{g: g}
-	swapGroupCQ(t, g, func(cq sharedCQ) sharedCQ { c.sharedCQ = cq; return c })
-	return c
-}
-
-// restore takes the countedCQ out again, so that a later joiner of the
-// group finds the device's CQ.
-func (c *countedCQ) restore(t *testing.T) {
-	swapGroupCQ(t, c.g, func(sharedCQ) sharedCQ { return c.sharedCQ })
-}
-
-func swapGroupCQ(t *testing.T, g *pollGroup, swap func(sharedCQ) sharedCQ) {
-	waitUntil(t, "the poll group to have no waiter", func() bool {
-		g.lmu.Lock()
-		defer g.lmu.Unlock()
-		if g.leader != nil {
-			return false
-		}
-		g.pollMu.Lock()
-		g.cq = swap(g.cq)
-		g.pollMu.Unlock()
-		return true
-	})
 }
 
 // parkCounts are the counters a park round reads.
@@ -201,11 +181,11 @@ type parkCounts struct {
 	empty, parks             uint64
 }
 
-func snapshot(clientPosts, serverPosts *atomic.Uint64, cq *countedCQ, server *Conn) parkCounts {
+func (w *parkWatch) snapshot(server *Conn) parkCounts {
 	return parkCounts{
-		clientPosts: clientPosts.Load(), serverPosts: serverPosts.Load(),
-		polls: cq.polls.Load(), wakes: cq.wakes.Load(), sendsOnly: cq.sendsOnly.Load(),
-		empty: cq.empty.Load(), parks: server.Stats().Parks,
+		clientPosts: w.clientPosts.Load(), serverPosts: w.serverPosts.Load(),
+		polls: w.polls.Load(), wakes: w.wakes.Load(), sendsOnly: w.sendsOnly.Load(),
+		empty: w.empty.Load(), parks: server.Stats().Parks,
 	}
 }
 

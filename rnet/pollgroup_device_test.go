@@ -5,6 +5,7 @@ package rnet
 import (
 	"errors"
 	"fmt"
+	"github.com/rnet-dev/rnet/internal/pollgroup"
 	"io"
 	"net"
 	"sync"
@@ -29,7 +30,7 @@ func TestRXEPollGroupShared(t *testing.T) {
 	// The dialled ends are on one device and the accepted ends on the
 	// other (or on the same one, when the lab has a single device): one
 	// group each holds them all, with the default queue sizes.
-	groups := pollGroups.count()
+	groups := pollgroup.Count()
 	if groups < 1 || groups > 2 {
 		t.Errorf("%d connections (%d ends) are in %d poll groups, want 1 per device", n, 2*n, groups)
 	}
@@ -45,7 +46,7 @@ func TestRXEPollGroupShared(t *testing.T) {
 	closeAll(dialed, accepted)
 	ln.Close()
 	checkReleased(t, gor0, fds0, res0)
-	if groups := pollGroups.count(); groups != 0 {
+	if groups := pollgroup.Count(); groups != 0 {
 		t.Errorf("%d poll groups left after every connection closed, want 0", groups)
 	}
 }

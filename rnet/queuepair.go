@@ -11,6 +11,13 @@ type queuePair = stream.QueuePair
 // eventHandler receives the transport's events for one connection.
 type eventHandler = stream.EventHandler
 
+// creditClaimer and softwarePoster are the optional interfaces of a
+// queuePair that verbsQP has.
+type (
+	creditClaimer  = stream.CreditClaimer
+	softwarePoster = stream.SoftwarePoster
+)
+
 // completionBatch is how many completions one step polls.
 const completionBatch = stream.CompletionBatch
 

@@ -9,13 +9,14 @@ import (
 	"sync"
 
 	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/pollgroup"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // verbsQP is a queuePair on a real device: an rdma_cm id, an RC queue pair
-// whose completions go to a poll group's CQ (see pollgroup.go), and the
-// three registered regions the engine works in.
+// whose completions go to a poll group's CQ (see internal/pollgroup), and
+// the three registered regions the engine works in.
 type verbsQP struct {
 	// ch is the id's own event channel, for the handshake; once
 	// established the id moves to establishedEvents (attached) and ch is
@@ -24,9 +25,7 @@ type verbsQP struct {
 	attached bool
 	id       *cm.ID
 	pd       *verbs.PD
-	member   *groupMember // the poll group's place for this queue pair
-	groupCQ  *verbs.CQ    // the group's CQ, which the queue pair completes into
-	post     memberPost   // q.postAndPoll, bound once
+	member   *pollgroup.Member // the poll group's place for this queue pair
 	qp       *verbs.QP
 	mrs      []*verbs.MR // send, recv, target at setup; then as rings move
 	device   string
@@ -44,28 +43,30 @@ type verbsQP struct {
 	shutdownOnce   sync.Once
 }
 
+// The optional interfaces of a queuePair that verbsQP has.
+var (
+	_ creditClaimer  = (*verbsQP)(nil)
+	_ softwarePoster = (*verbsQP)(nil)
+)
+
 // Step posts on the queue pair and takes the completions the group has
-// for it; flags are the group's business (its leader arms the CQ).
-func (q *verbsQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-	return q.member.step(q.post, q.member.accountRecvs(recvs), sends, out, tries)
+// for it, polling the group's CQ in the same crossing; flags are the
+// group's business (its leader arms the CQ).
+func (q *verbsQP) Step(_ verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+	return q.member.Step(recvs, sends, out, tries)
 }
 
-// claimCredits claims n more receives of the group's shared receive queue
+// ClaimCredits claims n more receives of the group's shared receive queue
 // for a wider credit window (see creditClaimer); it returns how many it got.
-func (q *verbsQP) claimCredits(n int) int { return q.member.claimRecvs(n) }
+func (q *verbsQP) ClaimCredits(n int) int { return q.member.ClaimRecvs(n) }
 
-// postAndPoll posts and polls the group's CQ in one crossing.
-func (q *verbsQP) postAndPoll(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-	return q.qp.Step(q.groupCQ, 0, recvs, sends, out, tries)
-}
+func (q *verbsQP) Collected() bool { return q.member.Collected() }
 
-func (q *verbsQP) Collected() bool { return q.member.pending() > 0 }
+func (q *verbsQP) CollectAll() { q.member.CollectAll() }
 
-func (q *verbsQP) CollectAll() { q.member.g.collectAll() }
+func (q *verbsQP) Wait() (parked bool, err error) { return q.member.Wait() }
 
-func (q *verbsQP) Wait() (parked bool, err error) { return q.member.wait() }
-
-func (q *verbsQP) Kick() { q.member.kick() }
+func (q *verbsQP) Kick() { q.member.Kick() }
 
 func (q *verbsQP) Start(h eventHandler) {
 	q.startOnce.Do(func() {
@@ -120,7 +121,7 @@ func (q *verbsQP) Shutdown() {
 		if q.eventsStop != nil {
 			close(q.eventsStop)
 		}
-		q.member.stop()
+		q.member.Stop()
 		if q.ch != nil {
 			q.ch.Close()
 		}
@@ -147,9 +148,9 @@ func (q *verbsQP) Destroy() error {
 	}
 	switch {
 	case q.member != nil:
-		// The group destroys the QP (see pollGroup.leave). The member
-		// stays: a late kick (the linger timer's) is harmless.
-		keep(pollGroups.leave(q.member, closeQP))
+		// The group destroys the QP (see pollgroup.Member.Leave). The
+		// member stays: a late kick (the linger timer's) is harmless.
+		keep(q.member.Leave(closeQP))
 	case closeQP != nil:
 		keep(closeQP())
 	}
@@ -171,10 +172,10 @@ func (q *verbsQP) Destroy() error {
 func (q *verbsQP) LocalAddr() net.Addr  { return q.laddr }
 func (q *verbsQP) RemoteAddr() net.Addr { return q.raddr }
 
-// postsInSoftware reports that the device is a kernel driver doing the
+// PostsInSoftware reports that the device is a kernel driver doing the
 // adapter's work (rxe, siw): a post returns only once the transfer is
 // done (see corkWindow).
-func (q *verbsQP) postsInSoftware() bool {
+func (q *verbsQP) PostsInSoftware() bool {
 	v := q.deviceInfo.VendorID
 	return v == verbs.VendorSoftRoCE || v == verbs.VendorSoftIWARP
 }

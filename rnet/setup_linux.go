@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/pollgroup"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
@@ -97,21 +98,18 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	}
 	shared := cfg
 	shared.SharedRecv = true
-	if q.member, err = pollGroups.join(ctx, info, groupNeeds{
-		depth:      layout.CQDepth,
-		sendDepth:  layout.SendDepth,
-		recvs:      shared.FirstCredits() + ring.RecvHeadroom,
-		shareRecvs: !cfg.IWARP && t.shareRecvs(),
-	}, q.accepting); err != nil {
+	if q.member, err = pollgroup.Join(ctx, info, pollgroup.Needs{
+		Depth:      layout.CQDepth,
+		SendDepth:  layout.SendDepth,
+		Recvs:      shared.FirstCredits() + ring.RecvHeadroom,
+		ShareRecvs: !cfg.IWARP && t.shareRecvs(),
+		SetupStep:  func(step string) error { return setupStep(q.accepting, step) },
+	}); err != nil {
 		return nil, err
 	}
-	q.groupCQ = q.member.g.cq.(*verbsCQ).cq
-	q.post = q.postAndPoll
-	var srq *verbs.SRQ
-	if q.member.g.srq != nil {
+	cq, srq := q.member.CQ(), q.member.SRQ()
+	if srq != nil {
 		cfg.SharedRecv = true
-		srq = q.member.g.srq.rq.(*verbsSRQ).srq
-		q.member.onCutOff = q.Disconnect
 	}
 	inline := cfg.InlineThreshold
 	if inline < 0 {
@@ -120,7 +118,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	if cfg.IWARP {
 		inline = max(inline, ring.MsgWordSize)
 	}
-	if q.qp, err = q.id.CreateQPOnSRQ(q.pd, q.groupCQ, q.groupCQ, srq, verbs.QPCaps{
+	if q.qp, err = q.id.CreateQPOnSRQ(q.pd, cq, cq, srq, verbs.QPCaps{
 		MaxSendWR:     uint32(layout.SendDepth),
 		MaxRecvWR:     uint32(layout.RecvDepth),
 		MaxSendSGE:    uint32(layout.MaxSendSGE),
@@ -129,7 +127,11 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	}); err != nil {
 		return nil, err
 	}
-	q.member.attach(q.qp.Num())
+	var cutOff func()
+	if srq != nil {
+		cutOff = q.Disconnect
+	}
+	q.member.Attach(q.qp, cutOff)
 	if err := setupStep(q.accepting, "qp"); err != nil {
 		return nil, err
 	}
@@ -147,7 +149,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 // postInitialRecvs puts the engine's first receives on the queue: they must
 // be there before the peer can send, so before connect or accept.
 func postInitialRecvs(q *verbsQP, eng *ring.Engine) error {
-	_, err := q.qp.PostRecv(q.member.accountRecvs(eng.PostRecvs(nil)))
+	_, err := q.member.Step(eng.PostRecvs(nil), nil, nil, 0)
 	return err
 }
 

@@ -3,24 +3,25 @@ package rnet
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/pollgroup"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
 	"github.com/rnet-dev/rnet/internal/simqp"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
-	"net/netip"
 )
 
-// Poll groups over the simulated fabric: the portable half of pollgroup.go
-// (dispatch by queue pair number, members polling the shared CQ, leaving)
-// driven by whole Conns on machines without RDMA.
+// Poll groups over the simulated fabric: internal/pollgroup (dispatch by
+// queue pair number, members polling the shared CQ, leaving) driven by
+// whole Conns on machines without RDMA.
 
-// simGroupCQ is a poll group's sharedCQ over a simulated fabric's CQ: its
+// simGroupCQ is a poll group's CQ over a simulated fabric's CQ: its
 // channel is the CQ's Notify, which (with simfabric.CQOptions.Armed) fires
 // only for a completion added after an arm, as a device's does.
 type simGroupCQ struct {
@@ -35,10 +36,10 @@ func newSimGroupCQ(cq *simfabric.CQ) *simGroupCQ {
 	return &simGroupCQ{cq: cq, intr: make(chan struct{}, 1), stop: make(chan struct{}), destroyed: make(chan struct{})}
 }
 
-// poll takes a leftover event (waitReady took the one that woke it: a
+// Poll takes a leftover event (WaitReady took the one that woke it: a
 // channel's token cannot be peeked), arms, then polls. Any event left
 // before the arm belongs to completions this poll returns.
-func (c *simGroupCQ) poll(flags verbs.StepFlags, out []wr.Completion, tries int) (int, error) {
+func (c *simGroupCQ) Poll(flags verbs.StepFlags, out []wr.Completion, tries int) (int, error) {
 	if flags&verbs.StepTakeEvent != 0 {
 		select {
 		case <-c.cq.Notify():
@@ -61,44 +62,43 @@ func pollTries(cq *simfabric.CQ, out []wr.Completion, tries int) (int, error) {
 	return n, err
 }
 
-func (c *simGroupCQ) waitReady() error {
+func (c *simGroupCQ) WaitReady() error {
 	select {
 	case <-c.cq.Notify():
 		return nil
 	case <-c.intr:
-		return errInterrupted
+		return pollgroup.ErrInterrupted
 	case <-c.stop:
 		return net.ErrClosed
 	}
 }
 
-func (c *simGroupCQ) interrupt() { notify(c.intr) }
+func (c *simGroupCQ) Interrupt() { notify(c.intr) }
 
-func (c *simGroupCQ) shutdown() { c.stopOnce.Do(func() { close(c.stop) }) }
+func (c *simGroupCQ) Shutdown() { c.stopOnce.Do(func() { close(c.stop) }) }
 
-func (c *simGroupCQ) destroy() error {
+func (c *simGroupCQ) Destroy() error {
 	close(c.destroyed) // a second destroy is a bug: let it panic
 	return nil
 }
 
-func (c *simGroupCQ) size() int { return c.cq.Size() }
+func (c *simGroupCQ) Size() int { return c.cq.Size() }
 
 // simGroupQP is simqp.QP whose completions go through a poll group: its
 // endpoint completes into the group's shared CQ, and step, wait and kick
-// are its groupMember's, as verbsQP's are on a device.
+// are its pollgroup.Member's, as verbsQP's are on a device.
 type simGroupQP struct {
 	*simqp.QP
 	readiedPeer bool // as simqp.QP's, for the yield below
 	f           *simfabric.Fabric
 	cq          *simfabric.CQ
-	member      *groupMember
-	post        memberPost // q.postAndPoll, bound once
+	member      *pollgroup.Member
 }
 
 // Step is the member's Step, with simqp.QP's yield after a spinning Step that
 // moved something (see simqp.QP.Step): the peer it readied runs on this P.
 func (q *simGroupQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-	n, err := q.member.step(q.post, recvs, sends, out, tries)
+	n, err := q.member.Step(recvs, sends, out, tries)
 	moved := n > 0 || len(recvs) > 0 || len(sends) > 0
 	if tries > 1 && (moved || q.readiedPeer) {
 		q.readiedPeer = false
@@ -109,31 +109,39 @@ func (q *simGroupQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Sen
 	return n, err
 }
 
-// postAndPoll posts on the member's own endpoint and polls the group's CQ.
-func (q *simGroupQP) postAndPoll(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+// simGroupEndpoint is a member's queue pair on the simulated fabric: the
+// member's steps post on its endpoint and poll the group's CQ.
+type simGroupEndpoint struct {
+	ep *simfabric.Endpoint
+	cq *simfabric.CQ
+}
+
+func (e simGroupEndpoint) Num() uint32 { return e.ep.QPNum() }
+
+func (e simGroupEndpoint) Step(_ *verbs.CQ, _ verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	if len(recvs) > 0 {
-		if err := q.Endpoint().PostRecv(recvs); err != nil {
+		if err := e.ep.PostRecv(recvs); err != nil {
 			return 0, err
 		}
 	}
 	if len(sends) > 0 {
-		if err := q.Endpoint().PostSend(sends); err != nil {
+		if err := e.ep.PostSend(sends); err != nil {
 			return 0, err
 		}
 	}
 	if len(out) == 0 {
 		return 0, nil
 	}
-	return pollTries(q.cq, out, tries)
+	return pollTries(e.cq, out, tries)
 }
 
-func (q *simGroupQP) Wait() (bool, error) { return q.member.wait() }
-func (q *simGroupQP) Kick()               { q.member.kick() }
-func (q *simGroupQP) Collected() bool     { return q.member.pending() > 0 }
-func (q *simGroupQP) CollectAll()         { q.member.g.collectAll() }
+func (q *simGroupQP) Wait() (bool, error) { return q.member.Wait() }
+func (q *simGroupQP) Kick()               { q.member.Kick() }
+func (q *simGroupQP) Collected() bool     { return q.member.Collected() }
+func (q *simGroupQP) CollectAll()         { q.member.CollectAll() }
 
 func (q *simGroupQP) Shutdown() {
-	q.member.stop()
+	q.member.Stop()
 	q.QP.Shutdown()
 }
 
@@ -142,7 +150,7 @@ func (q *simGroupQP) Shutdown() {
 // group, in verbsQP.Destroy's order.
 func (q *simGroupQP) Destroy() error {
 	q.f.Kill(q.Endpoint())
-	return q.member.g.leave(q.member, nil)
+	return q.member.Leave(nil)
 }
 
 // simGroupNet is n connected pairs of Conns over one simulated fabric,
@@ -151,7 +159,7 @@ func (q *simGroupQP) Destroy() error {
 type simGroupNet struct {
 	f                    *simfabric.Fabric
 	clientCQ, serverCQ   *simGroupCQ
-	clientGr, serverGr   *pollGroup
+	clientGr, serverGr   *pollgroup.Group
 	clients, servers     []*Conn
 	clientQPs, serverQPs []*simGroupQP
 }
@@ -176,9 +184,9 @@ func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
 	if entries == 0 {
 		entries = 2 * n * layout.CQDepth
 	}
-	newGroup := func() (*simGroupCQ, *pollGroup) {
+	newGroup := func() (*simGroupCQ, *pollgroup.Group) {
 		cq := newSimGroupCQ(f.NewCQ(simfabric.CQOptions{Entries: entries, Armed: o.armedCQ}))
-		return cq, newPollGroup(cq)
+		return cq, pollgroup.New(cq, nil)
 	}
 	sn := &simGroupNet{f: f}
 	sn.clientCQ, sn.clientGr = newGroup()
@@ -189,12 +197,12 @@ func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
 	// Every member reserves before any Conn starts, so that no group sees
 	// its last member leave (and closes) while the others are still
 	// joining.
-	type pairPlan struct{ mc, ms *groupMember }
+	type pairPlan struct{ mc, ms *pollgroup.Member }
 	plans := make([]pairPlan, n)
 	for i := range plans {
 		var ok1, ok2 bool
-		plans[i].mc, ok1 = sn.clientGr.reserve(layout.CQDepth, layout.CQDepth, 0)
-		plans[i].ms, ok2 = sn.serverGr.reserve(layout.CQDepth, layout.CQDepth, 0)
+		plans[i].mc, ok1 = sn.clientGr.Reserve(layout.CQDepth, layout.CQDepth, 0)
+		plans[i].ms, ok2 = sn.serverGr.Reserve(layout.CQDepth, layout.CQDepth, 0)
 		if !ok1 || !ok2 {
 			tb.Fatalf("pair %d: the poll group's CQ of %d entries has no room for %d more", i, entries, layout.CQDepth)
 		}
@@ -212,10 +220,9 @@ func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
 		}
 		return eng
 	}
-	newQP := func(ep *simfabric.Endpoint, cq *simGroupCQ, m *groupMember, local, remote string) *simGroupQP {
+	newQP := func(ep *simfabric.Endpoint, cq *simGroupCQ, m *pollgroup.Member, local, remote string) *simGroupQP {
 		q := &simGroupQP{QP: simqp.New(ep, netAddr(netip.MustParseAddrPort(local)), netAddr(netip.MustParseAddrPort(remote))), f: f, cq: cq.cq, member: m}
-		q.post = q.postAndPoll
-		m.attach(ep.QPNum())
+		m.Attach(simGroupEndpoint{ep: ep, cq: cq.cq}, nil)
 		return q
 	}
 	for i, p := range plans {
@@ -256,11 +263,11 @@ func (sn *simGroupNet) closeAll() {
 }
 
 // groups returns the net's poll groups with their CQs: two, or one.
-func (sn *simGroupNet) groups() ([]*pollGroup, []*simGroupCQ) {
+func (sn *simGroupNet) groups() ([]*pollgroup.Group, []*simGroupCQ) {
 	if sn.serverGr == sn.clientGr {
-		return []*pollGroup{sn.clientGr}, []*simGroupCQ{sn.clientCQ}
+		return []*pollgroup.Group{sn.clientGr}, []*simGroupCQ{sn.clientCQ}
 	}
-	return []*pollGroup{sn.clientGr, sn.serverGr}, []*simGroupCQ{sn.clientCQ, sn.serverCQ}
+	return []*pollgroup.Group{sn.clientGr, sn.serverGr}, []*simGroupCQ{sn.clientCQ, sn.serverCQ}
 }
 
 // checkGroupsGone checks, once every Conn is closed, that each group's
@@ -276,10 +283,7 @@ func (sn *simGroupNet) checkGroupsGone(t *testing.T) {
 		case <-time.After(time.Minute): // a hang detector only
 			t.Fatalf("poll group %d: CQ still there a minute after its last member left", i)
 		}
-		g.mu.RLock()
-		strays, closed := g.strays, g.closed
-		g.mu.RUnlock()
-		if strays != 0 || !closed {
+		if strays, closed := g.Strays(), g.Closed(); strays != 0 || !closed {
 			t.Errorf("poll group %d: %d completions for no member, closed %v", i, strays, closed)
 		}
 	}

@@ -3,6 +3,7 @@
 package rnet
 
 import (
+	"github.com/rnet-dev/rnet/internal/pollgroup"
 	"net"
 	"sync"
 	"testing"
@@ -18,7 +19,7 @@ import (
 func sharesReceiveQueue(t *testing.T, c *Conn) bool {
 	t.Helper()
 	q := c.conn.QueuePair().(*verbsQP)
-	shared := q.member.g.srq != nil
+	shared := q.member.SRQ() != nil
 	if shared != (q.qp.SRQ() != nil) {
 		t.Fatalf("the group has a shared receive queue: %v; the queue pair is on one: %v", shared, q.qp.SRQ() != nil)
 	}
@@ -63,7 +64,7 @@ func TestRXESharedReceiveQueue(t *testing.T) {
 			t.Fatalf("connection %d does not use a shared receive queue on rxe", i)
 		}
 	}
-	if srqs, groups := procstat.Resources(t)["srq"]-res0["srq"], pollGroups.count(); srqs < 1 || srqs > groups {
+	if srqs, groups := procstat.Resources(t)["srq"]-res0["srq"], pollgroup.Count(); srqs < 1 || srqs > groups {
 		t.Errorf("%d connections hold %d shared receive queues in %d poll groups, want one per group", n, srqs, groups)
 	}
 
@@ -112,7 +113,7 @@ func TestRXESharedReceiveQueue(t *testing.T) {
 	s.Close()
 	ln.Close()
 	checkReleased(t, gor0, fds0, res0)
-	if groups := pollGroups.count(); groups != 0 {
+	if groups := pollgroup.Count(); groups != 0 {
 		t.Errorf("%d poll groups left after every connection closed, want 0", groups)
 	}
 }

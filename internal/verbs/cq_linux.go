@@ -17,7 +17,7 @@ import (
 
 // CQ is a completion queue.
 type CQ struct {
-	mu  sync.RWMutex // read-held by Poll and ReqNotify, write-held by Close
+	mu  sync.RWMutex // read-held by Poll and ReqNotify, write-held by Close; Step takes none
 	c   *C.struct_ibv_cq
 	ch  *CompChannel
 	dev string

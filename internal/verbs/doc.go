@@ -9,7 +9,8 @@
 // Rules every type here follows:
 //   - Every Close is idempotent, and using an object after Close returns an
 //     error wrapping net.ErrClosed instead of touching freed C memory. There
-//     are no finalizers: owners close what they create.
+//     are no finalizers: owners close what they create. QP.Step and CQ.Step,
+//     the hot path, take no lock: their caller orders them before Close.
 //   - Memory handed to the device is mmap'd, never on the Go heap, so the
 //     garbage collector can neither move nor free it under the NIC.
 //   - Hot paths (PostSend, PostRecv, Poll) cross into C once per batch and do

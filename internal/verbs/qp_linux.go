@@ -18,7 +18,7 @@ import (
 // id (internal/cm), which owns the QP and is the one to destroy it; QP wraps
 // it for posting, querying and moving it to the error state.
 type QP struct {
-	mu      sync.RWMutex // read-held by the posting calls, write-held by Close
+	mu      sync.RWMutex // read-held by PostSend, PostRecv and the queries, write-held by Close; Step takes none
 	c       *C.struct_ibv_qp
 	num     uint32
 	caps    QPCaps
@@ -28,7 +28,8 @@ type QP struct {
 	// receives from: PostRecv and Step post there, as the QP has no
 	// receive queue of its own. srqHandle is its struct ibv_srq *, which
 	// Step may use without the SRQ's lock: an SRQ cannot be destroyed
-	// while a QP on it exists (EBUSY), and Step holds the QP's.
+	// while a QP on it exists (EBUSY), and Step is ordered before the
+	// QP's Close.
 	srq       *SRQ
 	srqHandle C.uintptr_t
 }

@@ -250,11 +250,30 @@ static inline int rnet_poll_cq(struct ibv_cq *cq, struct rnet_wc *out, int n)
 // n_wc completions, and polls again while the CQ is empty, up to tries
 // polls in all: a busy-polling caller pays one crossing for that many. It
 // returns the number of completions, or
-// -(stage << 40 | errno << 8 | index) when stage 1 (post_recv), 2
-// (post_send), 3 (poll_cq), 4 (req_notify_cq), 5 (get_cq_event) or 6
-// (post_srq_recv) failed;
-// nothing after a failed stage is done.
+// -(stage << RNET_STAGE_SHIFT | errno << 8 | index) when a stage of
+// enum rnet_step_stage failed; nothing after a failed stage is done.
 enum { RNET_STEP_ARM = 1, RNET_STEP_TAKE_EVENT = 2 };
+
+// The stages of rnet_step, as its failure return names them (see
+// stepError in post_linux.go, which declares its Go names from these).
+enum rnet_step_stage {
+	RNET_STAGE_POST_RECV = 1,
+	RNET_STAGE_POST_SEND = 2,
+	RNET_STAGE_POLL_CQ = 3,
+	RNET_STAGE_REQ_NOTIFY_CQ = 4,
+	RNET_STAGE_GET_CQ_EVENT = 5,
+	RNET_STAGE_POST_SRQ_RECV = 6,
+};
+
+// RNET_STAGE_SHIFT places the stage above the errno and index of a failure.
+#define RNET_STAGE_SHIFT 40
+
+// rnet_step_failed is rnet_step's return when stage failed with code
+// (errno << 8 | index).
+static inline long long rnet_step_failed(enum rnet_step_stage stage, long long code)
+{
+	return -(((long long)stage << RNET_STAGE_SHIFT) | code);
+}
 
 static inline long long rnet_step(uintptr_t qp_handle, uintptr_t srq_handle, uintptr_t cq_handle, uintptr_t ch_handle,
 	int flags,
@@ -273,27 +292,27 @@ static inline long long rnet_step(uintptr_t qp_handle, uintptr_t srq_handle, uin
 		if (ibv_get_cq_event((struct ibv_comp_channel *)ch_handle, &ev_cq, &ev_ctx) == 0)
 			ibv_ack_cq_events(ev_cq, 1);
 		else if (errno != EAGAIN)
-			return -((5LL << 40) | ((long long)(errno ? errno : EIO) << 8));
+			return rnet_step_failed(RNET_STAGE_GET_CQ_EVENT, (long long)(errno ? errno : EIO) << 8);
 	}
 	if ((flags & RNET_STEP_ARM) && (r = ibv_req_notify_cq(cq, 0)) != 0) {
 		// Providers return an errno, some a negative one or -1.
 		if (r < 0)
 			r = r == -1 ? (errno ? errno : EIO) : -r;
-		return -((4LL << 40) | ((long long)r << 8));
+		return rnet_step_failed(RNET_STAGE_REQ_NOTIFY_CQ, (long long)r << 8);
 	}
 	if (n_recv > 0 && srq_handle != 0 && (r = rnet_post_srq_recv(srq_handle, recvs, n_recv)) != 0)
-		return -((6LL << 40) | (long long)r);
+		return rnet_step_failed(RNET_STAGE_POST_SRQ_RECV, r);
 	if (n_recv > 0 && srq_handle == 0 && (r = rnet_post_recv(qp, recvs, n_recv)) != 0)
-		return -((1LL << 40) | (long long)r);
+		return rnet_step_failed(RNET_STAGE_POST_RECV, r);
 	if (n_send > 0 && (r = rnet_post_send(qp, sends, n_send)) != 0)
-		return -((2LL << 40) | (long long)r);
+		return rnet_step_failed(RNET_STAGE_POST_SEND, r);
 	if (n_wc <= 0)
 		return 0;
 	r = rnet_poll_cq(cq, out, n_wc);
 	while (r == 0 && --tries > 0)
 		r = rnet_poll_cq(cq, out, n_wc);
 	if (r < 0)
-		return -((3LL << 40) | ((long long)-r << 8));
+		return rnet_step_failed(RNET_STAGE_POLL_CQ, (long long)-r << 8);
 	return r;
 }
 

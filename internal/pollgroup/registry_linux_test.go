@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package rnet
+package pollgroup
 
 import (
 	"sync/atomic"
@@ -18,17 +18,20 @@ func TestGroupLeaveOutsideRegistryLock(t *testing.T) {
 	for range 1024 {
 		cq.queued = append(cq.queued, wr.Completion{ID: 1, QPNum: floodQPNum, Opcode: wr.WCRDMAWrite})
 	}
-	g := newPollGroup(cq)
-	var members [2]*groupMember
+	g := New(cq, nil)
+	var members [2]*Member
 	for i := range members {
-		m, ok := g.reserve(16, 16, 0)
+		m, ok := g.Reserve(16, 16, 0)
 		if !ok {
 			t.Fatal("the group has no room for a member")
 		}
-		m.attach(uint32(7 + i))
+		m.Attach(&numQP{num: uint32(7 + i)}, nil)
 		members[i] = m
 	}
-	r := groupRegistry{byDevice: map[uintptr][]*pollGroup{1: {g}}}
+	r := Registry{byDevice: map[uintptr][]*Group{1: {g}}}
+	for _, m := range members {
+		m.reg = &r
+	}
 	var polls, locked atomic.Int64
 	cq.mu.Lock()
 	cq.onPoll = func(int) {
@@ -41,7 +44,7 @@ func TestGroupLeaveOutsideRegistryLock(t *testing.T) {
 	}
 	cq.mu.Unlock()
 	for _, m := range members {
-		if err := r.leave(m, nil); err != nil {
+		if err := m.Leave(nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package rnet
+package pollgroup
 
 import (
 	"net"
@@ -38,7 +38,7 @@ func newFloodCQ(entries, quietAfter int) *floodCQ {
 	return &floodCQ{entries: entries, quietAfter: quietAfter, intr: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
-func (c *floodCQ) poll(flags verbs.StepFlags, out []wr.Completion, tries int) (int, error) {
+func (c *floodCQ) Poll(flags verbs.StepFlags, out []wr.Completion, tries int) (int, error) {
 	c.mu.Lock()
 	c.polls++
 	poll := c.polls
@@ -65,7 +65,7 @@ func (c *floodCQ) pollCount() int {
 }
 
 // waitReady finds an event at once while the flood lasts.
-func (c *floodCQ) waitReady() error {
+func (c *floodCQ) WaitReady() error {
 	c.mu.Lock()
 	flooding := c.polls < c.quietAfter
 	c.mu.Unlock()
@@ -74,29 +74,29 @@ func (c *floodCQ) waitReady() error {
 	}
 	select {
 	case <-c.intr:
-		return errInterrupted
+		return ErrInterrupted
 	case <-c.stop:
 		return net.ErrClosed
 	}
 }
 
-func (c *floodCQ) interrupt()     { notify(c.intr) }
-func (c *floodCQ) shutdown()      { c.stopOnce.Do(func() { close(c.stop) }) }
-func (c *floodCQ) destroy() error { return nil }
-func (c *floodCQ) size() int      { return c.entries }
+func (c *floodCQ) Interrupt()     { notify(c.intr) }
+func (c *floodCQ) Shutdown()      { c.stopOnce.Do(func() { close(c.stop) }) }
+func (c *floodCQ) Destroy() error { return nil }
+func (c *floodCQ) Size() int      { return c.entries }
 
 // stepBetweenDrains makes a spinning step of stepper, in a goroutine of
 // its own, run each time a collection of g lets go of pollMu between two
 // drains, the hook waiting for it: the step polls the CQ only if it takes
 // pollMu at once, so it proves the lock free there and never blocks. It
 // returns how often the collection let go and how many steps polled.
-func stepBetweenDrains(t *testing.T, g *pollGroup, cq *floodCQ, stepper *groupMember) (released, stepped *atomic.Int32) {
+func stepBetweenDrains(t *testing.T, g *Group, cq *floodCQ, stepper *Member) (released, stepped *atomic.Int32) {
 	released, stepped = new(atomic.Int32), new(atomic.Int32)
-	post := func(_ []wr.Recv, _ []wr.Send, out []wr.Completion, tries int) (int, error) {
+	stepper.qp.(*numQP).poll = func(out []wr.Completion, tries int) (int, error) {
 		stepped.Add(1)
-		return cq.poll(0, out, tries)
+		return cq.Poll(0, out, tries)
 	}
-	hook := func(hg *pollGroup) {
+	hook := func(hg *Group) {
 		if hg != g {
 			return
 		}
@@ -104,18 +104,17 @@ func stepBetweenDrains(t *testing.T, g *pollGroup, cq *floodCQ, stepper *groupMe
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			stepper.step(post, nil, nil, make([]wr.Completion, 16), 2)
+			stepper.Step(nil, nil, make([]wr.Completion, 16), 2)
 		}()
 		<-done
 	}
-	testHookBetweenDrains.Store(&hook)
-	t.Cleanup(func() { testHookBetweenDrains.Store(nil) })
+	setHooks(t, &Hooks{BetweenDrains: hook})
 	return released, stepped
 }
 
 // TestGroupDrainIsBounded: a peer that keeps a poll group's CQ full makes
 // no caller poll it for ever with pollMu held. A drain stops after
-// maxStepRounds polls; collectAll, a leave and an attach poll until
+// maxDrainRounds polls; collectAll, a leave and an attach poll until
 // everything that was in the CQ when they began has been handed out (as
 // many completions as the CQ holds, at most), letting go of the lock
 // between drains; the leader hands out completions a bounded drain at a
@@ -125,7 +124,7 @@ func TestGroupDrainIsBounded(t *testing.T) {
 	const (
 		// entries is four bounded drains' worth, so that a collection
 		// lets go of pollMu between drains several times.
-		entries    = 4 * maxStepRounds * completionBatch
+		entries    = 4 * maxDrainRounds * batch
 		floodPolls = 20000
 		memberQP   = 7
 		// memberRecvs is how many receives of the shared queue the
@@ -134,12 +133,12 @@ func TestGroupDrainIsBounded(t *testing.T) {
 	)
 	// The most polls a caller that must see the CQ's contents handed out
 	// makes: the CQ's size in batches, and the rest of its last drain.
-	collectBound := entries/completionBatch + maxStepRounds
+	collectBound := entries/batch + maxDrainRounds
 	// newGroup returns a group over a full flooded CQ with one member,
 	// whose three completions are the last ones in the CQ, so that the
 	// last drain of a collection hands them out. With rq, the group has a
 	// shared receive queue and they are receive completions.
-	newGroup := func(t *testing.T, rq *countingRQ) (*pollGroup, *floodCQ, *groupMember) {
+	newGroup := func(t *testing.T, rq *countingRQ) (*Group, *floodCQ, *Member) {
 		cq := newFloodCQ(entries, floodPolls)
 		for range entries - 3 {
 			cq.queued = append(cq.queued, wr.Completion{ID: 1, QPNum: floodQPNum, Opcode: wr.WCRDMAWrite})
@@ -151,30 +150,30 @@ func TestGroupDrainIsBounded(t *testing.T) {
 			}
 			cq.queued = append(cq.queued, wc)
 		}
-		g := newPollGroup(cq)
+		g := New(cq, nil)
 		if rq != nil {
-			if err := g.shareRecvs(rq, 64); err != nil {
+			if err := g.ShareRecvs(rq, 64); err != nil {
 				t.Fatal(err)
 			}
 		}
-		m, ok := g.reserve(16, 16, memberRecvs)
+		m, ok := g.Reserve(16, 16, memberRecvs)
 		if !ok {
 			t.Fatal("the group has no room for a member")
 		}
-		m.attach(memberQP)
+		m.Attach(&numQP{num: memberQP}, nil)
 		if rq != nil {
 			m.accountRecvs(make([]wr.Recv, memberRecvs))
 		}
 		return g, cq, m
 	}
 	// join adds a member of queue pair qpNum to g.
-	join := func(t *testing.T, g *pollGroup, qpNum uint32) *groupMember {
+	join := func(t *testing.T, g *Group, qpNum uint32) *Member {
 		t.Helper()
-		m, ok := g.reserve(16, 16, 0)
+		m, ok := g.Reserve(16, 16, 0)
 		if !ok {
 			t.Fatal("the group has no room for a member")
 		}
-		m.attach(qpNum)
+		m.Attach(&numQP{num: qpNum}, nil)
 		return m
 	}
 	// within runs f, failing the test if it does not return in a minute.
@@ -196,7 +195,7 @@ func TestGroupDrainIsBounded(t *testing.T) {
 	checkReleased := func(t *testing.T, what string, released, stepped *atomic.Int32) {
 		t.Helper()
 		if r := released.Load(); r < 2 {
-			t.Errorf("%s let go of pollMu between drains %d times, want several: the CQ holds %d bounded drains", what, r, entries/(maxStepRounds*completionBatch))
+			t.Errorf("%s let go of pollMu between drains %d times, want several: the CQ holds %d bounded drains", what, r, entries/(maxDrainRounds*batch))
 		}
 		if r, s := released.Load(), stepped.Load(); s != r {
 			t.Errorf("%s came between drains %d times, but a member's step could take pollMu and poll there only %d times", what, r, s)
@@ -211,8 +210,8 @@ func TestGroupDrainIsBounded(t *testing.T) {
 			g.drainLocked(verbs.StepArm)
 			g.pollMu.Unlock()
 		})
-		if polls := cq.pollCount(); polls > maxStepRounds {
-			t.Errorf("one drain polled %d times with pollMu held, more than %d", polls, maxStepRounds)
+		if polls := cq.pollCount(); polls > maxDrainRounds {
+			t.Errorf("one drain polled %d times with pollMu held, more than %d", polls, maxDrainRounds)
 		}
 		if g.armed {
 			t.Error("a drain cut short left the CQ marked armed: the leader would park with completions no event announces")
@@ -239,7 +238,7 @@ func TestGroupDrainIsBounded(t *testing.T) {
 		cq.mu.Lock()
 		cq.onPoll = func(poll int) {
 			if poll == kickAt {
-				m.kick()
+				m.Kick()
 			}
 		}
 		cq.mu.Unlock()
@@ -248,16 +247,16 @@ func TestGroupDrainIsBounded(t *testing.T) {
 			// way: the wait may end for those first.
 			out := make([]wr.Completion, 16)
 			for cq.pollCount() < kickAt {
-				if _, err := m.wait(); err != nil {
+				if _, err := m.Wait(); err != nil {
 					t.Errorf("wait: %v", err)
 					return
 				}
 				m.take(out)
 			}
 		})
-		if polls := cq.pollCount(); polls > kickAt+maxStepRounds {
+		if polls := cq.pollCount(); polls > kickAt+maxDrainRounds {
 			t.Errorf("the leader answered a kick at poll %d after poll %d: more than a drain (%d polls) later",
-				kickAt, polls, maxStepRounds)
+				kickAt, polls, maxDrainRounds)
 		}
 	})
 
@@ -290,7 +289,7 @@ func TestGroupDrainIsBounded(t *testing.T) {
 		rq := &countingRQ{}
 		g, cq, m := newGroup(t, rq)
 		join(t, g, memberQP+1) // the group stays open
-		next, ok := g.reserve(16, 16, 0)
+		next, ok := g.Reserve(16, 16, 0)
 		if !ok {
 			t.Fatal("the group has no room for a member")
 		}
@@ -314,7 +313,7 @@ func TestGroupDrainIsBounded(t *testing.T) {
 			}
 		}
 		cq.mu.Unlock()
-		hook := func(hg *pollGroup) {
+		hook := func(hg *Group) {
 			if hg != g || !launched.CompareAndSwap(false, true) {
 				return
 			}
@@ -327,7 +326,7 @@ func TestGroupDrainIsBounded(t *testing.T) {
 			}
 			go func() {
 				defer close(attached)
-				next.attach(memberQP)
+				next.Attach(&numQP{num: memberQP}, nil)
 				heldThen, nextFirst = m.pending(), next.pending()
 			}()
 			if !free {
@@ -345,8 +344,7 @@ func TestGroupDrainIsBounded(t *testing.T) {
 				t.Error("an attach that began while the leave was collecting returned without polling: it did not wait for the leaver's completions")
 			}
 		}
-		testHookBetweenDrains.Store(&hook)
-		t.Cleanup(func() { testHookBetweenDrains.Store(nil) })
+		setHooks(t, &Hooks{BetweenDrains: hook})
 
 		within(t, "leave", cq, func() {
 			if err := g.leave(m, nil); err != nil {
@@ -367,9 +365,9 @@ func TestGroupDrainIsBounded(t *testing.T) {
 		if n := m.pending(); n != 3 {
 			t.Errorf("the leaving member was handed %d of the 3 completions its queue pair left in the CQ", n)
 		}
-		g.mu.RLock()
+		g.pollMu.Lock()
 		now := g.members[memberQP]
-		g.mu.RUnlock()
+		g.pollMu.Unlock()
 		if now != next {
 			t.Error("after the leave the new member does not hold its queue pair number: the leave took it out")
 		}

@@ -1,4 +1,4 @@
-package rnet
+package pollgroup
 
 import (
 	"errors"
@@ -15,8 +15,8 @@ type countingRQ struct {
 	destroyed bool
 }
 
-func (r *countingRQ) post(n int) error { r.posted += n; return nil }
-func (r *countingRQ) destroy() error   { r.destroyed = true; return nil }
+func (r *countingRQ) Post(n int) error { r.posted += n; return nil }
+func (r *countingRQ) Destroy() error   { r.destroyed = true; return nil }
 
 // recvCompletions are n successful receive completions of queue pair qp.
 func recvCompletions(qp uint32, n int) []wr.Completion {
@@ -34,33 +34,32 @@ func recvCompletions(qp uint32, n int) []wr.Completion {
 // off, and the group posts the receive back.
 func TestPollGroupSharedReceiveQueueAccounts(t *testing.T) {
 	f := simfabric.New(1, simfabric.Options{Auto: true})
-	cq := newSimGroupCQ(f.NewCQ(simfabric.CQOptions{Entries: 1024}))
-	g := newPollGroup(cq)
+	cq := newSimCQ(f.NewCQ(simfabric.CQOptions{Entries: 1024}))
+	g := New(cq, nil)
 	rq := &countingRQ{}
-	if err := g.shareRecvs(rq, 100); err != nil {
+	if err := g.ShareRecvs(rq, 100); err != nil {
 		t.Fatal(err)
 	}
 	if rq.posted != srqSpare {
 		t.Fatalf("a new shared queue holds %d receives, want the %d spare", rq.posted, srqSpare)
 	}
-	if _, ok := g.reserve(20, 10, 101); ok {
+	if _, ok := g.Reserve(20, 10, 101); ok {
 		t.Fatal("a member claimed more receives than the queue may hold")
 	}
-	a, ok := g.reserve(64, 10, 60)
+	a, ok := g.Reserve(64, 10, 60)
 	if !ok {
 		t.Fatal("the group refused a member that fits")
 	}
-	b, ok := g.reserve(20, 10, 40)
+	b, ok := g.Reserve(20, 10, 40)
 	if !ok {
 		t.Fatal("the group refused a member that fits")
 	}
-	if k := a.claimRecvs(5); k != 0 {
+	var cut int
+	if k := a.ClaimRecvs(5); k != 0 {
 		t.Errorf("a full queue gave %d more receives, want 0", k)
 	}
-	a.attach(1)
-	b.attach(2)
-	var cut int
-	a.onCutOff = func() { cut++ }
+	a.Attach(&numQP{num: 1}, func() { cut++ })
+	b.Attach(&numQP{num: 2}, nil)
 
 	recvs := make([]wr.Recv, 8)
 	if got := a.accountRecvs(recvs); len(got) != 8 {
@@ -92,8 +91,8 @@ func TestPollGroupSharedReceiveQueueAccounts(t *testing.T) {
 	if n, _ := a.take(make([]wr.Completion, 64)); n != 8+ring.RecvHeadroom+1 {
 		t.Errorf("the member holds %d completions, want all %d (its engine fails on them too)", n, 8+ring.RecvHeadroom+1)
 	}
-	if _, err := a.take(make([]wr.Completion, 1)); !errors.Is(err, errCreditOverrun) || !errors.Is(err, ErrProtocol) || !errors.Is(err, ring.ErrCreditOverrun) {
-		t.Errorf("after the overrun the member's step fails with %v, want %v, matching ErrProtocol and ring.ErrCreditOverrun", err, errCreditOverrun)
+	if _, err := a.take(make([]wr.Completion, 1)); !errors.Is(err, errCreditOverrun) || !errors.Is(err, ring.ErrProtocol) || !errors.Is(err, ring.ErrCreditOverrun) {
+		t.Errorf("after the overrun the member's step fails with %v, want %v, matching ring.ErrProtocol and ring.ErrCreditOverrun", err, errCreditOverrun)
 	}
 	// Receives a's engine posts now repay what it borrowed: the group put
 	// those back already.
@@ -107,15 +106,15 @@ func TestPollGroupSharedReceiveQueueAccounts(t *testing.T) {
 	if err := g.leave(b, nil); err != nil {
 		t.Fatal(err)
 	}
-	c, ok := g.reserve(20, 10, 10)
+	c, ok := g.Reserve(20, 10, 10)
 	if !ok {
 		t.Fatal("the group refused a member in the room b left")
 	}
-	c.attach(3)
+	c.Attach(&numQP{num: 3}, nil)
 	if got := c.accountRecvs(recvs); len(got) != 3 {
 		t.Errorf("%d of 8 receives go on the queue after a member left 5 there, want 3", len(got))
 	}
-	if k := a.claimRecvs(50); k != 30 {
+	if k := a.ClaimRecvs(50); k != 30 {
 		t.Errorf("the claims b gave back let a claim %d more, want 30", k)
 	}
 	if err := g.leave(c, nil); err != nil {

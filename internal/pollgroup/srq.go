@@ -1,8 +1,6 @@
-package rnet
+package pollgroup
 
 import (
-	"sync/atomic"
-
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -28,14 +26,6 @@ import (
 // iWARP has no such retry (a SEND that finds no receive fails its queue
 // pair), so iWARP groups keep a receive queue per queue pair.
 
-// sharedRQ is a poll group's shared receive queue.
-type sharedRQ interface {
-	// post posts n receives without a buffer.
-	post(n int) error
-	// destroy frees the queue once no queue pair uses it.
-	destroy() error
-}
-
 const (
 	// srqClaimable is how many receives a group's members may claim in
 	// all: with the default sizes, about 170 idle connections or 20 at
@@ -45,24 +35,6 @@ const (
 	// srqSpare is how many receives the queue holds beyond the claims.
 	srqSpare = 256
 )
-
-// groupSRQ is a poll group's shared receive queue and its accounts.
-type groupSRQ struct {
-	rq sharedRQ
-	// claimable and claimed count receives members may claim and have
-	// claimed; guarded by the group's mu.
-	claimable int
-	claimed   int
-	// balance is how many receives the queue holds beyond what the
-	// members have outstanding: positive after a member left with
-	// receives unconsumed (the next posts take them over instead of
-	// posting), negative after a peer took receives it had no claim to
-	// (the group posts them back).
-	balance atomic.Int64
-	// overruns counts messages that took a receive their connection had
-	// no claim to.
-	overruns atomic.Uint64
-}
 
 // anonymousRecvs are the group's own receives: no buffer, and an ID
 // engines take for a receive, which on a shared queue is all it needs.
@@ -77,7 +49,7 @@ var anonymousRecvs = func() (r [64]wr.Recv) {
 // to put on the shared queue: receives its queue pair borrowed were put
 // back by the group already, and receives a departed member left on the
 // queue serve in place of the rest.
-func (m *groupMember) accountRecvs(recvs []wr.Recv) []wr.Recv {
+func (m *Member) accountRecvs(recvs []wr.Recv) []wr.Recv {
 	s := m.g.srq
 	if s == nil || len(recvs) == 0 {
 		return recvs
@@ -99,9 +71,9 @@ func (m *groupMember) accountRecvs(recvs []wr.Recv) []wr.Recv {
 	return recvs
 }
 
-// claimRecvs claims up to n more receives of the shared queue for m and
-// returns how many it got.
-func (m *groupMember) claimRecvs(n int) int {
+// ClaimRecvs claims up to n more receives of the shared queue for m, for a
+// wider credit window, and returns how many it got.
+func (m *Member) ClaimRecvs(n int) int {
 	g := m.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -122,7 +94,7 @@ func (m *groupMember) claimRecvs(n int) int {
 // peer would wait (RNR) until it did. It may borrow up to RecvHeadroom,
 // what an honest peer's control messages can take between two polls.
 // Called with pollMu held.
-func (s *groupSRQ) consumedLocked(m *groupMember) (overrun bool) {
+func (s *groupSRQ) consumedLocked(m *Member) (overrun bool) {
 	if m != nil && m.recvOut.Add(-1) >= 0 {
 		return false
 	}
@@ -146,7 +118,7 @@ func (s *groupSRQ) refillLocked() error {
 		if !s.balance.CompareAndSwap(b, b+k) {
 			continue
 		}
-		if err := s.rq.post(int(k)); err != nil {
+		if err := s.rq.Post(int(k)); err != nil {
 			s.balance.Add(-k)
 			return err
 		}
@@ -155,16 +127,16 @@ func (s *groupSRQ) refillLocked() error {
 
 // leftLocked returns m's claims and the receives it left on the queue.
 // Called with the group's mu held.
-func (s *groupSRQ) leftLocked(m *groupMember) {
+func (s *groupSRQ) leftLocked(m *Member) {
 	s.claimed -= m.recvClaim
 	m.recvClaim = 0
 	s.balance.Add(max(m.recvOut.Swap(0), 0)) // borrowed ones were put back already
 }
 
-// shareRecvs gives g the shared receive queue rq, of which members may
+// ShareRecvs gives g the shared receive queue rq, of which members may
 // claim claimable receives, and posts its spare receives. Called before g
 // has members.
-func (g *pollGroup) shareRecvs(rq sharedRQ, claimable int) error {
+func (g *Group) ShareRecvs(rq RQ, claimable int) error {
 	s := &groupSRQ{rq: rq, claimable: claimable}
 	s.balance.Store(-srqSpare)
 	if err := s.refillLocked(); err != nil {
@@ -176,8 +148,8 @@ func (g *pollGroup) shareRecvs(rq sharedRQ, claimable int) error {
 }
 
 // cutOff fails m and ends its queue pair's reception, once: its peer
-// sent past its credits.
-func (m *groupMember) cutOff() {
+// sent past its credits. Called with pollMu held.
+func (m *Member) cutOff() {
 	m.mu.Lock()
 	cut := m.cut
 	m.cut = true
@@ -192,6 +164,7 @@ func (m *groupMember) cutOff() {
 
 // errCreditOverrun fails a connection whose peer took a receive of the
 // shared queue that was posted for another connection. It matches
-// ErrProtocol and ring.ErrCreditOverrun, as the engine's own check does.
+// ring.ErrCreditOverrun (and so rnet's ErrProtocol), as the engine's own
+// check does.
 var errCreditOverrun error = &ring.ProtocolError{Check: ring.ErrCreditOverrun,
 	Detail: "its messages took receives of the shared queue posted for other connections; cut off"}

@@ -1,0 +1,111 @@
+package pollgroup
+
+import (
+	"errors"
+	"net"
+
+	"github.com/rnet-dev/rnet/internal/wr"
+)
+
+// A member's inbox: the completions handed to it, and what its waiter
+// looks at.
+
+// deliver appends one completion to the inbox and wakes the waiter if the
+// inbox was empty.
+func (m *Member) deliver(wc *wr.Completion) {
+	m.mu.Lock()
+	if m.n == len(m.inbox) && !m.growInbox() {
+		// More completions than work requests posted: the device broke
+		// its contract. Fail this connection alone.
+		m.err = errInboxOverflow
+		m.mu.Unlock()
+		notify(m.wake)
+		return
+	}
+	m.inbox[(m.head+m.n)%len(m.inbox)] = *wc
+	m.n++
+	first := m.n == 1
+	m.mu.Unlock()
+	if first {
+		notify(m.wake)
+	}
+}
+
+// inboxFirst is the inbox's first size: an idle connection has few
+// completions outstanding, and a busy one grows its inbox once.
+const inboxFirst = 16
+
+// growInbox doubles the inbox, up to the member's depth. Called with mu
+// held.
+func (m *Member) growInbox() bool {
+	if len(m.inbox) >= m.depth {
+		return false
+	}
+	bigger := make([]wr.Completion, min(2*len(m.inbox), m.depth))
+	for i := range m.n {
+		bigger[i] = m.inbox[(m.head+i)%len(m.inbox)]
+	}
+	m.inbox, m.head = bigger, 0
+	return true
+}
+
+var errInboxOverflow = errors.New("rdma: more completions than work requests posted on the queue pair")
+
+// fail makes the member's next step return err.
+func (m *Member) fail(err error) {
+	m.mu.Lock()
+	if m.err == nil {
+		m.err = err
+	}
+	m.mu.Unlock()
+	notify(m.wake)
+}
+
+// take moves completions from the inbox into out.
+func (m *Member) take(out []wr.Completion) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := 0
+	for k < len(out) && m.n > 0 {
+		out[k] = m.inbox[m.head]
+		m.head = (m.head + 1) % len(m.inbox)
+		m.n--
+		k++
+	}
+	if k == 0 && m.err != nil {
+		return 0, m.err
+	}
+	return k, nil
+}
+
+func (m *Member) pending() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n
+}
+
+// ready reports whether Wait must return at once, and with what.
+func (m *Member) ready() (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return true, net.ErrClosed
+	}
+	if m.n > 0 || m.kicked || m.err != nil {
+		m.kicked = false
+		return true, nil
+	}
+	return false, nil
+}
+
+// handedSince reports, once, whether a completion was handed to m (or a
+// kick came) since its wait dropped the last stale wakeup: the leader
+// waits on the channel, not on m.wake, so it looks at the wakeup itself.
+func (m *Member) handedSince() bool {
+	select {
+	case <-m.wake:
+		return true
+	default:
+		return false
+	}
+}
