@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/perfjson"
 )
 
 // TestPerfDurationEndsAfterTheWriteThatCrossesIt: perf -c -t stops at the
@@ -46,7 +48,7 @@ func TestPerfDurationEndsAfterTheWriteThatCrossesIt(t *testing.T) {
 	if err := runPerf(o, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	var r PerfResult
+	var r perfjson.PerfResult
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
