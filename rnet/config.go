@@ -87,10 +87,11 @@ type Config struct {
 	// device takes 4.096 µs × 2^n, rnet the smallest n giving at least
 	// this; at most 2h26m (n = 31). Default 33.5 ms on Soft-RoCE (rxe),
 	// where the timer is the only recovery and 7 retries mean without
-	// limit; elsewhere the connection manager's (2.1 s on RoCE with Linux
-	// 6.1), as adapters give up after AckTimeout × (RetryCount+1).
-	// Negative: the connection manager's everywhere. It sets this side's
-	// queue pair only; iWARP ignores it.
+	// limit; elsewhere the connection manager's, since adapters recover
+	// from loss themselves and give up after AckTimeout × (RetryCount+1),
+	// so that one as short would fail connections across a switch failover
+	// (docs/performance.md). Negative: the connection manager's everywhere.
+	// It sets this side's queue pair only; iWARP ignores it.
 	AckTimeout time.Duration
 	// RetryCount is how often the transport resends an unacknowledged
 	// packet before the connection fails with ErrPeerGone, so that

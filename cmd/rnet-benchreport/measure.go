@@ -138,8 +138,8 @@ func measure(c *config) (*Report, error) {
 		fmt.Fprintf(os.Stderr, "== run %d of %d\n", run, c.runs)
 		// Interleave the transports at each size, so that a slow patch of
 		// the machine hurts them alike, and start each run with the next
-		// one: going first or right after another transport moved a
-		// transport's figure by several percent in the lab, and a fixed
+		// one: a transport's place in the order (first, or right after a
+		// given other) moves its figure (docs/performance.md), and a fixed
 		// order would put that into every run's ratio.
 		for _, group := range []struct {
 			sizes []int
