@@ -87,10 +87,11 @@ type Config struct {
 	// device takes 4.096 µs × 2^n, rnet the smallest n giving at least
 	// this; at most 2h26m (n = 31). Default 33.5 ms on Soft-RoCE (rxe),
 	// where the timer is the only recovery and 7 retries mean without
-	// limit; elsewhere the connection manager's (2.1 s on RoCE with Linux
-	// 6.1), as adapters give up after AckTimeout × (RetryCount+1).
-	// Negative: the connection manager's everywhere. It sets this side's
-	// queue pair only; iWARP ignores it.
+	// limit; elsewhere the connection manager's, since adapters recover
+	// from loss themselves and give up after AckTimeout × (RetryCount+1),
+	// so that one as short would fail connections across a switch failover
+	// (docs/performance.md). Negative: the connection manager's everywhere.
+	// It sets this side's queue pair only; iWARP ignores it.
 	AckTimeout time.Duration
 	// RetryCount is how often the transport resends an unacknowledged
 	// packet before the connection fails with ErrPeerGone, so that
@@ -232,7 +233,7 @@ const maxTrafficClass = 255
 const ackTimeoutUnit = 4096 * time.Nanosecond
 
 // transportSettings checks and converts AckTimeout, RetryCount,
-// RNRRetryCount and TrafficClass; an error names the field and its range.
+// RNRRetryCount and TrafficClass; an error is a *ConfigError.
 func (c Config) transportSettings() (transportSettings, error) {
 	var t transportSettings
 	switch {
@@ -241,8 +242,9 @@ func (c Config) transportSettings() (transportSettings, error) {
 	case c.AckTimeout > 0:
 		n, ok := ackTimeoutExponent(c.AckTimeout)
 		if !ok {
-			return t, fmt.Errorf("rnet: Config.AckTimeout %v is out of range: at most %v (4.096 µs × 2^%d), or negative to leave it to the connection manager",
-				c.AckTimeout, ackTimeoutUnit<<cm.MaxAckTimeout, cm.MaxAckTimeout)
+			return t, &ConfigError{Field: "AckTimeout", Value: c.AckTimeout,
+				Want: fmt.Sprintf("0 (the default), at most %v (4.096 µs × 2^%d), or negative to leave it to the connection manager",
+					ackTimeoutUnit<<cm.MaxAckTimeout, cm.MaxAckTimeout)}
 		}
 		t.ackTimeout = n
 	}
@@ -277,7 +279,7 @@ func ackTimeoutExponent(d time.Duration) (uint8, bool) {
 }
 
 // retryCount maps a retry count field: 0 to the default (the most),
-// negative to none; above the most is an error naming the field.
+// negative to none; above the most is a *ConfigError for field.
 func retryCount(field string, v int) (uint8, error) {
 	switch {
 	case v == 0:
@@ -285,8 +287,8 @@ func retryCount(field string, v int) (uint8, error) {
 	case v < 0:
 		return 0, nil
 	case v > cm.MaxRetryCount:
-		return 0, fmt.Errorf("rnet: Config.%s %d is out of range: 1 to %d (0 means %d), or negative for none",
-			field, v, cm.MaxRetryCount, cm.MaxRetryCount)
+		return 0, &ConfigError{Field: field, Value: v,
+			Want: fmt.Sprintf("0 (the default, %d), 1 to %d, or negative for none", cm.MaxRetryCount, cm.MaxRetryCount)}
 	}
 	return uint8(v), nil
 }

@@ -3,13 +3,9 @@
 package rnet
 
 import (
-	"bufio"
 	"errors"
 	"net"
 	"net/netip"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,7 +83,7 @@ func TestRXEIdleConnsThreads(t *testing.T) {
 	}
 	ln.Close()
 	acceptWG.Wait()
-	threads := osThreads(t)
+	threads := procstat.OSThreads(t)
 	t.Logf("%d idle connections (%d Conns in this process): %d OS threads", conns, 2*conns, threads)
 	if threads > procstat.ThreadLimit() {
 		t.Errorf("%d OS threads for %d idle connections, want at most %d", threads, conns, procstat.ThreadLimit())
@@ -95,24 +91,4 @@ func TestRXEIdleConnsThreads(t *testing.T) {
 	l := defaultSettingsLayout()
 	t.Logf("registered (pinned) memory per connection end with the default Config: %d bytes (send %d, receive %d, target %d)",
 		l.SendRegion+l.RecvRegion+l.TargetRegion, l.SendRegion, l.RecvRegion, l.TargetRegion)
-}
-
-func osThreads(t *testing.T) int {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no Threads line in /proc/self/status")
-	return 0
 }

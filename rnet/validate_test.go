@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,22 @@ func TestConfigOutOfRange(t *testing.T) {
 		{Config{RecvQueueSize: 1 << 20}, "RecvQueueSize"},
 		{Config{InlineThreshold: 1 << 16}, "InlineThreshold"},
 		{Config{TrafficClass: 256}, "TrafficClass"},
+		{Config{AckTimeout: ackTimeoutUnit<<31 + 1}, "AckTimeout"},
+		{Config{AckTimeout: 3 * time.Hour}, "AckTimeout"},
+		{Config{RetryCount: 8}, "RetryCount"},
+		{Config{RNRRetryCount: 8}, "RNRRetryCount"},
+		{Config{RNRRetryCount: 1 << 20}, "RNRRetryCount"},
+	}
+	// Every field that has values out of range has a case in bad; these
+	// take any value.
+	anyValue := map[string]bool{"BusyPoll": true, "BusyPollLimit": true, "Linger": true, "NoDelay": true}
+	for _, b := range bad {
+		anyValue[b.field] = true
+	}
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[Config]()) {
+		if !anyValue[f.Name] {
+			t.Errorf("Config.%s has no out-of-range case here; add one, or list it as taking any value", f.Name)
+		}
 	}
 	for _, b := range bad {
 		check := func(op string, err error) {
@@ -57,6 +74,8 @@ func TestConfigOutOfRange(t *testing.T) {
 		{IdleBufferSize: 64}, {IdleBufferSize: 1 << 30},
 		{BusyPoll: time.Minute},
 		{TrafficClass: 255}, {TrafficClass: -1},
+		{AckTimeout: ackTimeoutUnit << 31}, {AckTimeout: -1},
+		{RetryCount: 7, RNRRetryCount: 1}, {RetryCount: -1, RNRRetryCount: -1},
 	} {
 		if err := good.validate(); err != nil {
 			t.Errorf("%+v: %v, want valid", good, err)

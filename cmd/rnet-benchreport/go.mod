@@ -1,10 +1,10 @@
 module github.com/rnet-dev/rnet/cmd/rnet-benchreport
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/rnet-dev/rnet v0.0.0
-	golang.org/x/sys v0.50.0
+	golang.org/x/sys v0.30.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -16,7 +16,7 @@ require (
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/text v0.28.0 // indirect
 )
 
 replace github.com/rnet-dev/rnet => ../..

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/bytesize"
 	"github.com/rnet-dev/rnet/internal/stats"
 )
 
@@ -137,8 +138,8 @@ func measure(c *config) (*Report, error) {
 		fmt.Fprintf(os.Stderr, "== run %d of %d\n", run, c.runs)
 		// Interleave the transports at each size, so that a slow patch of
 		// the machine hurts them alike, and start each run with the next
-		// one: going first or right after another transport moved a
-		// transport's figure by several percent in the lab, and a fixed
+		// one: a transport's place in the order (first, or right after a
+		// given other) moves its figure (docs/performance.md), and a fixed
 		// order would put that into every run's ratio.
 		for _, group := range []struct {
 			sizes []int
@@ -159,7 +160,7 @@ func measure(c *config) (*Report, error) {
 					}
 					if err != nil {
 						series(&r.Series, t.transport, t.kind, size).Failures++
-						fmt.Fprintf(os.Stderr, "   %-13s %-10s %5s: FAILED: %v\n", t.transport, t.kind, sizeName(size), err)
+						fmt.Fprintf(os.Stderr, "   %-13s %-10s %5s: FAILED: %v\n", t.transport, t.kind, bytesize.Short(int64(size)), err)
 						continue
 					}
 					var parts []string
@@ -176,7 +177,7 @@ func measure(c *config) (*Report, error) {
 						s.Runs = append(s.Runs, v)
 						parts = append(parts, fmt.Sprintf("%s %s", k, fmtVal(v)))
 					}
-					fmt.Fprintf(os.Stderr, "   %-13s %5s: %s (%.1f s)\n", t.transport, sizeName(size), strings.Join(parts, ", "), time.Since(start).Seconds())
+					fmt.Fprintf(os.Stderr, "   %-13s %5s: %s (%.1f s)\n", t.transport, bytesize.Short(int64(size)), strings.Join(parts, ", "), time.Since(start).Seconds())
 				}
 			}
 		}

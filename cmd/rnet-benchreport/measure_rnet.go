@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rnet-dev/rnet/rnet"
+	"github.com/rnet-dev/rnet/internal/perfjson"
 )
 
 // rnetPerf measures rnet perf; env is added to both processes' environment
@@ -33,22 +33,17 @@ func rnetPerf(tcp bool, env ...string) measurer {
 		if err := srv.wait(); err != nil {
 			return nil, err
 		}
-		var res struct {
-			MBps        float64     `json:"MBps"`
-			Writes      float64     `json:"writes"`
-			CgoPerWrite float64     `json:"cgo_per_write"`
-			Stats       *rnet.Stats `json:"stats"`
-		}
+		var res perfjson.PerfResult
 		if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
 			return nil, fmt.Errorf("rnet perf output %q: %w", out, err)
 		}
 		vals := map[string]float64{Throughput: res.MBps}
-		if res.Writes > 0 && !tcp {
+		if writes := float64(res.Writes); writes > 0 && !tcp {
 			// The client's work per Write: a message of the stream.
-			vals[SyscallsPerMsg] = syscalls / res.Writes
+			vals[SyscallsPerMsg] = syscalls / writes
 			vals[CgoPerMsg] = res.CgoPerWrite
 			if res.Stats != nil {
-				vals[CompletionsPerMsg] = float64(res.Stats.SendCompletions+res.Stats.RecvCompletions) / res.Writes
+				vals[CompletionsPerMsg] = float64(res.Stats.SendCompletions+res.Stats.RecvCompletions) / writes
 			}
 		}
 		return vals, nil
@@ -76,10 +71,7 @@ func rnetPing(tcp bool, env ...string) measurer {
 		if err := srv.wait(); err != nil {
 			return nil, err
 		}
-		var res struct {
-			P50Us  float64 `json:"p50_us"`
-			MeanUs float64 `json:"mean_us"`
-		}
+		var res perfjson.PingResult
 		if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
 			return nil, fmt.Errorf("rnet ping output %q: %w", out, err)
 		}

@@ -5,8 +5,8 @@ import (
 	"image/color"
 	"io"
 	"math"
-	"strings"
 
+	"github.com/rnet-dev/rnet/internal/bytesize"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
@@ -134,7 +134,7 @@ func (r *Report) panel(kind string, sizes []int, ylabel string) *plot.Plot {
 	p.Y.Tick.Marker = plot.TickerFunc(decadeTicks)
 	var xt plot.ConstantTicks
 	for _, s := range sizes {
-		xt = append(xt, plot.Tick{Value: float64(s), Label: axisSize(s)})
+		xt = append(xt, plot.Tick{Value: float64(s), Label: bytesize.Format(uint64(s))})
 	}
 	p.X.Tick.Marker = xt
 	grid := plotter.NewGrid()
@@ -182,13 +182,4 @@ func tick(v float64) string {
 		return fmt.Sprintf("%gk", v/1e3)
 	}
 	return fmt.Sprintf("%g", v)
-}
-
-// axisSize is 64 B, 1 KiB, 1 MiB.
-func axisSize(n int) string {
-	s := sizeName(n)
-	if strings.HasSuffix(s, "K") || strings.HasSuffix(s, "M") {
-		return s + "iB"
-	}
-	return s + " B"
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/rnet-dev/rnet/internal/bytesize"
 )
 
 // Transports, in the order of tables and legends.
@@ -103,16 +105,6 @@ func (r *Report) extraMedian(transport, kind string) float64 {
 	return math.NaN()
 }
 
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dM", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dK", n>>10)
-	}
-	return fmt.Sprint(n)
-}
-
 func fmtVal(v float64) string {
 	switch {
 	case math.IsNaN(v):
@@ -159,7 +151,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, s := range r.Throughput {
 		rn, rp, rs, rb := r.get(RNet, Throughput, s), r.get(RNetPoll, Throughput, s), r.get(RStream, Throughput, s), r.get(RStreamBlock, Throughput, s)
 		ib, tc := r.get(Verbs, Throughput, s), r.get(TCP, Throughput, s)
-		rows = append(rows, []string{sizeName(s), fmtVal(rn), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc), "",
+		rows = append(rows, []string{bytesize.Short(int64(s)), fmtVal(rn), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc), "",
 			ratio(rn, rs), ratio(rn, rb), ratio(rp, rs), ratio(rn, ib), ratio(rn, tc)})
 	}
 	table(w, rows)
@@ -169,7 +161,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, s := range r.Latency {
 		rn, rp, rs, rb := r.get(RNet, Latency, s), r.get(RNetPoll, Latency, s), r.get(RStream, Latency, s), r.get(RStreamBlock, Latency, s)
 		p50, ib, tc := r.p50(RNet, s), r.p50(Verbs, s), r.p50(TCP, s)
-		rows = append(rows, []string{sizeName(s), fmtVal(rn), fmtVal(p50), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc), "",
+		rows = append(rows, []string{bytesize.Short(int64(s)), fmtVal(rn), fmtVal(p50), fmtVal(rp), fmtVal(rs), fmtVal(rb), fmtVal(ib), fmtVal(tc), "",
 			ratio(rn, rs), ratio(rn, rb), ratio(rp, rs), ratio(p50, ib), ratio(p50, tc)})
 	}
 	table(w, rows)
@@ -187,7 +179,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		if s.Failures > 0 {
 			what := s.Transport + " " + s.Kind
 			if s.Size > 0 {
-				what += " " + sizeName(s.Size)
+				what += " " + bytesize.Short(int64(s.Size))
 			}
 			fails = append(fails, fmt.Sprintf("%s: %d of %d runs failed", what, s.Failures, s.Failures+len(s.Runs)))
 		}
@@ -216,7 +208,7 @@ func (r *Report) writeWork(w io.Writer) {
 		rows[0] = append(rows[0], t+" syscalls/cgo/wc")
 	}
 	for _, s := range sizes {
-		row := []string{sizeName(s)}
+		row := []string{bytesize.Short(int64(s))}
 		for _, t := range transports {
 			var parts []string
 			for _, k := range workKinds {

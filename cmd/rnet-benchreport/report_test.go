@@ -127,7 +127,7 @@ func TestSVGIsWellFormed(t *testing.T) {
 	if lines != 3*len(transportOrder) || dashedLines != 3*len(dashed) {
 		t.Errorf("%d lines (%d dashed), want %d (%d)", lines, dashedLines, 3*len(transportOrder), 3*len(dashed))
 	}
-	for _, s := range []string{"throughput (MB/s)", "mean round trip (µs)", "message size (bytes per write)", "medians of 3 runs", "64KiB", "1MiB"} {
+	for _, s := range []string{"throughput (MB/s)", "mean round trip (µs)", "message size (bytes per write)", "medians of 3 runs", "64 KiB", "1 MiB"} {
 		if !strings.Contains(svg, s) {
 			t.Errorf("SVG lacks %q", s)
 		}

@@ -6,19 +6,6 @@ import (
 	"testing"
 )
 
-func TestParseByteSize(t *testing.T) {
-	for in, want := range map[string]int64{"64": 64, "4K": 4096, "4k": 4096, "64KiB": 64 << 10, "1M": 1 << 20, "1G": 1 << 30, "2GB": 2 << 30, "1T": 1 << 40, "0": 0} {
-		if got, err := parseByteSize(in); err != nil || got != want {
-			t.Errorf("parseByteSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "K", "-1", "1X", "1.5G", "99999999999T"} {
-		if got, err := parseByteSize(in); err == nil {
-			t.Errorf("parseByteSize(%q) = %d, want an error", in, got)
-		}
-	}
-}
-
 // TestSizesWithSuffixes: perf and ping take sizes as iperf3 does.
 func TestSizesWithSuffixes(t *testing.T) {
 	o, err := parsePerf([]string{"-c", "10.0.0.2", "-size", "4K", "-n", "1G"}, &bytes.Buffer{})

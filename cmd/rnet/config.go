@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/bytesize"
 	"github.com/rnet-dev/rnet/rnet"
 )
 
@@ -42,7 +43,7 @@ func rdmaConfig() *rnet.Config {
 		}
 	}
 	if v := os.Getenv("RNET_BUFFER_SIZE"); v != "" {
-		n, err := parseByteSize(v)
+		n, err := bytesize.Parse(v)
 		if err != nil || n <= 0 || n > maxBuffer {
 			fmt.Fprintf(os.Stderr, "rnet: ignoring RNET_BUFFER_SIZE=%q: want a number of bytes up to 1G\n", v)
 		} else {

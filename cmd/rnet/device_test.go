@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/perfjson"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 )
 
@@ -74,7 +75,7 @@ func TestRXEPerfAndPing(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("rnet perf -c: exit %d: %s", code, errs)
 	}
-	var pr PerfResult
+	var pr perfjson.PerfResult
 	if err := json.Unmarshal([]byte(out), &pr); err != nil || pr.Transport != "rdma" || pr.Bytes != 2000000 || pr.MBps <= 0 || pr.Stats == nil || pr.Stats.BytesWritten != 2000000+helloLen {
 		t.Fatalf("perf result %q: %+v, %v", out, pr, err)
 	}
@@ -99,7 +100,7 @@ func TestRXEPerfAndPing(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("rnet ping: exit %d: %s", code, errs)
 	}
-	var pg PingResult
+	var pg perfjson.PingResult
 	if err := json.Unmarshal([]byte(out), &pg); err != nil || pg.Count != 200 || pg.Size != 64 || pg.P50Us <= 0 || pg.P99Us < pg.P50Us {
 		t.Fatalf("ping result %q: %+v, %v", out, pg, err)
 	}
@@ -201,7 +202,7 @@ func TestRXEPerfParallelAndReverse(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("rnet perf -c -P 4: exit %d: %s %s", code, out, errs)
 	}
-	var r PerfResult
+	var r perfjson.PerfResult
 	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Transport != "rdma" || r.Parallel != 4 || len(r.Streams) != 4 || r.Bytes != 4<<20 || r.CgoPerWrite <= 0 {
 		t.Fatalf("perf -P 4 result %q: %+v, %v", out, r, err)
 	}
@@ -222,11 +223,11 @@ func TestRXEPerfParallelAndReverse(t *testing.T) {
 		}
 	}
 	for i, line := range lines[:4] {
-		if !strings.HasPrefix(line, fmt.Sprintf("[%3d] rdma perf from ", i+1)) || !strings.Contains(line, "1.0 MiB") {
+		if !strings.HasPrefix(line, fmt.Sprintf("[%3d] rdma perf from ", i+1)) || !strings.Contains(line, "1 MiB") {
 			t.Errorf("server stream line %q", line)
 		}
 	}
-	if !strings.HasPrefix(lines[4], "[SUM] 4 streams, rdma perf from "+p.Client.String()+":") || !strings.Contains(lines[4], "4.0 MiB") {
+	if !strings.HasPrefix(lines[4], "[SUM] 4 streams, rdma perf from "+p.Client.String()+":") || !strings.Contains(lines[4], "4 MiB") {
 		t.Errorf("server sum line %q", lines[4])
 	}
 
@@ -234,7 +235,7 @@ func TestRXEPerfParallelAndReverse(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("rnet perf -c -R: exit %d: %s %s", code, out, errs)
 	}
-	r = PerfResult{} // a fresh one: Unmarshal leaves fields the JSON lacks
+	r = perfjson.PerfResult{} // a fresh one: Unmarshal leaves fields the JSON lacks
 	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Transport != "rdma" || !r.Reverse || r.Bytes != 2<<20 || r.Reads == 0 || r.CgoPerRead <= 0 ||
 		r.Stats == nil || r.Stats.BytesRead != 2<<20 {
 		t.Fatalf("perf -R result %q: %+v, %v", out, r, err)
@@ -242,7 +243,7 @@ func TestRXEPerfParallelAndReverse(t *testing.T) {
 	checkIntervals(t, r)
 	select {
 	case line := <-srv.lines:
-		if !strings.HasPrefix(line, "rdma perf -R from ") || !strings.Contains(line, "2.0 MiB") || !strings.Contains(line, "cgo calls/write") {
+		if !strings.HasPrefix(line, "rdma perf -R from ") || !strings.Contains(line, "2 MiB") || !strings.Contains(line, "cgo calls/write") {
 			t.Errorf("server -R line %q", line)
 		}
 	case <-time.After(time.Minute):

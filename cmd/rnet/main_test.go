@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/perfjson"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/rnet"
 )
@@ -164,11 +165,11 @@ func TestDevicesJSON(t *testing.T) {
 
 func TestPerfJSON(t *testing.T) {
 	var out bytes.Buffer
-	r := PerfResult{Test: "perf", Transport: "tcp", Size: 64, Writes: 2, Bytes: 128, Seconds: 1, MBps: 0.000128}
+	r := perfjson.PerfResult{Test: "perf", Transport: "tcp", Size: 64, Writes: 2, Bytes: 128, Seconds: 1, MBps: 0.000128}
 	if err := printPerf(&out, true, r); err != nil {
 		t.Fatal(err)
 	}
-	var back PerfResult
+	var back perfjson.PerfResult
 	if err := json.Unmarshal(out.Bytes(), &back); err != nil || !reflect.DeepEqual(back, r) {
 		t.Errorf("JSON round trip = %+v, %v (from %s)", back, err, out.String())
 	}
@@ -205,7 +206,7 @@ func TestLoopbackTCP(t *testing.T) {
 	if code := run([]string{"perf", "-c", addr, "-tcp", "-n", "3000000", "-size", "1000", "--json", "-i", "1ms"}, &out, &errb); code != 0 {
 		t.Fatalf("perf exit %d: %s", code, errb.String())
 	}
-	var pr PerfResult
+	var pr perfjson.PerfResult
 	if err := json.Unmarshal(out.Bytes(), &pr); err != nil || pr.Bytes != 3000000 || pr.Writes != 3000 || pr.MBps <= 0 {
 		t.Fatalf("perf result %s: %+v, %v", out.String(), pr, err)
 	}
@@ -213,7 +214,7 @@ func TestLoopbackTCP(t *testing.T) {
 	if code := run([]string{"ping", addr, "-tcp", "-n", "20", "-warmup", "2", "-size", "100", "--json"}, &out, &errb); code != 0 {
 		t.Fatalf("ping exit %d: %s", code, errb.String())
 	}
-	var pg PingResult
+	var pg perfjson.PingResult
 	if err := json.Unmarshal(out.Bytes(), &pg); err != nil || pg.Count != 20 || pg.P50Us <= 0 || pg.P99Us < pg.P50Us {
 		t.Fatalf("ping result %s: %+v, %v", out.String(), pg, err)
 	}
@@ -225,7 +226,7 @@ func TestLoopbackTCP(t *testing.T) {
 // Over rdma a round trip that never parked says so: 0 is a figure, not a
 // missing one.
 func TestPingJSONKeepsZeroCounts(t *testing.T) {
-	b, err := json.Marshal(PingResult{Transport: "rdma", CgoPerTrip: ptr(1.5), SpinsPerTrip: ptr(0.0), ParksPerTrip: ptr(0.0)})
+	b, err := json.Marshal(perfjson.PingResult{Transport: "rdma", CgoPerTrip: ptr(1.5), SpinsPerTrip: ptr(0.0), ParksPerTrip: ptr(0.0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +374,7 @@ func TestFallbackWithoutDevice(t *testing.T) {
 	if code := run([]string{"perf", "-c", srv.addr, "-fallback", "-n", "100000", "-size", "1000", "--json", "-q"}, &out, &errb); code != 0 {
 		t.Fatalf("perf exit %d: %s", code, errb.String())
 	}
-	var pr PerfResult
+	var pr perfjson.PerfResult
 	if err := json.Unmarshal(out.Bytes(), &pr); err != nil || pr.Transport != "tcp" || pr.Fallback != rnet.FallbackNoDevice.String() {
 		t.Fatalf("perf -fallback result %s: %+v, %v; want transport tcp, fallback %q", out.String(), pr, err, rnet.FallbackNoDevice)
 	}

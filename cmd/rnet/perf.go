@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/perfjson"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/rnet"
 )
@@ -142,7 +143,7 @@ func runPerf(o perfOpts, stdout, stderr io.Writer) error {
 		}
 		return printPerf(stdout, o.json, r)
 	}
-	sw := SweepResult{Test: "perf-sweep", Reverse: o.reverse, Parallel: o.parallel}
+	sw := perfjson.SweepResult{Test: "perf-sweep", Reverse: o.reverse, Parallel: o.parallel}
 	if !o.json {
 		printSweepHeader(stdout, o)
 	}
@@ -176,7 +177,7 @@ type perfStream struct {
 }
 
 // perfTest runs one test of -P streams at one write size.
-func perfTest(o perfOpts, size int, cfg *rnet.Config, stderr io.Writer, progress bool) (PerfResult, error) {
+func perfTest(o perfOpts, size int, cfg *rnet.Config, stderr io.Writer, progress bool) (perfjson.PerfResult, error) {
 	streams := make([]*perfStream, o.parallel)
 	defer func() {
 		for _, s := range streams {
@@ -189,7 +190,7 @@ func perfTest(o perfOpts, size int, cfg *rnet.Config, stderr io.Writer, progress
 	for i := range streams {
 		c, err := dial(o.tcp, o.fallback, o.addr, o.from, cfg)
 		if err != nil {
-			return PerfResult{}, streamErr(i, o.parallel, "dial", err)
+			return perfjson.PerfResult{}, streamErr(i, o.parallel, "dial", err)
 		}
 		streams[i] = &perfStream{c: c}
 	}
@@ -206,7 +207,7 @@ func perfTest(o perfOpts, size int, cfg *rnet.Config, stderr io.Writer, progress
 			}
 		}
 		if _, err := s.c.Write(h.encode()); err != nil {
-			return PerfResult{}, streamErr(i, o.parallel, "hello", err)
+			return perfjson.PerfResult{}, streamErr(i, o.parallel, "hello", err)
 		}
 	}
 	start := time.Now()
@@ -242,7 +243,7 @@ func perfTest(o perfOpts, size int, cfg *rnet.Config, stderr io.Writer, progress
 	cgo := verbs.CgoCalls() - cgo0
 	intervals := m.stop()
 	if i, err := firstCause(errs); err != nil {
-		return PerfResult{}, streamErr(i, o.parallel, "", err)
+		return perfjson.PerfResult{}, streamErr(i, o.parallel, "", err)
 	}
 	return perfResult(o, size, start, streams, intervals, cgo), nil
 }
@@ -351,9 +352,9 @@ func (s *perfStream) receive(size int) error {
 	return nil
 }
 
-func perfResult(o perfOpts, size int, start time.Time, streams []*perfStream, intervals []Interval, cgo uint64) PerfResult {
+func perfResult(o perfOpts, size int, start time.Time, streams []*perfStream, intervals []perfjson.Interval, cgo uint64) perfjson.PerfResult {
 	c := streams[0].c
-	r := PerfResult{
+	r := perfjson.PerfResult{
 		Test: "perf", Server: c.RemoteAddr().String(), Local: c.LocalAddr().String(),
 		Size: size, Reverse: o.reverse, Intervals: intervals,
 	}
@@ -367,7 +368,7 @@ func perfResult(o perfOpts, size int, start time.Time, streams []*perfStream, in
 		calls += s.calls
 		r.Bytes += s.moved.Load()
 		if len(streams) > 1 {
-			sr := StreamResult{Stream: i + 1, Local: s.c.LocalAddr().String(), Bytes: s.moved.Load(), Seconds: s.end.Sub(start).Seconds()}
+			sr := perfjson.StreamResult{Stream: i + 1, Local: s.c.LocalAddr().String(), Bytes: s.moved.Load(), Seconds: s.end.Sub(start).Seconds()}
 			sr.MBps = mbps(sr.Bytes, sr.Seconds)
 			if rc, ok := s.c.(*rnet.Conn); ok {
 				st := rc.Stats()

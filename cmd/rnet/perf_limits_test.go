@@ -287,8 +287,8 @@ func TestPerfServerCapsTotals(t *testing.T) {
 		waitClosed(t, perf, "a perf stream whose read buffer passes -max-buffered")
 		s.waitServed(t, 2)
 		for _, want := range []string{
-			"refused: ping messages of 200.0 KiB would pass the 300.0 KiB this server buffers for the clients it serves at once (-max-buffered; 200.0 KiB held now)",
-			"refused: a read buffer of 256.0 KiB would pass the 300.0 KiB this server buffers",
+			"refused: ping messages of 200 KiB would pass the 300 KiB this server buffers for the clients it serves at once (-max-buffered; 200 KiB held now)",
+			"refused: a read buffer of 256 KiB would pass the 300 KiB this server buffers",
 		} {
 			if !strings.Contains(s.errs.String(), want) {
 				t.Errorf("stderr lacks %q:\n%s", want, s.errs.String())

@@ -8,67 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rnet-dev/rnet/rnet"
+	"github.com/rnet-dev/rnet/internal/bytesize"
+	"github.com/rnet-dev/rnet/internal/perfjson"
 )
-
-// PerfResult is the summary of `rnet perf -c`, and its --json form. With
-// -P its figures are the sum of the streams', each also in Streams.
-type PerfResult struct {
-	Test        string         `json:"test"` // "perf"
-	Transport   string         `json:"transport"`
-	Fallback    string         `json:"fallback,omitempty"` // why TCP, when it fell back from RDMA
-	Server      string         `json:"server"`
-	Local       string         `json:"local"`
-	Reverse     bool           `json:"reverse,omitempty"`  // -R: the server sent
-	Parallel    int            `json:"parallel,omitempty"` // -P, when more than one stream
-	Size        int            `json:"size"`
-	Writes      int64          `json:"writes,omitempty"`
-	Reads       int64          `json:"reads,omitempty"` // -R: the client's Read calls
-	Bytes       int64          `json:"bytes"`
-	Seconds     float64        `json:"seconds"`
-	MBps        float64        `json:"MBps"` // 10^6 bytes per second
-	Gbps        float64        `json:"Gbps"`
-	CgoPerWrite float64        `json:"cgo_per_write,omitempty"`
-	CgoPerRead  float64        `json:"cgo_per_read,omitempty"`
-	Stats       *rnet.Stats    `json:"stats,omitempty"` // one stream's; with -P in Streams
-	Streams     []StreamResult `json:"streams,omitempty"`
-	Intervals   []Interval     `json:"intervals"`
-}
-
-// StreamResult is one stream of a -P test.
-type StreamResult struct {
-	Stream  int         `json:"stream"` // from 1
-	Local   string      `json:"local"`
-	Bytes   int64       `json:"bytes"`
-	Seconds float64     `json:"seconds"`
-	MBps    float64     `json:"MBps"`
-	Stats   *rnet.Stats `json:"stats,omitempty"`
-}
-
-// Interval is what moved in one -i interval (the last one is shorter), in
-// all and, with -P, per stream.
-type Interval struct {
-	Start   float64          `json:"start"` // seconds since the test started
-	End     float64          `json:"end"`
-	Bytes   int64            `json:"bytes"`
-	MBps    float64          `json:"MBps"`
-	Streams []StreamInterval `json:"streams,omitempty"`
-}
-
-// StreamInterval is one stream's part of an Interval.
-type StreamInterval struct {
-	Stream int     `json:"stream"`
-	Bytes  int64   `json:"bytes"`
-	MBps   float64 `json:"MBps"`
-}
-
-// SweepResult is `rnet perf -c -a --json`: one test per size.
-type SweepResult struct {
-	Test     string       `json:"test"` // "perf-sweep"
-	Reverse  bool         `json:"reverse,omitempty"`
-	Parallel int          `json:"parallel"`
-	Results  []PerfResult `json:"results"`
-}
 
 func writeJSON(w io.Writer, v any) error {
 	return json.NewEncoder(w).Encode(v)
@@ -81,12 +23,12 @@ func direction(reverse bool) string {
 	return "->"
 }
 
-func printPerf(w io.Writer, asJSON bool, r PerfResult) error {
+func printPerf(w io.Writer, asJSON bool, r perfjson.PerfResult) error {
 	if asJSON {
 		return writeJSON(w, r)
 	}
 	for _, s := range r.Streams {
-		fmt.Fprintf(w, "[%3d] %s %s %s: %s in %.2f s = %.1f MB/s\n", s.Stream, s.Local, direction(r.Reverse), r.Server, human(s.Bytes), s.Seconds, s.MBps)
+		fmt.Fprintf(w, "[%3d] %s %s %s: %s in %.2f s = %.1f MB/s\n", s.Stream, s.Local, direction(r.Reverse), r.Server, bytesize.Format(uint64(s.Bytes)), s.Seconds, s.MBps)
 	}
 	calls, what := r.Writes, "writes"
 	if r.Reverse {
@@ -97,7 +39,7 @@ func printPerf(w io.Writer, asJSON bool, r PerfResult) error {
 		prefix = fmt.Sprintf("[SUM] %d streams, ", r.Parallel)
 	}
 	fmt.Fprintf(w, "%s%s %s %s %s: %d %s of %d B, %s in %.2f s = %.1f MB/s (%.3f Gb/s)",
-		prefix, withFallback(r.Transport, r.Fallback), r.Local, direction(r.Reverse), r.Server, calls, what, r.Size, human(r.Bytes), r.Seconds, r.MBps, r.Gbps)
+		prefix, withFallback(r.Transport, r.Fallback), r.Local, direction(r.Reverse), r.Server, calls, what, r.Size, bytesize.Format(uint64(r.Bytes)), r.Seconds, r.MBps, r.Gbps)
 	if r.CgoPerWrite > 0 {
 		fmt.Fprintf(w, ", %.2f cgo calls/write", r.CgoPerWrite)
 	}
@@ -114,13 +56,13 @@ func printPerf(w io.Writer, asJSON bool, r PerfResult) error {
 func printSweepHeader(w io.Writer, o perfOpts) {
 	what := fmt.Sprintf("for %v", o.duration)
 	if o.bytes > 0 {
-		what = human(o.bytes)
+		what = bytesize.Format(uint64(o.bytes))
 	}
 	fmt.Fprintf(w, "sweep %s %s, %d stream(s), %s per size\n", direction(o.reverse), o.addr, o.parallel, what)
 	fmt.Fprintf(w, "%10s %12s %12s %10s %12s %12s\n", "size", "calls", "bytes", "seconds", "MB/s", "Gb/s")
 }
 
-func printSweepLine(w io.Writer, r PerfResult) {
+func printSweepLine(w io.Writer, r perfjson.PerfResult) {
 	fmt.Fprintf(w, "%10d %12d %12d %10.3f %12.2f %12.4f\n", r.Size, r.Writes+r.Reads, r.Bytes, r.Seconds, r.MBps, r.Gbps)
 }
 
@@ -137,7 +79,7 @@ type meter struct {
 	print   bool
 	tty     bool
 	w       io.Writer
-	records []Interval
+	records []perfjson.Interval
 	stopc   chan struct{}
 	done    chan struct{}
 }
@@ -168,7 +110,7 @@ func (m *meter) run(every time.Duration) {
 
 // stop ends the meter, records the last (shorter) interval and returns
 // every interval's record.
-func (m *meter) stop() []Interval {
+func (m *meter) stop() []perfjson.Interval {
 	close(m.stopc)
 	<-m.done
 	if m.tty {
@@ -199,13 +141,13 @@ func (m *meter) record(now time.Time) {
 	// last interval's end (a late tick, or a clock read on another CPU).
 	now = later(now, m.lastT)
 	secs := now.Sub(m.lastT).Seconds()
-	iv := Interval{Start: m.lastT.Sub(m.start).Seconds(), End: now.Sub(m.start).Seconds()}
+	iv := perfjson.Interval{Start: m.lastT.Sub(m.start).Seconds(), End: now.Sub(m.start).Seconds()}
 	for i, s := range m.streams {
 		n := s.moved.Load()
 		d := n - m.last[i]
 		iv.Bytes += d
 		if len(m.streams) > 1 {
-			iv.Streams = append(iv.Streams, StreamInterval{Stream: i + 1, Bytes: d, MBps: mbps(d, secs)})
+			iv.Streams = append(iv.Streams, perfjson.StreamInterval{Stream: i + 1, Bytes: d, MBps: mbps(d, secs)})
 		}
 		m.last[i] = n
 	}
@@ -217,7 +159,7 @@ func (m *meter) record(now time.Time) {
 	}
 }
 
-func (m *meter) printInterval(iv Interval) {
+func (m *meter) printInterval(iv perfjson.Interval) {
 	var total int64
 	for _, n := range m.last {
 		total += n
@@ -226,14 +168,14 @@ func (m *meter) printInterval(iv Interval) {
 	if m.reverse {
 		verb = "received"
 	}
-	sum := fmt.Sprintf("[%6.1fs] %10s %s  %8.1f MB/s now  %8.1f MB/s average", iv.End, human(total), verb, iv.MBps, mbps(total, iv.End))
+	sum := fmt.Sprintf("[%6.1fs] %10s %s  %8.1f MB/s now  %8.1f MB/s average", iv.End, bytesize.Format(uint64(total)), verb, iv.MBps, mbps(total, iv.End))
 	if m.tty {
 		fmt.Fprint(m.w, "\r\033[K"+sum)
 		return
 	}
 	var b strings.Builder
 	for _, s := range iv.Streams {
-		fmt.Fprintf(&b, "[%6.1fs] [%3d] %10s %s  %8.1f MB/s now\n", iv.End, s.Stream, human(m.last[s.Stream-1]), verb, s.MBps)
+		fmt.Fprintf(&b, "[%6.1fs] [%3d] %10s %s  %8.1f MB/s now\n", iv.End, s.Stream, bytesize.Format(uint64(m.last[s.Stream-1])), verb, s.MBps)
 	}
 	if len(iv.Streams) > 0 {
 		sum = strings.Replace(sum, "] ", "] [SUM] ", 1)
@@ -249,16 +191,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

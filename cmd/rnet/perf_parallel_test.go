@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/perfjson"
 )
 
 // server is `rnet perf -s` run in this process, with its output lines.
@@ -84,7 +86,7 @@ func runJSON(t *testing.T, v any, args ...string) {
 
 // checkIntervals: the intervals tile the test from 0 and add up to its
 // bytes, and with -P each one's streams add up to it.
-func checkIntervals(t *testing.T, r PerfResult) {
+func checkIntervals(t *testing.T, r perfjson.PerfResult) {
 	t.Helper()
 	if len(r.Intervals) == 0 {
 		t.Fatalf("no intervals in %+v", r)
@@ -116,7 +118,7 @@ func checkIntervals(t *testing.T, r PerfResult) {
 // server reports them as one test with four streams.
 func TestPerfParallelTCP(t *testing.T) {
 	srv := serveInProcess(t, "perf", "-s", "127.0.0.1:0", "-tcp", "-once", "--json")
-	var r PerfResult
+	var r perfjson.PerfResult
 	runJSON(t, &r, "perf", "-c", srv.addr, "-tcp", "-P", "4", "-n", "3000001", "-size", "1000", "--json", "-i", "1ms", "-q")
 	if r.Parallel != 4 || len(r.Streams) != 4 || r.Bytes != 3000001 || r.Writes != 3001 || r.MBps <= 0 {
 		t.Fatalf("result %+v", r)
@@ -146,13 +148,13 @@ func TestPerfParallelTCP(t *testing.T) {
 // and both ends count the same.
 func TestPerfReverseTCP(t *testing.T) {
 	srv := startCmd(t, "perf", "-s", "127.0.0.1:0", "-tcp")
-	var r PerfResult
+	var r perfjson.PerfResult
 	runJSON(t, &r, "perf", "-c", srv.addr, "-tcp", "-R", "-n", "2000000", "-size", "4K", "--json", "-q")
 	if !r.Reverse || r.Bytes != 2000000 || r.Reads == 0 || r.Writes != 0 || r.Size != 4096 {
 		t.Fatalf("result %+v", r)
 	}
 	checkIntervals(t, r)
-	r = PerfResult{} // a fresh one: Unmarshal leaves fields the JSON lacks
+	r = perfjson.PerfResult{} // a fresh one: Unmarshal leaves fields the JSON lacks
 	runJSON(t, &r, "perf", "-c", srv.addr, "-tcp", "-R", "-t", "20ms", "-P", "2", "--json", "-q")
 	if !r.Reverse || r.Bytes <= 0 || r.Parallel != 2 || r.Streams[0].Bytes <= 0 || r.Streams[1].Bytes <= 0 {
 		t.Fatalf("result %+v", r)
@@ -170,7 +172,7 @@ func TestPerfReverseTCP(t *testing.T) {
 // TestPerfSweepTCP: -a runs one test per power of two from 2 B to 8 MiB.
 func TestPerfSweepTCP(t *testing.T) {
 	srv := startCmd(t, "perf", "-s", "127.0.0.1:0", "-tcp")
-	var sw SweepResult
+	var sw perfjson.SweepResult
 	runJSON(t, &sw, "perf", "-c", srv.addr, "-tcp", "-a", "-n", "4096", "--json")
 	if sw.Test != "perf-sweep" || len(sw.Results) != 23 {
 		t.Fatalf("sweep of %d results: %+v", len(sw.Results), sw)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/bytesize"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/rnet"
 )
@@ -142,7 +143,7 @@ func (s *perfServer) admit(c net.Conn) (admitted, closing bool) {
 		why = fmt.Sprintf("%d connections are open, the most this server serves at once (-max-conns)", len(s.conns))
 	case !s.pinned.take(pinned):
 		why = fmt.Sprintf("its rings may pin %s, and the RDMA connections served now may pin %s of the %s they may pin together (-max-pinned)",
-			human(pinned), human(s.pinned.held()), human(s.pinned.size))
+			bytesize.Format(uint64(pinned)), bytesize.Format(uint64(s.pinned.held())), bytesize.Format(uint64(s.pinned.size)))
 	default:
 		s.conns[c] = pinned
 		s.wg.Add(1)
@@ -333,7 +334,7 @@ func receiveAll(c net.Conn, guard *connGuard, buffered *byteBudget, res *ServerR
 // server buffers for its clients together.
 func refusedBuffer(what string, size int64, buffered *byteBudget, hint string) error {
 	return fmt.Errorf("refused: %s of %s would pass the %s this server buffers for the clients it serves at once (-max-buffered; %s held now); try again when fewer are running%s",
-		what, human(size), human(buffered.size), human(buffered.held()), hint)
+		what, bytesize.Format(uint64(size)), bytesize.Format(uint64(buffered.size)), bytesize.Format(uint64(buffered.held())), hint)
 }
 
 // sendAll sends a -R client what its hello asks through w, half-closes c,
@@ -435,7 +436,7 @@ func serverLine(res ServerResult, prefix string) string {
 	if res.Reverse {
 		test += " -R"
 	}
-	line := fmt.Sprintf("%s%s %s from %s: %d B messages, %s in %.2f s", prefix, withFallback(res.Transport, res.Fallback), test, res.Client, res.Size, human(res.Bytes), res.Seconds)
+	line := fmt.Sprintf("%s%s %s from %s: %d B messages, %s in %.2f s", prefix, withFallback(res.Transport, res.Fallback), test, res.Client, res.Size, bytesize.Format(uint64(res.Bytes)), res.Seconds)
 	if res.Stats != nil {
 		calls, what := res.Reads, "read"
 		if res.Reverse {

@@ -10,14 +10,16 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/perfjson"
 )
 
 // TestPerfDurationEndsAfterTheWriteThatCrossesIt: perf -c -t stops at the
-// first Write that ends past the duration, whatever the write size (it used
-// to look at the clock every 16 writes: 16 x 64 MiB before a first look).
-// The server says -t has passed (the client's clock, injected) before it
-// reads a byte, so the first 16 MiB write, which the sockets' buffers cannot
-// hold, ends after it.
+// first Write that ends past the duration, whatever the write size, since a
+// look at the clock only every few writes lets large writes run far past
+// it. The server says -t has passed (the client's clock, injected) before
+// it reads a byte, so the first 16 MiB write, which the sockets' buffers
+// cannot hold, ends after it.
 func TestPerfDurationEndsAfterTheWriteThatCrossesIt(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -46,7 +48,7 @@ func TestPerfDurationEndsAfterTheWriteThatCrossesIt(t *testing.T) {
 	if err := runPerf(o, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	var r PerfResult
+	var r perfjson.PerfResult
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}

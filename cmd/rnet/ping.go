@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/perfjson"
 	"github.com/rnet-dev/rnet/internal/stats"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/rnet"
@@ -73,31 +74,6 @@ func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
 		return o, usageErr(stderr, "ping: %v", err)
 	}
 	return o, nil
-}
-
-// PingResult is the summary of `rnet ping`; times are round trips in µs.
-type PingResult struct {
-	Test      string  `json:"test"` // "ping"
-	Transport string  `json:"transport"`
-	Fallback  string  `json:"fallback,omitempty"` // why TCP, when it fell back from RDMA
-	Server    string  `json:"server"`
-	Local     string  `json:"local"`
-	Size      int     `json:"size"`
-	Count     int     `json:"count"`
-	MinUs     float64 `json:"min_us"`
-	P50Us     float64 `json:"p50_us"`
-	P90Us     float64 `json:"p90_us"`
-	P99Us     float64 `json:"p99_us"`
-	MaxUs     float64 `json:"max_us"`
-	MeanUs    float64 `json:"mean_us"`
-	// The rest is measured on rdma only, and absent over TCP; over rdma a
-	// zero is reported, since no parks at all is worth knowing.
-	CgoPerTrip *float64 `json:"cgo_per_round_trip,omitempty"`
-	// Client-side waits per round trip: spins, and parks (each a wakeup
-	// through the netpoller, which costs far more than a spin under
-	// emulation).
-	SpinsPerTrip *float64 `json:"spins_per_round_trip,omitempty"`
-	ParksPerTrip *float64 `json:"parks_per_round_trip,omitempty"`
 }
 
 func runPing(o pingOpts, stdout, stderr io.Writer) error {
@@ -173,8 +149,8 @@ func runPing(o pingOpts, stdout, stderr io.Writer) error {
 	return err
 }
 
-func summarize(rtt []time.Duration) PingResult {
-	r := PingResult{Test: "ping", Count: len(rtt)}
+func summarize(rtt []time.Duration) perfjson.PingResult {
+	r := perfjson.PingResult{Test: "ping", Count: len(rtt)}
 	if len(rtt) == 0 {
 		return r
 	}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/bytesize"
 	"github.com/rnet-dev/rnet/rnet"
 )
 
@@ -218,7 +219,7 @@ func runScaleClient(o scaleOpts, stdout, stderr io.Writer) error {
 	busy := spread(held, o.busy)
 	res.BusyConns, res.BusyBytes = len(busy), o.busyBytes
 	if len(busy) > 0 {
-		fmt.Fprintf(stderr, "rnet scale: %d connections stream %s each\n", len(busy), human(o.busyBytes))
+		fmt.Fprintf(stderr, "rnet scale: %d connections stream %s each\n", len(busy), bytesize.Format(uint64(o.busyBytes)))
 		secs, err := streamBusy(busy, o.busyBytes)
 		if err != nil {
 			// The line still says what the idle connections cost.

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/bytesize"
 	"github.com/rnet-dev/rnet/rnet"
 )
 
@@ -249,7 +250,7 @@ func (s *scaleServer) control(ctl net.Conn) error {
 			} else {
 				rep.Figures = &f
 				s.logf("rnet scale: holding %d connections: %s pinned in %d MRs, %d CQs, %d fds, %d threads\n",
-					f.Conns, human(f.Status.PinnedBytes), f.MRs, f.CQs, f.FDs, f.Status.Threads)
+					f.Conns, bytesize.Format(uint64(f.Status.PinnedBytes)), f.MRs, f.CQs, f.FDs, f.Status.Threads)
 			}
 		case "done":
 			return enc.Encode(rep)

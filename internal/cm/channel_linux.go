@@ -22,12 +22,9 @@ type EventChannel struct {
 	c    *C.struct_rdma_event_channel
 	poll *verbs.PollFD
 
-	mu     sync.Mutex
-	ids    int // live IDs on the channel; it is destroyed only when none remain
-	closed bool
-	// pollClosed: PollFD.Shutdown has returned, so no Next callback still
-	// uses c; only then may c be destroyed.
-	pollClosed bool
+	mu    sync.Mutex
+	ids   int                // live IDs on the channel; it is destroyed only when none remain; under mu
+	state verbs.ChannelClose // under mu
 }
 
 // NewEventChannel creates an event channel. Without an RDMA device it fails
@@ -66,7 +63,7 @@ func (ch *EventChannel) Next(ctx context.Context) (Event, error) {
 			errno C.int
 		)
 		err := ch.poll.Wait(ctx, func() bool {
-			// ch.c is destroyed only after PollFD.Shutdown (pollClosed), which waits
+			// ch.c is destroyed only after PollFD.Shutdown (WaitersGone), which waits
 			// for running callbacks.
 			verbs.CountCgoCall()
 			errno = C.rnet_get_cm_event(ch.c, &ev)
@@ -137,26 +134,14 @@ func (ch *EventChannel) SetDeadline(t time.Time) error {
 // once the last ID on it is closed (librdmacm requires that). It is
 // idempotent.
 func (ch *EventChannel) Close() error {
-	ch.mu.Lock()
-	if ch.closed {
-		ch.mu.Unlock()
-		return nil
-	}
-	ch.closed = true
-	ch.mu.Unlock()
-	ch.poll.Shutdown()
-	ch.mu.Lock()
-	ch.pollClosed = true
-	ch.destroyIfUnusedLocked()
-	ch.mu.Unlock()
-	return nil
+	return ch.state.Close(&ch.mu, ch.poll, ch.destroyIfUnusedLocked)
 }
 
 // addID counts a new ID on the channel, unless the channel is closed.
 func (ch *EventChannel) addID() bool {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if ch.closed {
+	if ch.state.Closed() {
 		return false
 	}
 	ch.ids++
@@ -170,8 +155,10 @@ func (ch *EventChannel) removeID() {
 	ch.destroyIfUnusedLocked()
 }
 
-func (ch *EventChannel) destroyIfUnusedLocked() {
-	if ch.pollClosed && ch.ids == 0 && ch.c != nil {
+// destroyIfUnusedLocked destroys the C channel once it is closed, unwaited
+// and without IDs. librdmacm reports no error from it.
+func (ch *EventChannel) destroyIfUnusedLocked() error {
+	if ch.state.WaitersGone() && ch.ids == 0 && ch.c != nil {
 		// The PollFD owns the fd, which every id on the channel wrote its
 		// commands to: librdmacm must not close it too.
 		ch.c.fd = -1
@@ -180,6 +167,7 @@ func (ch *EventChannel) destroyIfUnusedLocked() {
 		C.rdma_destroy_event_channel(ch.c)
 		ch.c = nil
 	}
+	return nil
 }
 
 func errnoOr(err error, def syscall.Errno) syscall.Errno {

@@ -30,13 +30,10 @@ type CompChannel struct {
 	poll *PollFD
 	dev  string
 
-	mu     sync.Mutex
-	cqs    map[C.uintptr_t]*CQ // live CQs on this channel by handle, to turn an event into a *CQ
-	closed bool
-	// pollClosed: PollFD.Shutdown has returned, so no Wait callback still
-	// uses c; only then may c be destroyed.
-	pollClosed bool
-	sole       atomic.Bool // len(cqs) == 1, read without mu on the hot path
+	mu    sync.Mutex
+	cqs   map[C.uintptr_t]*CQ // live CQs on this channel by handle, to turn an event into a *CQ; under mu
+	state ChannelClose        // under mu
+	sole  atomic.Bool         // len(cqs) == 1, read without mu on the hot path
 }
 
 // NewCompChannel creates a completion channel and prepares its fd for
@@ -192,22 +189,11 @@ func (ch *CompChannel) SetDeadline(t time.Time) error {
 // destroyed once its last CQ is closed, because libibverbs refuses to destroy
 // a channel that CQs still use. It is idempotent.
 func (ch *CompChannel) Close() error {
-	ch.mu.Lock()
-	if ch.closed {
-		ch.mu.Unlock()
-		return nil
-	}
-	ch.closed = true
-	ch.mu.Unlock()
-	ch.poll.Shutdown()
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	ch.pollClosed = true
-	return ch.destroyIfUnusedLocked()
+	return ch.state.Close(&ch.mu, ch.poll, ch.destroyIfUnusedLocked)
 }
 
 func (ch *CompChannel) destroyIfUnusedLocked() error {
-	if !ch.pollClosed || len(ch.cqs) != 0 || ch.c == nil {
+	if !ch.state.WaitersGone() || len(ch.cqs) != 0 || ch.c == nil {
 		return nil
 	}
 	// The PollFD owns the fd: libibverbs must not close it too.

@@ -44,7 +44,7 @@ func TestCompChannelOutlivesItsWaiter(t *testing.T) {
 	go func() { closed <- ch.Close() }()
 	for { // Close marks the channel closed, then waits for the callback
 		ch.mu.Lock()
-		c := ch.closed
+		c := ch.state.Closed()
 		ch.mu.Unlock()
 		if c {
 			break

@@ -41,7 +41,7 @@ func (ctx *Context) NewCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if ch != nil {
 		ch.mu.Lock()
 		defer ch.mu.Unlock()
-		if ch.closed {
+		if ch.state.Closed() {
 			return nil, &Error{Op: "ibv_create_cq", Device: ctx.name, Err: errClosed}
 		}
 		cch = ch.c

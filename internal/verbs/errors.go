@@ -5,8 +5,9 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"strconv"
 	"syscall"
+
+	"github.com/rnet-dev/rnet/internal/bytesize"
 )
 
 // ErrNoDevice means the machine has no usable RDMA device: libibverbs finds
@@ -128,20 +129,11 @@ func (e *LockedMemoryError) Error() string {
 // Is makes errors.Is(err, ErrLockedMemory) true.
 func (e *LockedMemoryError) Is(target error) bool { return target == ErrLockedMemory }
 
-// FormatBytes writes n as people read a memory size: "64 KiB", "8 MiB",
-// "1.5 GiB", "300 B", and "unlimited" for RLIM_INFINITY.
+// FormatBytes writes a limit as bytesize.Format does, and "unlimited" for
+// RLIM_INFINITY.
 func FormatBytes(n uint64) string {
 	if n == ^uint64(0) {
 		return "unlimited"
 	}
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
-	i, scale := 0, uint64(1)
-	for i+1 < len(units) && n >= scale<<10 {
-		i, scale = i+1, scale<<10
-	}
-	whole, tenths := n/scale, (n%scale)*10/scale
-	if tenths == 0 {
-		return strconv.FormatUint(whole, 10) + " " + units[i]
-	}
-	return strconv.FormatUint(whole, 10) + "." + strconv.FormatUint(tenths, 10) + " " + units[i]
+	return bytesize.Format(n)
 }

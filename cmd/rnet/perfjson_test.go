@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/rnet-dev/rnet/internal/perfjson"
+)
+
+// decodeStrictly decodes out, which must hold one JSON value and nothing
+// else, into v, failing on a field v does not declare.
+func decodeStrictly(t *testing.T, out []byte, v any) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("%s does not decode into %T: %v", out, v, err)
+	}
+	if err := dec.Decode(new(json.RawMessage)); !errors.Is(err, io.EOF) {
+		t.Fatalf("%s: more than one JSON value (%v)", out, err)
+	}
+}
+
+// TestJSONMatchesSharedSchema: what perf and ping print with --json is
+// the schema rnet-benchreport reads, field for field.
+func TestJSONMatchesSharedSchema(t *testing.T) {
+	srv := startCmd(t, "perf", "-s", "127.0.0.1:0", "-tcp")
+	runOut := func(args ...string) []byte {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 0 {
+			t.Fatalf("rnet %q: exit %d: %s", args, code, errb.String())
+		}
+		return out.Bytes()
+	}
+
+	var pr perfjson.PerfResult
+	decodeStrictly(t, runOut("perf", "-c", srv.addr, "-tcp", "-P", "2", "-n", "1000000", "-size", "1000", "-i", "1ms", "--json", "-q"), &pr)
+	if pr.Test != "perf" || pr.Parallel != 2 || len(pr.Streams) != 2 || pr.Bytes != 1000000 || len(pr.Intervals) == 0 || len(pr.Intervals[0].Streams) != 2 {
+		t.Errorf("perf -P 2 result: %+v", pr)
+	}
+
+	var sw perfjson.SweepResult
+	decodeStrictly(t, runOut("perf", "-c", srv.addr, "-tcp", "-a", "-n", "1024", "--json", "-q"), &sw)
+	if sw.Test != "perf-sweep" || len(sw.Results) == 0 || sw.Results[0].Test != "perf" {
+		t.Errorf("perf -a result: %+v", sw)
+	}
+
+	var pg perfjson.PingResult
+	decodeStrictly(t, runOut("ping", srv.addr, "-tcp", "-n", "20", "-warmup", "2", "--json", "-q"), &pg)
+	if pg.Test != "ping" || pg.Count != 20 || pg.MeanUs <= 0 {
+		t.Errorf("ping result: %+v", pg)
+	}
+}

@@ -1,0 +1,90 @@
+// Package perfjson is the schema of the rnet command's --json results for
+// perf and ping: the command prints these types and rnet-benchreport reads
+// them, so a field added to one is known to the other.
+package perfjson
+
+import "github.com/rnet-dev/rnet/rnet"
+
+// PerfResult is the summary of `rnet perf -c`, and its --json form. With
+// -P its figures are the sum of the streams', each also in Streams.
+type PerfResult struct {
+	Test        string         `json:"test"` // "perf"
+	Transport   string         `json:"transport"`
+	Fallback    string         `json:"fallback,omitempty"` // why TCP, when it fell back from RDMA
+	Server      string         `json:"server"`
+	Local       string         `json:"local"`
+	Reverse     bool           `json:"reverse,omitempty"`  // -R: the server sent
+	Parallel    int            `json:"parallel,omitempty"` // -P, when more than one stream
+	Size        int            `json:"size"`
+	Writes      int64          `json:"writes,omitempty"`
+	Reads       int64          `json:"reads,omitempty"` // -R: the client's Read calls
+	Bytes       int64          `json:"bytes"`
+	Seconds     float64        `json:"seconds"`
+	MBps        float64        `json:"MBps"` // 10^6 bytes per second
+	Gbps        float64        `json:"Gbps"`
+	CgoPerWrite float64        `json:"cgo_per_write,omitempty"`
+	CgoPerRead  float64        `json:"cgo_per_read,omitempty"`
+	Stats       *rnet.Stats    `json:"stats,omitempty"` // one stream's; with -P in Streams
+	Streams     []StreamResult `json:"streams,omitempty"`
+	Intervals   []Interval     `json:"intervals"`
+}
+
+// StreamResult is one stream of a -P test.
+type StreamResult struct {
+	Stream  int         `json:"stream"` // from 1
+	Local   string      `json:"local"`
+	Bytes   int64       `json:"bytes"`
+	Seconds float64     `json:"seconds"`
+	MBps    float64     `json:"MBps"`
+	Stats   *rnet.Stats `json:"stats,omitempty"`
+}
+
+// Interval is what moved in one -i interval (the last one is shorter), in
+// all and, with -P, per stream.
+type Interval struct {
+	Start   float64          `json:"start"` // seconds since the test started
+	End     float64          `json:"end"`
+	Bytes   int64            `json:"bytes"`
+	MBps    float64          `json:"MBps"`
+	Streams []StreamInterval `json:"streams,omitempty"`
+}
+
+// StreamInterval is one stream's part of an Interval.
+type StreamInterval struct {
+	Stream int     `json:"stream"`
+	Bytes  int64   `json:"bytes"`
+	MBps   float64 `json:"MBps"`
+}
+
+// SweepResult is `rnet perf -c -a --json`: one test per size.
+type SweepResult struct {
+	Test     string       `json:"test"` // "perf-sweep"
+	Reverse  bool         `json:"reverse,omitempty"`
+	Parallel int          `json:"parallel"`
+	Results  []PerfResult `json:"results"`
+}
+
+// PingResult is the summary of `rnet ping`; times are round trips in µs.
+type PingResult struct {
+	Test      string  `json:"test"` // "ping"
+	Transport string  `json:"transport"`
+	Fallback  string  `json:"fallback,omitempty"` // why TCP, when it fell back from RDMA
+	Server    string  `json:"server"`
+	Local     string  `json:"local"`
+	Size      int     `json:"size"`
+	Count     int     `json:"count"`
+	MinUs     float64 `json:"min_us"`
+	P50Us     float64 `json:"p50_us"`
+	P90Us     float64 `json:"p90_us"`
+	P99Us     float64 `json:"p99_us"`
+	MaxUs     float64 `json:"max_us"`
+	MeanUs    float64 `json:"mean_us"`
+	// The rest is measured on rdma only, and absent over TCP; over rdma a
+	// zero is reported, since no parks at all is worth knowing.
+	CgoPerTrip *float64 `json:"cgo_per_round_trip,omitempty"`
+	// Client-side waits per round trip: spins, and parks (each a wakeup
+	// through the netpoller, which costs far more than a spin under
+	// emulation).
+	SpinsPerTrip *float64 `json:"spins_per_round_trip,omitempty"`
+	ParksPerTrip *float64 `json:"parks_per_round_trip,omitempty"`
+}
