@@ -11,9 +11,14 @@ import (
 
 // Host benchmarks: rnet over the simulated fabric (package rnettest) against
 // TCP over loopback, in the same run. There are no cgo crossings over the
-// simulated fabric, so no cgo/op here.
+// simulated fabric, so no cgo/op here; built with -tags rnet_lockcount they
+// report locks/op.
 //
 //	go -C benchmarks test -run '^$' -bench 'BenchmarkSim' .
+
+// simCounters are what a host benchmark reports beside time: locks, when
+// they are counted.
+func simCounters() benchkit.Counters { return benchkit.Counters{Locks: lockCounter()} }
 
 // simPair returns a connected pair over a fresh simulated fabric.
 func simPair(b *testing.B) (client, server net.Conn) {
@@ -46,11 +51,11 @@ func BenchmarkSimThroughput(b *testing.B) {
 		b.Run(benchkit.SizeName(size), func(b *testing.B) {
 			b.Run("rnet", func(b *testing.B) {
 				c, s := simPair(b)
-				benchkit.Throughput(b, c, s, size, nil)
+				benchkit.Throughput(b, c, s, size, simCounters())
 			})
 			b.Run("tcp", func(b *testing.B) {
 				c, s := benchkit.TCPPair(b, "127.0.0.1", "")
-				benchkit.Throughput(b, c, s, size, nil)
+				benchkit.Throughput(b, c, s, size, simCounters())
 			})
 		})
 	}
@@ -61,11 +66,11 @@ func BenchmarkSimPingPong(b *testing.B) {
 		b.Run(benchkit.SizeName(size), func(b *testing.B) {
 			b.Run("rnet", func(b *testing.B) {
 				c, s := simPair(b)
-				benchkit.PingPong(b, c, s, size, nil)
+				benchkit.PingPong(b, c, s, size, simCounters())
 			})
 			b.Run("tcp", func(b *testing.B) {
 				c, s := benchkit.TCPPair(b, "127.0.0.1", "")
-				benchkit.PingPong(b, c, s, size, nil)
+				benchkit.PingPong(b, c, s, size, simCounters())
 			})
 		})
 	}
