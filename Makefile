@@ -182,7 +182,7 @@ bench-go: build-deps
 # BENCH_ROUNDTRIP_TAGS= runs).
 BENCH_ROUNDTRIP_TAGS  ?= rnet_lockcount
 BENCH_ROUNDTRIP_COUNT ?= 5
-BENCH_ROUNDTRIP_TIME  ?= 20000x
+BENCH_ROUNDTRIP_TIME  ?= 3000x
 .PHONY: bench-roundtrip
 bench-roundtrip: build-deps
 	RNET_VM_APPEND="$(BENCH_VM_APPEND)" $(GO) -C benchmarks test -tags '$(BENCH_ROUNDTRIP_TAGS)' -run '^$$' \
