@@ -47,6 +47,8 @@ test-host: build-deps
 	$(call in_modules,CGO_ENABLED=0,build ./...)
 	$(call in_modules,GOOS=darwin,vet ./...)
 	$(call in_modules,,test -race -count=1 ./...)
+	# internal/lockcount's counting build too (the rnet_lockcount tag of make bench-roundtrip).
+	$(GO) test -race -count=1 -tags rnet_lockcount ./internal/lockcount
 
 # Each fuzz target for a short run: enough to catch a regression in a decoder, not a search.
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can fail a run at its
