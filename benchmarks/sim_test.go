@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rnet-dev/rnet/internal/benchkit"
+	"github.com/rnet-dev/rnet/rnet"
 	"github.com/rnet-dev/rnet/rnet/rnettest"
 )
 
@@ -20,10 +21,11 @@ import (
 // they are counted.
 func simCounters() benchkit.Counters { return benchkit.Counters{Locks: lockCounter()} }
 
-// simPair returns a connected pair over a fresh simulated fabric.
-func simPair(b *testing.B) (client, server net.Conn) {
+// simPair returns a connected pair over a fresh simulated fabric whose
+// connections use cfg (nil: the defaults).
+func simPair(b *testing.B, cfg *rnet.Config) (client, server net.Conn) {
 	b.Helper()
-	f := rnettest.NewFabric(nil)
+	f := rnettest.NewFabric(cfg)
 	ln, err := f.Listen("rdma", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -50,7 +52,7 @@ func BenchmarkSimThroughput(b *testing.B) {
 	for _, size := range benchkit.Sizes {
 		b.Run(benchkit.SizeName(size), func(b *testing.B) {
 			b.Run("rnet", func(b *testing.B) {
-				c, s := simPair(b)
+				c, s := simPair(b, nil)
 				benchkit.Throughput(b, c, s, size, simCounters())
 			})
 			b.Run("tcp", func(b *testing.B) {
@@ -65,7 +67,12 @@ func BenchmarkSimPingPong(b *testing.B) {
 	for _, size := range benchkit.LatencySizes {
 		b.Run(benchkit.SizeName(size), func(b *testing.B) {
 			b.Run("rnet", func(b *testing.B) {
-				c, s := simPair(b)
+				c, s := simPair(b, nil)
+				benchkit.PingPong(b, c, s, size, simCounters())
+			})
+			// Both ends polling, as BenchmarkPingPongPoll on a device.
+			b.Run("rnet-poll", func(b *testing.B) {
+				c, s := simPair(b, &rnet.Config{BusyPoll: pollForever})
 				benchkit.PingPong(b, c, s, size, simCounters())
 			})
 			b.Run("tcp", func(b *testing.B) {
