@@ -4,7 +4,8 @@
 //
 // Every body reports MB/s (b.SetBytes), ns/op, allocs/op (b.ReportAllocs)
 // and, for each counter it is given (Counters), "cgo/op" (crossings into C
-// per operation) and "locks/op" (mutex acquisitions per operation).
+// per operation) and "locks/op" (mutex acquisitions per operation); with
+// both, "locks/cgo".
 // Stream bodies also report "cgo/call", crossings per Read or Write call of
 // either end, the unit of rnet's target of at most one.
 // Latency bodies add p50-ns and p99-ns. No body ever fails on time.
@@ -46,13 +47,22 @@ func read(c Counter) uint64 {
 
 func (cs Counters) begin() counts { return counts{cgo: read(cs.Cgo), locks: read(cs.Locks)} }
 
-// report adds cgo/op and locks/op for the counters there are.
+// report adds cgo/op and locks/op for the counters there are, and with
+// both, locks/cgo: a call that spins crosses into C and takes locks once
+// per round, so the two per op grow with the time it spins, and their
+// ratio, the locks per crossing, is what stays put.
 func (cs Counters) report(b *testing.B, start counts) {
+	var cgo, locks uint64
 	if cs.Cgo != nil {
-		b.ReportMetric(float64(cs.Cgo()-start.cgo)/float64(b.N), "cgo/op")
+		cgo = cs.Cgo() - start.cgo
+		b.ReportMetric(float64(cgo)/float64(b.N), "cgo/op")
 	}
 	if cs.Locks != nil {
-		b.ReportMetric(float64(cs.Locks()-start.locks)/float64(b.N), "locks/op")
+		locks = cs.Locks() - start.locks
+		b.ReportMetric(float64(locks)/float64(b.N), "locks/op")
+	}
+	if cs.Cgo != nil && cs.Locks != nil && cgo > 0 {
+		b.ReportMetric(float64(locks)/float64(cgo), "locks/cgo")
 	}
 }
 
