@@ -188,7 +188,7 @@ BENCH_ROUNDTRIP_TIME  ?= 3000x
 .PHONY: bench-roundtrip
 bench-roundtrip: build-deps
 	RNET_VM_APPEND="$(BENCH_VM_APPEND)" $(GO) -C benchmarks test -tags '$(BENCH_ROUNDTRIP_TAGS)' -run '^$$' \
-	  -bench '^BenchmarkPingPongPoll$$' -benchtime $(BENCH_ROUNDTRIP_TIME) -count $(BENCH_ROUNDTRIP_COUNT) -exec '$(VM)' .
+	  -bench '^BenchmarkPingPongPoll$$' -benchtime $(BENCH_ROUNDTRIP_TIME) -count $(BENCH_ROUNDTRIP_COUNT) -timeout 30m -exec '$(VM)' .
 
 # make bench-floor: what the Go runtime alone adds to a busy-polling ping-pong, against a C
 # twin, in the bench guest (no RDMA): the floor under rnet's latency ratio to rstream.
