@@ -47,6 +47,8 @@ test-host: build-deps
 	$(call in_modules,CGO_ENABLED=0,build ./...)
 	$(call in_modules,GOOS=darwin,vet ./...)
 	$(call in_modules,,test -race -count=1 ./...)
+	# internal/lockcount's counting build too (the rnet_lockcount tag of make bench-roundtrip).
+	$(GO) test -race -count=1 -tags rnet_lockcount ./internal/lockcount
 
 # Each fuzz target for a short run: enough to catch a regression in a decoder, not a search.
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can fail a run at its
@@ -174,6 +176,19 @@ bench-scale: build-deps
 BENCHTIME ?= 300x
 bench-go: build-deps
 	$(GO) -C benchmarks test -run '^$$' -bench . -benchtime $(BENCHTIME) -exec $(VM) .
+
+# make bench-roundtrip: the 64 B round trip with both ends polling (make bench's rnet-poll,
+# BenchmarkPingPongPoll) in the bench guest, with cgo/op and locks/op per round trip: the
+# crossings into C and the mutexes both ends take (internal/lockcount, counted only in a
+# build with the rnet_lockcount tag; ns/op then includes the counting, so take time from
+# BENCH_ROUNDTRIP_TAGS= runs).
+BENCH_ROUNDTRIP_TAGS  ?= rnet_lockcount
+BENCH_ROUNDTRIP_COUNT ?= 5
+BENCH_ROUNDTRIP_TIME  ?= 3000x
+.PHONY: bench-roundtrip
+bench-roundtrip: build-deps
+	RNET_VM_APPEND="$(BENCH_VM_APPEND)" $(GO) -C benchmarks test -tags '$(BENCH_ROUNDTRIP_TAGS)' -run '^$$' \
+	  -bench '^BenchmarkPingPongPoll$$' -benchtime $(BENCH_ROUNDTRIP_TIME) -count $(BENCH_ROUNDTRIP_COUNT) -timeout 30m -exec '$(VM)' .
 
 # make bench-floor: what the Go runtime alone adds to a busy-polling ping-pong, against a C
 # twin, in the bench guest (no RDMA): the floor under rnet's latency ratio to rstream.

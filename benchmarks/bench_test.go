@@ -5,8 +5,10 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/rnet-dev/rnet/internal/benchkit"
+	"github.com/rnet-dev/rnet/internal/lockcount"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/rnet"
@@ -27,19 +29,35 @@ func rdmaEnv() (server, client netip.Addr) {
 }
 
 // transport is one side of a comparison: how to make a connected pair, a
-// listener and a dialer, and which crossing counter to report.
+// listener and a dialer, and which counters to report.
 type transport struct {
 	name   string
 	pair   func(b *testing.B) (client, server net.Conn)
 	listen func(b *testing.B) (net.Listener, benchkit.DialFunc)
-	cgo    benchkit.Counter
+	counts benchkit.Counters
 }
 
 func transports() []transport {
 	return []transport{
-		{name: "rdma", pair: rdmaPair, listen: rdmaListen, cgo: verbs.CgoCalls},
-		{name: "tcp", pair: tcpPair, listen: tcpListen},
+		{name: "rdma", pair: rdmaDefaultPair, listen: rdmaDefaultListen, counts: rdmaCounters()},
+		{name: "tcp", pair: tcpPair, listen: tcpListen}, // no rnet locks, no crossings
 	}
+}
+
+// rdmaCounters are the counts an rdma benchmark reports: crossings into C,
+// and locks taken when built with the rnet_lockcount tag.
+func rdmaCounters() benchkit.Counters {
+	return benchkit.Counters{Cgo: verbs.CgoCalls, Locks: lockCounter()}
+}
+
+// lockCounter is lockcount.Taken when the build counts locks (the
+// rnet_lockcount tag), nil otherwise: locks/op is reported only when it
+// means something.
+func lockCounter() benchkit.Counter {
+	if !lockcount.Enabled {
+		return nil
+	}
+	return lockcount.Taken
 }
 
 func tcpPair(b *testing.B) (net.Conn, net.Conn) {
@@ -60,18 +78,24 @@ func tcpListen(b *testing.B) (net.Listener, benchkit.DialFunc) {
 	return ln, func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 }
 
-func rdmaListen(b *testing.B) (net.Listener, benchkit.DialFunc) {
+func rdmaDefaultListen(b *testing.B) (net.Listener, benchkit.DialFunc) { return rdmaListen(b, nil) }
+func rdmaDefaultPair(b *testing.B) (net.Conn, net.Conn)                { return rdmaPair(b, nil) }
+
+// rdmaListen listens on the device pair's server address; both the
+// listener's connections and the dialer's use cfg (nil: the defaults).
+func rdmaListen(b *testing.B, cfg *rnet.Config) (net.Listener, benchkit.DialFunc) {
 	p := rdmatest.Require(b)
-	ln, err := rnet.Listen("rdma", net.JoinHostPort(p.Server.String(), "0"))
+	lc := rnet.ListenConfig{Config: cfg}
+	ln, err := lc.Listen(context.Background(), "rdma", net.JoinHostPort(p.Server.String(), "0"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := rnet.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(p.Client, 0))}
+	d := rnet.Dialer{Config: cfg, LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(p.Client, 0))}
 	return ln, func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "rdma", addr) }
 }
 
-func rdmaPair(b *testing.B) (net.Conn, net.Conn) {
-	ln, dial := rdmaListen(b)
+func rdmaPair(b *testing.B, cfg *rnet.Config) (net.Conn, net.Conn) {
+	ln, dial := rdmaListen(b, cfg)
 	defer ln.Close()
 	acc := make(chan net.Conn, 1)
 	go func() {
@@ -101,7 +125,7 @@ func BenchmarkThroughput(b *testing.B) {
 			for _, t := range transports() {
 				b.Run(t.name, func(b *testing.B) {
 					c, s := t.pair(b)
-					benchkit.Throughput(b, c, s, size, t.cgo)
+					benchkit.Throughput(b, c, s, size, t.counts)
 				})
 			}
 		})
@@ -114,18 +138,32 @@ func BenchmarkPingPong(b *testing.B) {
 			for _, t := range transports() {
 				b.Run(t.name, func(b *testing.B) {
 					c, s := t.pair(b)
-					benchkit.PingPong(b, c, s, size, t.cgo)
+					benchkit.PingPong(b, c, s, size, t.counts)
 				})
 			}
 		})
 	}
 }
 
+// pollForever is a BusyPoll longer than any wait in a benchmark: a blocked
+// Read or Write spins until its data comes and never parks, as rstream's
+// loop does (make bench's rnet-poll).
+const pollForever = time.Minute
+
+// BenchmarkPingPongPoll is make bench's rnet-poll round trip in one
+// process: 64 B each way with both ends polling. Beside ns/op it reports
+// cgo/op, the crossings into C per round trip of both ends, and, built with
+// -tags rnet_lockcount, locks/op, the mutexes both ends took per round trip.
+func BenchmarkPingPongPoll(b *testing.B) {
+	c, s := rdmaPair(b, &rnet.Config{BusyPoll: pollForever})
+	benchkit.PingPong(b, c, s, 64, rdmaCounters())
+}
+
 func BenchmarkGRPCUnary(b *testing.B) {
 	for _, t := range transports() {
 		b.Run(t.name, func(b *testing.B) {
 			ln, dial := t.listen(b)
-			benchkit.GRPCUnary(b, ln, dial, 64, t.cgo)
+			benchkit.GRPCUnary(b, ln, dial, 64, t.counts)
 		})
 	}
 }
@@ -136,7 +174,7 @@ func BenchmarkGRPCStream(b *testing.B) {
 			for _, t := range transports() {
 				b.Run(t.name, func(b *testing.B) {
 					ln, dial := t.listen(b)
-					benchkit.GRPCStream(b, ln, dial, size, t.cgo)
+					benchkit.GRPCStream(b, ln, dial, size, t.counts)
 				})
 			}
 		})
@@ -149,7 +187,7 @@ func BenchmarkHTTP(b *testing.B) {
 			for _, t := range transports() {
 				b.Run(t.name, func(b *testing.B) {
 					ln, dial := t.listen(b)
-					benchkit.HTTP(b, ln, dial, size, t.cgo)
+					benchkit.HTTP(b, ln, dial, size, t.counts)
 				})
 			}
 		})

@@ -3,7 +3,9 @@
 // simulated fabric or a device) and TCP alike, in the same run.
 //
 // Every body reports MB/s (b.SetBytes), ns/op, allocs/op (b.ReportAllocs)
-// and, when given a counter, "cgo/op": crossings into C per operation.
+// and, for each counter it is given (Counters), "cgo/op" (crossings into C
+// per operation) and "locks/op" (mutex acquisitions per operation); with
+// both, "locks/cgo".
 // Stream bodies also report "cgo/call", crossings per Read or Write call of
 // either end, the unit of rnet's target of at most one.
 // Latency bodies add p50-ns and p99-ns. No body ever fails on time.
@@ -19,20 +21,56 @@ import (
 	"github.com/rnet-dev/rnet/internal/stats"
 )
 
-// Counter returns a monotonically growing count (verbs.CgoCalls), or is nil.
+// Counter returns a process-wide count that only grows.
 type Counter func() uint64
 
-func report(b *testing.B, cgo Counter, start uint64) {
-	if cgo != nil {
-		b.ReportMetric(float64(cgo()-start)/float64(b.N), "cgo/op")
+// Counters are the counts a body reports per operation; a nil one is not
+// reported.
+type Counters struct {
+	// Cgo counts crossings into C (verbs.CgoCalls): cgo/op, and cgo/call
+	// in the stream bodies.
+	Cgo Counter
+	// Locks counts mutex acquisitions (lockcount.Taken, in a build with the
+	// rnet_lockcount tag): locks/op.
+	Locks Counter
+}
+
+// counts are the values of Counters at the start of a measurement.
+type counts struct{ cgo, locks uint64 }
+
+func read(c Counter) uint64 {
+	if c == nil {
+		return 0
+	}
+	return c()
+}
+
+func (cs Counters) begin() counts { return counts{cgo: read(cs.Cgo), locks: read(cs.Locks)} }
+
+// report adds cgo/op and locks/op for the counters there are, and with
+// both, locks/cgo: a call that spins crosses into C and takes locks once
+// per round, so the two per op grow with the time it spins, and their
+// ratio, the locks per crossing, is what stays put.
+func (cs Counters) report(b *testing.B, start counts) {
+	var cgo, locks uint64
+	if cs.Cgo != nil {
+		cgo = cs.Cgo() - start.cgo
+		b.ReportMetric(float64(cgo)/float64(b.N), "cgo/op")
+	}
+	if cs.Locks != nil {
+		locks = cs.Locks() - start.locks
+		b.ReportMetric(float64(locks)/float64(b.N), "locks/op")
+	}
+	if cs.Cgo != nil && cs.Locks != nil && cgo > 0 {
+		b.ReportMetric(float64(locks)/float64(cgo), "locks/cgo")
 	}
 }
 
 // reportPerCall adds cgo/call: crossings per Read or Write call, over the
 // calls both ends made.
-func reportPerCall(b *testing.B, cgo Counter, start uint64, calls int64) {
-	if cgo != nil && calls > 0 {
-		b.ReportMetric(float64(cgo()-start)/float64(calls), "cgo/call")
+func (cs Counters) reportPerCall(b *testing.B, start counts, calls int64) {
+	if cs.Cgo != nil && calls > 0 {
+		b.ReportMetric(float64(cs.Cgo()-start.cgo)/float64(calls), "cgo/call")
 	}
 }
 
@@ -47,16 +85,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-func begin(cgo Counter) uint64 {
-	if cgo == nil {
-		return 0
-	}
-	return cgo()
-}
-
 // Throughput measures b.N writes of size bytes from w to r, until r has read
 // them all. One op is one Write call.
-func Throughput(b *testing.B, w, r net.Conn, size int, cgo Counter) {
+func Throughput(b *testing.B, w, r net.Conn, size int, cs Counters) {
 	buf := make([]byte, size)
 	rbuf := make([]byte, max(size, 64<<10))
 	done := make(chan error, 1)
@@ -65,7 +96,7 @@ func Throughput(b *testing.B, w, r net.Conn, size int, cgo Counter) {
 	// Warm up both directions' credits and the reader goroutine's stack.
 	total := int64(size) * int64(b.N)
 	b.ResetTimer()
-	c0 := begin(cgo)
+	c0 := cs.begin()
 	var reads int64 // read by the main goroutine only after done
 	go func() {
 		var got int64
@@ -89,13 +120,13 @@ func Throughput(b *testing.B, w, r net.Conn, size int, cgo Counter) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	report(b, cgo, c0)
-	reportPerCall(b, cgo, c0, int64(b.N)+reads)
+	cs.report(b, c0)
+	cs.reportPerCall(b, c0, int64(b.N)+reads)
 }
 
 // PingPong measures round trips of size bytes: c writes, s echoes, c reads
 // the echo in full. One op is one round trip; p50-ns and p99-ns are reported.
-func PingPong(b *testing.B, c, s net.Conn, size int, cgo Counter) {
+func PingPong(b *testing.B, c, s net.Conn, size int, cs Counters) {
 	buf := make([]byte, size)
 	sbuf := make([]byte, size)
 	rtt := make([]time.Duration, b.N)
@@ -118,7 +149,7 @@ func PingPong(b *testing.B, c, s net.Conn, size int, cgo Counter) {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
-	c0 := begin(cgo)
+	c0 := cs.begin()
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
 		if _, err := c.Write(buf); err != nil {
@@ -133,8 +164,8 @@ func PingPong(b *testing.B, c, s net.Conn, size int, cgo Counter) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	report(b, cgo, c0)
-	reportPerCall(b, cgo, c0, 2*int64(n)+sr.calls+cr.calls) // the writes, then the reads
+	cs.report(b, c0)
+	cs.reportPerCall(b, c0, 2*int64(n)+sr.calls+cr.calls) // the writes, then the reads
 	ReportPercentiles(b, rtt)
 }
 

@@ -93,7 +93,7 @@ func grpcPair(b *testing.B, ln net.Listener, dial DialFunc) *grpc.ClientConn {
 }
 
 // GRPCUnary measures unary calls carrying size bytes each way; one op is one call.
-func GRPCUnary(b *testing.B, ln net.Listener, dial DialFunc, size int, cgo Counter) {
+func GRPCUnary(b *testing.B, ln net.Listener, dial DialFunc, size int, cs Counters) {
 	cc := grpcPair(b, ln, dial)
 	ctx := context.Background()
 	in, out := make([]byte, size), make([]byte, 0, size)
@@ -104,19 +104,19 @@ func GRPCUnary(b *testing.B, ln net.Listener, dial DialFunc, size int, cgo Count
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
-	c0 := begin(cgo)
+	c0 := cs.begin()
 	for i := 0; i < b.N; i++ {
 		if err := cc.Invoke(ctx, "/rnet.bench.Echo/Unary", &in, &out); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
-	report(b, cgo, c0)
+	cs.report(b, c0)
 }
 
 // GRPCStream measures a bidirectional stream: one op is one message of size
 // bytes sent and its echo received.
-func GRPCStream(b *testing.B, ln net.Listener, dial DialFunc, size int, cgo Counter) {
+func GRPCStream(b *testing.B, ln net.Listener, dial DialFunc, size int, cs Counters) {
 	cc := grpcPair(b, ln, dial)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -136,7 +136,7 @@ func GRPCStream(b *testing.B, ln net.Listener, dial DialFunc, size int, cgo Coun
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
-	c0 := begin(cgo)
+	c0 := cs.begin()
 	go func() {
 		var m []byte
 		for i := 0; i < n; i++ {
@@ -157,12 +157,12 @@ func GRPCStream(b *testing.B, ln net.Listener, dial DialFunc, size int, cgo Coun
 	}
 	b.StopTimer()
 	st.CloseSend()
-	report(b, cgo, c0)
+	cs.report(b, c0)
 }
 
 // HTTP measures GET requests whose responses carry size bytes, over one
 // keep-alive connection; one op is one request.
-func HTTP(b *testing.B, ln net.Listener, dial DialFunc, size int, cgo Counter) {
+func HTTP(b *testing.B, ln net.Listener, dial DialFunc, size int, cs Counters) {
 	body := make([]byte, size)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
@@ -193,10 +193,10 @@ func HTTP(b *testing.B, ln net.Listener, dial DialFunc, size int, cgo Counter) {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
-	c0 := begin(cgo)
+	c0 := cs.begin()
 	for i := 0; i < b.N; i++ {
 		get()
 	}
 	b.StopTimer()
-	report(b, cgo, c0)
+	cs.report(b, c0)
 }
