@@ -9,6 +9,8 @@ import (
 	"net"
 	"sync"
 
+	"github.com/rnet-dev/rnet/internal/lockcount"
+
 	"github.com/rnet-dev/rnet/internal/cm"
 )
 
@@ -29,7 +31,7 @@ var establishedEvents = newConnEvents()
 // order the events came, so a connection whose handler waits (for its own
 // lock, say) delays neither the reader nor other connections.
 type connEvents struct {
-	mu sync.Mutex // guards every field below and every eventSub's fields
+	mu lockcount.Mutex // guards every field below and every eventSub's fields
 	// handled is signalled when a connection's pending events are done.
 	handled sync.Cond
 	ch      *cm.EventChannel

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 )
 
 // DualListener listens over RDMA and over TCP on one address and port, so
@@ -32,7 +34,7 @@ type DualListener struct {
 	shutOnce sync.Once
 	wg       sync.WaitGroup // the accepting goroutines
 
-	failMu  sync.Mutex
+	failMu  lockcount.Mutex
 	failErr error // the first listener to fail for good; Accept returns it
 
 	acceptedRDMA, acceptedTCP atomic.Uint64

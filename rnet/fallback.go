@@ -6,10 +6,11 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 
 	"github.com/rnet-dev/rnet/internal/cm"
 )
@@ -334,7 +335,7 @@ var refusedRecently = refusalMemory{refusals: make(map[string]refusal)}
 // It forgets expired entries as it meets them, and drops all once it holds
 // maxRefusals, so that it stays small whatever is dialled.
 type refusalMemory struct {
-	mu       sync.Mutex
+	mu       lockcount.Mutex
 	refusals map[string]refusal // under mu
 }
 

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 )
 
 // Listener is an RDMA stream listener. It implements net.Listener.
@@ -93,7 +95,7 @@ type listener struct {
 	// requests counts the connection requests the acceptor has read and
 	// not yet finished with (refused, dropped or queued for Accept), under
 	// requestsMu; requestsDone is signalled when it falls to zero.
-	requestsMu   sync.Mutex
+	requestsMu   lockcount.Mutex
 	requests     int
 	requestsSeen int // every request ever read, for waitRequests
 	requestsDone sync.Cond

@@ -3,8 +3,9 @@ package rnet
 import (
 	"container/list"
 	"errors"
-	"sync"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 
 	"github.com/rnet-dev/rnet/internal/ring"
 )
@@ -39,7 +40,7 @@ type pendingHandshakes struct {
 	maxWaiting int
 	staleAfter time.Duration // the least stale age
 
-	mu sync.Mutex
+	mu lockcount.Mutex
 	// Under mu; every method holds it for constant work, or, in
 	// evictStale, for at most one eviction per slot.
 	free     int

@@ -10,9 +10,10 @@ import "C"
 
 import (
 	"context"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
@@ -22,7 +23,7 @@ type EventChannel struct {
 	c    *C.struct_rdma_event_channel
 	poll *verbs.PollFD
 
-	mu    sync.Mutex
+	mu    lockcount.Mutex
 	ids   int                // live IDs on the channel; it is destroyed only when none remain; under mu
 	state verbs.ChannelClose // under mu
 }

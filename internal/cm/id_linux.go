@@ -12,9 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
@@ -25,7 +26,7 @@ type ID struct {
 	// mu is read-held by calls on the id, write-held by Close, Migrate,
 	// CreateQP and the QP's destruction. Lock order: a QP's own lock
 	// (held while it is destroyed) before mu.
-	mu     sync.RWMutex
+	mu     lockcount.RWMutex
 	c      *C.struct_rdma_cm_id
 	handle uintptr
 	ch     *EventChannel

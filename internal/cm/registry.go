@@ -1,8 +1,9 @@
 package cm
 
 import (
-	"sync"
 	"sync/atomic"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 )
 
 // Events name their id by a handle that rnet stores in the id's context
@@ -10,7 +11,7 @@ import (
 // address may be handed to the next rdma_create_id while an event read just
 // before the free is still on its way to Go.
 var (
-	registryMu sync.Mutex
+	registryMu lockcount.Mutex
 	registry   = map[uintptr]*ID{}
 	nextHandle atomic.Uintptr
 )

@@ -1,8 +1,9 @@
 package pollgroup
 
 import (
-	"sync"
 	"sync/atomic"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
@@ -24,7 +25,7 @@ type Group struct {
 	// pollMu is held while the CQ is polled and what the poll found is
 	// handed out, so that each member receives its completions in CQ
 	// order; the fields below it up to lmu are guarded by it.
-	pollMu sync.Mutex
+	pollMu lockcount.Mutex
 	buf    []wr.Completion // the poll's buffer
 	err    error           // the CQ failed: every member fails with it
 	// armed says the CQ was armed and every event since was taken by a
@@ -42,13 +43,13 @@ type Group struct {
 
 	// lmu guards the lead: the member waiting on the channel for the
 	// group, and the followers waiting for it to hand over, oldest first.
-	lmu       sync.Mutex
+	lmu       lockcount.Mutex
 	leader    *Member
 	followers waitList
 
 	// mu guards the accounts of membership: reserved, joined, closed and
 	// the shared receive queue's claims.
-	mu       sync.Mutex
+	mu       lockcount.Mutex
 	reserved int  // CQ entries the members (and joiners) reserved
 	joined   int  // members and joiners
 	closed   bool // the last member left: no one may join
@@ -92,7 +93,7 @@ type Member struct {
 	// mu guards the inbox (a ring that grows up to depth entries: the
 	// queue pair never has more completions outstanding) and the fields
 	// after it up to wake.
-	mu      sync.Mutex
+	mu      lockcount.Mutex
 	inbox   []wr.Completion
 	head, n int
 	kicked  bool
@@ -135,6 +136,6 @@ type waitList struct{ head, tail *Member }
 // making one when none has room, and forgets groups whose last member
 // left.
 type Registry struct {
-	mu       sync.Mutex
+	mu       lockcount.Mutex
 	byDevice map[uintptr][]*Group // by struct ibv_context *
 }

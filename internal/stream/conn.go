@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/lockcount"
+
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -31,7 +33,7 @@ type Conn struct {
 	// by writeMu's holder alone) says one of them is between its parts,
 	// so that a Write that fits waits its turn too rather than come
 	// between them.
-	readMu, writeMu sync.Mutex
+	readMu, writeMu lockcount.Mutex
 	writing         atomic.Bool
 
 	// Under readMu: how long recent Reads waited for replies, for the
@@ -44,7 +46,7 @@ type Conn struct {
 
 	// mu guards the engine and every field below it up to the channels:
 	// what Read, Write, Close, the pusher and the timers share.
-	mu    sync.Mutex
+	mu    lockcount.Mutex
 	eng   *ring.Engine
 	sends []wr.Send // the work requests of the step under way
 	recvs []wr.Recv

@@ -1,9 +1,10 @@
 package stream
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 )
 
 // Deadline is a settable point in time whose passing closes a channel, so a
@@ -20,7 +21,7 @@ type Deadline struct {
 
 	// mu serialises Set and Stop; Wait takes no lock, as every Read and
 	// Write calls it.
-	mu     sync.Mutex
+	mu     lockcount.Mutex
 	timer  stopper                       // under mu
 	cancel atomic.Pointer[chan struct{}] // closed once the deadline has passed; replaced under mu
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rnet-dev/rnet/internal/lockcount"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -30,7 +32,7 @@ type CompChannel struct {
 	poll *PollFD
 	dev  string
 
-	mu    sync.Mutex
+	mu    lockcount.Mutex
 	cqs   map[C.uintptr_t]*CQ // live CQs on this channel by handle, to turn an event into a *CQ; under mu
 	state ChannelClose        // under mu
 	sole  atomic.Bool         // len(cqs) == 1, read without mu on the hot path

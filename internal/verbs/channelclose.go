@@ -2,7 +2,9 @@
 
 package verbs
 
-import "sync"
+import (
+	"github.com/rnet-dev/rnet/internal/lockcount"
+)
 
 // ChannelClose is the close of a C channel object whose fd a PollFD owns
 // (a completion channel, an rdma_cm event channel). The library must not
@@ -28,7 +30,7 @@ func (c *ChannelClose) WaitersGone() bool { return c.waitersGone }
 // destroys the object if nothing made on it remains (else the last one's
 // close does). It holds mu only around the marks: a waiter's try function
 // or a closing CQ or id may take it meanwhile. A second Close returns nil.
-func (c *ChannelClose) Close(mu *sync.Mutex, poll *PollFD, destroyIfUnused func() error) error {
+func (c *ChannelClose) Close(mu *lockcount.Mutex, poll *PollFD, destroyIfUnused func() error) error {
 	mu.Lock()
 	if c.closed {
 		mu.Unlock()

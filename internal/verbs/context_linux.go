@@ -10,9 +10,10 @@ package verbs
 import "C"
 
 import (
-	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 )
 
 // Context is an open device (struct ibv_context). It is either opened here
@@ -20,7 +21,7 @@ import (
 // devices librdmacm opens and closes itself; closing a borrowed Context only
 // stops this Go value from being used.
 type Context struct {
-	mu    sync.RWMutex
+	mu    lockcount.RWMutex
 	c     *C.struct_ibv_context
 	name  string
 	owned bool

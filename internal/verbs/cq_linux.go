@@ -8,16 +8,17 @@ package verbs
 import "C"
 
 import (
-	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // CQ is a completion queue.
 type CQ struct {
-	mu  sync.RWMutex // read-held by Poll and ReqNotify, write-held by Close; Step takes none
+	mu  lockcount.RWMutex // read-held by Poll and ReqNotify, write-held by Close; Step takes none
 	c   *C.struct_ibv_cq
 	ch  *CompChannel
 	dev string

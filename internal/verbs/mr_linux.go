@@ -9,9 +9,10 @@ import "C"
 
 import (
 	"os"
-	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,7 +21,7 @@ import (
 // outside the Go heap, so the GC never moves or frees it while the device
 // may read or write it; it is unmapped by Close, after deregistration.
 type MR struct {
-	mu     sync.RWMutex
+	mu     lockcount.RWMutex
 	c      *C.struct_ibv_mr
 	mem    []byte // what the caller asked for
 	mapped []byte // the whole mapping

@@ -8,14 +8,15 @@ package verbs
 import "C"
 
 import (
-	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 )
 
 // PD is a protection domain.
 type PD struct {
-	mu  sync.RWMutex
+	mu  lockcount.RWMutex
 	c   *C.struct_ibv_pd
 	ctx *Context
 }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/lockcount"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -31,12 +33,12 @@ type PollFD struct {
 	rc syscall.RawConn
 	// gate is held shared by every wait, and taken by Shutdown once it has
 	// woken them: when Shutdown returns, no try function is running.
-	gate sync.RWMutex
+	gate lockcount.RWMutex
 
 	closeOnce sync.Once
 	closeErr  error
 
-	mu       sync.Mutex // guards the file's read deadline and deadline; closed is set under it
+	mu       lockcount.Mutex // guards the file's read deadline and deadline; closed is set under it
 	closed   atomic.Bool
 	deadline time.Time // the caller's deadline, restored after a context wait
 }

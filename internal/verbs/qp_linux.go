@@ -9,16 +9,17 @@ import "C"
 
 import (
 	"fmt"
-	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 )
 
 // QP is a queue pair. rnet's QPs are created by librdmacm on a connection
 // id (internal/cm), which owns the QP and is the one to destroy it; QP wraps
 // it for posting, querying and moving it to the error state.
 type QP struct {
-	mu      sync.RWMutex // read-held by PostSend, PostRecv and the queries, write-held by Close; Step takes none
+	mu      lockcount.RWMutex // read-held by PostSend, PostRecv and the queries, write-held by Close; Step takes none
 	c       *C.struct_ibv_qp
 	num     uint32
 	caps    QPCaps

@@ -8,9 +8,10 @@ package verbs
 import "C"
 
 import (
-	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/rnet-dev/rnet/internal/lockcount"
 
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -19,7 +20,7 @@ import (
 // QP created on it (cm's CreateQPOnSRQ) receives a message first. Its
 // completions go to the receiving QP's receive CQ, with that QP's number.
 type SRQ struct {
-	mu   sync.RWMutex // read-held by the posting calls, write-held by Close
+	mu   lockcount.RWMutex // read-held by the posting calls, write-held by Close
 	c    *C.struct_ibv_srq
 	caps SRQCaps
 	dev  string
