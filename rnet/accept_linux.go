@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/stream"
 )
 
 // listen binds a listening id to laddr and starts its acceptor.
@@ -61,7 +62,7 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 		done:           make(chan struct{}),
 		failed:         make(chan struct{}),
 		handshakeError: handshakeError,
-		acceptDL:       newDeadline(func() {}),
+		acceptDL:       stream.NewDeadline(func() {}),
 	}
 	l.requestsDone.L = &l.requestsMu
 	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx,

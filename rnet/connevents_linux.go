@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/rnet-dev/rnet/internal/lockcount"
+	"github.com/rnet-dev/rnet/internal/stream"
 
 	"github.com/rnet-dev/rnet/internal/cm"
 )
@@ -49,7 +50,7 @@ func newConnEvents() *connEvents {
 // eventSub is one attached connection. Its fields are guarded by
 // connEvents.mu.
 type eventSub struct {
-	h      eventHandler
+	h      stream.EventHandler
 	device string
 	queue  []cm.EventType
 	// delivering: a goroutine is handing queue to h.
@@ -60,7 +61,7 @@ type eventSub struct {
 // delivers its events to h from then on; events the kernel held for id
 // move with it. On failure id stays on from, and the caller keeps reading
 // it there.
-func (m *connEvents) attach(id *cm.ID, device string, h eventHandler) error {
+func (m *connEvents) attach(id *cm.ID, device string, h stream.EventHandler) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.ch == nil {
@@ -165,7 +166,7 @@ func (m *connEvents) deliver(sub *eventSub) {
 
 // dispatchEvent tells h what an event of type t on a connection of device
 // means for it.
-func dispatchEvent(h eventHandler, t cm.EventType, device string) {
+func dispatchEvent(h stream.EventHandler, t cm.EventType, device string) {
 	switch t {
 	case cm.EventDisconnected:
 		h.TransportDisconnected()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/lockcount"
+	"github.com/rnet-dev/rnet/internal/stream"
 )
 
 // DualListener listens over RDMA and over TCP on one address and port, so
@@ -38,7 +39,7 @@ type DualListener struct {
 	failErr error // the first listener to fail for good; Accept returns it
 
 	acceptedRDMA, acceptedTCP atomic.Uint64
-	acceptDL                  *deadline // SetDeadline's
+	acceptDL                  *stream.Deadline // SetDeadline's
 }
 
 // ListenDual listens on address over RDMA (network "rdma", "rdma4" or
@@ -66,7 +67,7 @@ func (lc *ListenConfig) ListenDual(ctx context.Context, network, address string)
 }
 
 func (lc *ListenConfig) listenDualOnce(ctx context.Context, network, tcpNet string, laddr netip.AddrPort) (*DualListener, error) {
-	dl := &DualListener{conns: make(chan net.Conn), done: make(chan struct{}), acceptDL: newDeadline(func() {})}
+	dl := &DualListener{conns: make(chan net.Conn), done: make(chan struct{}), acceptDL: stream.NewDeadline(func() {})}
 	rl, err := lc.Listen(ctx, network, laddr.String())
 	switch {
 	case err == nil:

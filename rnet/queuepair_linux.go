@@ -5,16 +5,20 @@ package rnet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/pollgroup"
+	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/stream"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
-// verbsQP is a queuePair on a real device: an rdma_cm id, an RC queue pair
+// verbsQP is a stream.QueuePair on a real device: an rdma_cm id, an RC queue pair
 // whose completions go to a poll group's CQ (see internal/pollgroup), and
 // the three registered regions the engine works in.
 type verbsQP struct {
@@ -43,10 +47,10 @@ type verbsQP struct {
 	shutdownOnce   sync.Once
 }
 
-// The optional interfaces of a queuePair that verbsQP has.
+// The optional interfaces of a stream.QueuePair that verbsQP has.
 var (
-	_ creditClaimer  = (*verbsQP)(nil)
-	_ softwarePoster = (*verbsQP)(nil)
+	_ stream.CreditClaimer  = (*verbsQP)(nil)
+	_ stream.SoftwarePoster = (*verbsQP)(nil)
 )
 
 // Step posts on the queue pair and takes the completions the group has
@@ -57,7 +61,7 @@ func (q *verbsQP) Step(_ verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out 
 }
 
 // ClaimCredits claims n more receives of the group's shared receive queue
-// for a wider credit window (see creditClaimer); it returns how many it got.
+// for a wider credit window (see stream.CreditClaimer); it returns how many it got.
 func (q *verbsQP) ClaimCredits(n int) int { return q.member.ClaimRecvs(n) }
 
 func (q *verbsQP) Collected() bool { return q.member.Collected() }
@@ -68,7 +72,7 @@ func (q *verbsQP) Wait() (parked bool, err error) { return q.member.Wait() }
 
 func (q *verbsQP) Kick() { q.member.Kick() }
 
-func (q *verbsQP) Start(h eventHandler) {
+func (q *verbsQP) Start(h stream.EventHandler) {
 	q.startOnce.Do(func() {
 		err := setupStep(q.accepting, "attach events")
 		if err == nil {
@@ -90,7 +94,7 @@ func (q *verbsQP) Start(h eventHandler) {
 
 // events delivers the connection manager's news about this connection,
 // read from its own channel, when it could not attach to the shared one.
-func (q *verbsQP) events(h eventHandler) {
+func (q *verbsQP) events(h stream.EventHandler) {
 	defer close(q.eventsDone)
 	var retry eventRetry
 	for {
@@ -178,4 +182,92 @@ func (q *verbsQP) RemoteAddr() net.Addr { return q.raddr }
 func (q *verbsQP) PostsInSoftware() bool {
 	v := q.deviceInfo.VendorID
 	return v == verbs.VendorSoftRoCE || v == verbs.VendorSoftIWARP
+}
+
+// regionAccess is the access a ring's region is registered with: the
+// receive ring is the only one the peer may write (besides the target
+// SGL), and nothing is ever remotely readable.
+func regionAccess(kind ring.RegionKind) verbs.Access {
+	if kind == ring.RegionRecv {
+		return verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	}
+	return verbs.AccessLocalWrite
+}
+
+// AddRegion registers a new ring region in the connection's own protection
+// domain, with a registration of its own: its key reaches this region
+// only, and only through this connection's queue pair.
+func (q *verbsQP) AddRegion(kind ring.RegionKind, size int) (ring.Region, error) {
+	mr, err := q.pd.RegisterMR(size, regionAccess(kind))
+	if err != nil {
+		return ring.Region{}, fmt.Errorf("rnet: %s: %v ring of %d bytes: %w", q.device, kind, size, err)
+	}
+	q.mrs = append(q.mrs, mr)
+	return mrRegion(mr), nil
+}
+
+// RemoveRegion deregisters a region the engine retired: from then on a
+// write with its key fails at the device.
+func (q *verbsQP) RemoveRegion(r ring.Region) error {
+	for i, mr := range q.mrs {
+		if mr.Addr() == r.Addr && mr.LKey() == r.LKey {
+			if err := mr.Close(); err != nil {
+				return err // kept: destroy tries again
+			}
+			q.mrs = append(q.mrs[:i], q.mrs[i+1:]...)
+			return nil
+		}
+	}
+	return errors.New("rnet: " + q.device + ": retired region not registered")
+}
+
+func mrRegion(mr *verbs.MR) ring.Region {
+	return ring.Region{Buf: mr.Bytes(), Addr: mr.Addr(), LKey: mr.LKey(), RKey: mr.RKey()}
+}
+
+// path fills in the device's part of info from the queue pair as the
+// device reports it now, which is what is in effect.
+func (q *verbsQP) path(info *ConnInfo) error {
+	d := q.deviceInfo
+	info.Transport = d.Transport.String()
+	info.Device = q.device
+	info.MaxInlineData = int(q.qp.Caps().MaxInlineData)
+	p, err := q.qp.Path()
+	if err != nil {
+		return err
+	}
+	a, err := q.qp.Attrs()
+	if err != nil {
+		return err
+	}
+	info.Port, info.PathMTU, info.GIDIndex = p.Port, p.PathMTU, p.GIDIndex
+	info.ServiceLevel = int(p.ServiceLevel)
+	if p.GlobalRoute {
+		info.TrafficClass = int(p.TrafficClass)
+	}
+	info.GID = portGID(d, p.Port, p.GIDIndex)
+	if d.Transport != verbs.TransportIWARP {
+		if a.AckTimeout != 0 {
+			info.AckTimeout = ackTimeoutUnit << a.AckTimeout
+		}
+		info.RetryCount, info.RNRRetryCount = int(a.RetryCount), int(a.RNRRetry)
+	} else {
+		info.PathMTU = 0 // siw reports one, though TCP segments the stream
+	}
+	return nil
+}
+
+// portGID is the GID at index of a port's table, or the zero Addr.
+func portGID(d verbs.DeviceInfo, port, index int) netip.Addr {
+	for _, pi := range d.Ports {
+		if pi.Num != port {
+			continue
+		}
+		for _, g := range pi.GIDs {
+			if g.Index == index {
+				return netip.AddrFrom16(g.GID)
+			}
+		}
+	}
+	return netip.Addr{}
 }

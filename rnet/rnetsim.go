@@ -62,7 +62,7 @@ func simListen(addr netip.AddrPort, backlog int, stop func()) (*Listener, func(*
 		conns:    make(chan *Conn, backlog),
 		done:     make(chan struct{}),
 		failed:   make(chan struct{}),
-		acceptDL: newDeadline(func() {}),
+		acceptDL: stream.NewDeadline(func() {}),
 		stop:     stop,
 	}
 	l.requestsDone.L = &l.requestsMu

@@ -5,21 +5,13 @@ package rnet
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"net/netip"
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/pollgroup"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
-
-// testHookSetupStep, set only by tests, is called as each resource of a
-// connection is made (by the accepting side or the dialling one), and
-// fails the setup where it returns an error, as a device refusing that
-// resource would: the error paths release what they made, and tests check
-// it.
-// Atomic: the acceptor's goroutines read it while a test sets it.
-var testHookSetupStep atomic.Pointer[func(accepting bool, step string) error]
 
 func setupStep(accepting bool, step string) error {
 	if hook := testHookSetupStep.Load(); hook != nil {
@@ -161,4 +153,32 @@ func connParam(eng *ring.Engine, iwarp bool, t transportSettings) cm.ConnParam {
 		p.InitiatorDepth = 1
 	}
 	return p
+}
+
+// onIWARP reports whether addr is served by an iWARP device, whose
+// connections take TCP ports: it binds a connection-manager id to it and
+// asks the device.
+func onIWARP(addr netip.Addr) bool {
+	if addr.IsUnspecified() {
+		return false // several devices may serve it; the caller's error stands
+	}
+	ch, err := cm.NewEventChannel()
+	if err != nil {
+		return false
+	}
+	defer ch.Close()
+	id, err := ch.NewID()
+	if err != nil {
+		return false
+	}
+	defer id.Close()
+	if id.Bind(netip.AddrPortFrom(addr, 0)) != nil {
+		return false
+	}
+	ctx, err := id.Context()
+	if err != nil {
+		return false
+	}
+	info, err := ctx.Query()
+	return err == nil && info.Transport == verbs.TransportIWARP
 }

@@ -7,9 +7,10 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simqp"
+	"github.com/rnet-dev/rnet/internal/stream"
 )
 
-// noRegions is the region half of a queuePair for test doubles that cannot
+// noRegions is the region half of a stream.QueuePair for test doubles that cannot
 // register memory: every ring stays at its first size.
 type noRegions struct{}
 
@@ -26,7 +27,7 @@ func simPipe(tb testing.TB, cfg *Config) (*Conn, *Conn) {
 
 // simPipeWrap is simPipe with the first Conn's queue pair wrapped by wrap,
 // if not nil.
-func simPipeWrap(tb testing.TB, cfg *Config, wrap func(*simqp.QP) queuePair) (*Conn, *Conn) {
+func simPipeWrap(tb testing.TB, cfg *Config, wrap func(*simqp.QP) stream.QueuePair) (*Conn, *Conn) {
 	tb.Helper()
 	a, b, err := simPairWrapped(cfg, netip.MustParseAddrPort("10.0.0.1:40000"),
 		netip.MustParseAddrPort("10.0.0.2:7471"), wrap)
@@ -44,13 +45,13 @@ func simPair(cfg *Config, client, server netip.AddrPort) (*Conn, *Conn, error) {
 
 // simPairWrapped is simPair with the client's queue pair wrapped by wrap,
 // if not nil: rnet's tests hold its completions back with it.
-func simPairWrapped(cfg *Config, client, server netip.AddrPort, wrap func(*simqp.QP) queuePair) (*Conn, *Conn, error) {
+func simPairWrapped(cfg *Config, client, server netip.AddrPort, wrap func(*simqp.QP) stream.QueuePair) (*Conn, *Conn, error) {
 	set := cfg.settings()
 	a, b, err := simqp.Pair(set.ring, netAddr(client), netAddr(server))
 	if err != nil {
 		return nil, nil, err
 	}
-	var qa queuePair = a.QP
+	var qa stream.QueuePair = a.QP
 	if wrap != nil {
 		qa = wrap(a.QP)
 	}

@@ -73,7 +73,12 @@ func (c *simGroupCQ) WaitReady() error {
 	}
 }
 
-func (c *simGroupCQ) Interrupt() { notify(c.intr) }
+func (c *simGroupCQ) Interrupt() {
+	select {
+	case c.intr <- struct{}{}:
+	default:
+	}
+}
 
 func (c *simGroupCQ) Shutdown() { c.stopOnce.Do(func() { close(c.stop) }) }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rnet-dev/rnet/internal/simqp"
+	"github.com/rnet-dev/rnet/internal/stream"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
@@ -68,7 +69,7 @@ func TestSimWriteFrameBudget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var q *stackQP
-			c, s := simPipeWrap(t, tc.cfg, func(sq *simqp.QP) queuePair {
+			c, s := simPipeWrap(t, tc.cfg, func(sq *simqp.QP) stream.QueuePair {
 				q = &stackQP{QP: sq}
 				return q
 			})

@@ -1,0 +1,19 @@
+package rnet
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// Hooks that tests set; nil in a program. They are atomic because the
+// acceptor's and the dialer's goroutines read them while a test sets them.
+var (
+	// testHookDialRDMA stands in for DialConn's RDMA attempt.
+	testHookDialRDMA atomic.Pointer[func(ctx context.Context, network, address string) (*Conn, error)]
+
+	// testHookSetupStep is called as each resource of a connection is
+	// made (by the accepting side or the dialling one), and fails the
+	// setup where it returns an error, as a device refusing that resource
+	// would: the error paths release what they made, and tests check it.
+	testHookSetupStep atomic.Pointer[func(accepting bool, step string) error]
+)
