@@ -6,6 +6,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/stream"
 )
 
 // Config tunes one connection. A nil *Config means every default below,
@@ -361,3 +362,6 @@ func (c *Config) validate() error {
 	_, err := c.transportSettings() // AckTimeout, RetryCount, RNRRetryCount, TrafficClass
 	return err
 }
+
+// reapDelay is the driver's, which settings keep so that tests can raise it.
+const reapDelay = stream.DefaultReapDelay

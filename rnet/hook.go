@@ -17,3 +17,12 @@ var (
 	// would: the error paths release what they made, and tests check it.
 	testHookSetupStep atomic.Pointer[func(accepting bool, step string) error]
 )
+
+// setupStep fails a connection's setup at step where testHookSetupStep
+// says so.
+func setupStep(accepting bool, step string) error {
+	if hook := testHookSetupStep.Load(); hook != nil {
+		return (*hook)(accepting, step)
+	}
+	return nil
+}

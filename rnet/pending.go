@@ -2,19 +2,12 @@ package rnet
 
 import (
 	"container/list"
-	"errors"
 	"os"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/lockcount"
 	"github.com/rnet-dev/rnet/internal/ring"
 )
-
-// errHandshakesBusy is what a listener tells its HandshakeError hook when
-// it refuses a request because every pending-handshake slot is held by a
-// handshake too young to give up and the line of requests waiting for one
-// is full.
-var errHandshakesBusy = errors.New("rnet: every pending-handshake slot is taken and the line of requests waiting for one is full (ListenConfig.MaxPendingHandshakes, ListenConfig.Backlog)")
 
 // pendingHandshakes bounds the connection requests a listener is working
 // on: each takes a slot when the acceptor reads it and gives it back once
@@ -378,3 +371,7 @@ func defaultMaxPending(cfg ring.Config, notIWARP bool) int {
 // minDefaultPending keeps a listener whose connections start large able to
 // set up a few at once.
 const minDefaultPending = 16
+
+// stalledHandshakeAfter is how long a handshake's dialer has at least to
+// confirm our reply before a newer request may take its slot.
+const stalledHandshakeAfter = time.Second

@@ -5,11 +5,12 @@ package rnet
 import (
 	"errors"
 	"fmt"
-	"github.com/rnet-dev/rnet/internal/pollgroup"
 	"io"
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/rnet-dev/rnet/internal/pollgroup"
 
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"

@@ -403,10 +403,6 @@ func (lc *ListenConfig) limits() (backlog, pending int) {
 // MaxPendingHandshakes alike.
 const maxBacklog = 65535
 
-// stalledHandshakeAfter is how long a handshake's dialer has at least to
-// confirm our reply before a newer request may take its slot.
-const stalledHandshakeAfter = time.Second
-
 func ipWithZone(b net.IP, zone string) netip.Addr {
 	ip, _ := netip.AddrFromSlice(b)
 	ip = ip.Unmap()

@@ -13,13 +13,6 @@ import (
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
 
-func setupStep(accepting bool, step string) error {
-	if hook := testHookSetupStep.Load(); hook != nil {
-		return (*hook)(accepting, step)
-	}
-	return nil
-}
-
 // setup creates the queue pair, CQ and registered regions for id, which must be
 // bound to a device (resolved, or from a connection request), and the engine
 // over them. On failure everything made so far is released, except id and ch.

@@ -3,10 +3,11 @@
 package rnet
 
 import (
-	"github.com/rnet-dev/rnet/internal/pollgroup"
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/rnet-dev/rnet/internal/pollgroup"
 
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"

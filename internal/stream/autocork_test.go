@@ -92,7 +92,7 @@ func corkedPipeConfig(t *testing.T, mod func(*Settings)) (*Conn, *Conn, *holdQP,
 			t.Fatal(err)
 		}
 	}
-	if st := c.Stats(); st.MessagesSent != 1 || st.BytesSent != 64 || st.CoalescedWrites != 1 {
+	if st := c.Stats().Engine; st.MessagesSent != 1 || st.BytesSent != 64 || st.CoalescedWrites != 1 {
 		t.Fatalf("%d transfers of %d bytes, %d coalesced writes; want the later writes corked (1, 64, 1)",
 			st.MessagesSent, st.BytesSent, st.CoalescedWrites)
 	}
@@ -194,7 +194,7 @@ func TestSimCorkIdleWriter(t *testing.T) {
 	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("read %v; bytes equal %v", err, bytes.Equal(got, want))
 	}
-	if st := c.Stats(); st.MessagesSent != 2 {
+	if st := c.Stats().Engine; st.MessagesSent != 2 {
 		t.Fatalf("%d transfers for three writes, want 2", st.MessagesSent)
 	}
 }
@@ -265,7 +265,7 @@ func TestSimNoDelay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := c.Stats(); st.MessagesSent != 2 || st.CoalescedWrites != 0 {
+	if st := c.Stats().Engine; st.MessagesSent != 2 || st.CoalescedWrites != 0 {
 		t.Fatalf("NoDelay: %d transfers, %d coalesced writes; want 2, 0", st.MessagesSent, st.CoalescedWrites)
 	}
 	if c.EngineConfig().Autocork {

@@ -157,7 +157,7 @@ func TestControlFloodLetsCloseIn(t *testing.T) {
 	}()
 	select {
 	case c := <-done:
-		if s := c.Stats(); s.RecvCompletions < MaxStepRounds*CompletionBatch {
+		if s := c.Stats().Engine; s.RecvCompletions < MaxStepRounds*CompletionBatch {
 			t.Errorf("the flood delivered %d receive completions, fewer than one bounded step's %d: it did not flood",
 				s.RecvCompletions, MaxStepRounds*CompletionBatch)
 		}
@@ -230,7 +230,7 @@ func TestCloseDuringDisconnectFlood(t *testing.T) {
 	if !errors.Is(r.readErr, ring.ErrPeerGone) || !errors.Is(r.writeErr, ring.ErrPeerGone) {
 		t.Errorf("after the disconnect: Read %v, Write %v; want both ring.ErrPeerGone", r.readErr, r.writeErr)
 	}
-	if s := c.Stats(); s.RecvCompletions < uint64(q.arrived) {
+	if s := c.Stats().Engine; s.RecvCompletions < uint64(q.arrived) {
 		t.Errorf("the drain took %d receive completions, fewer than the %d messages that arrived before the disconnect",
 			s.RecvCompletions, q.arrived)
 	}

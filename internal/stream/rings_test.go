@@ -64,7 +64,7 @@ func TestSimRingsRegistrationRefused(t *testing.T) {
 	if sa.SendRingSize != ring.DefaultIdleBufSize || sb.RecvRingSize != ring.DefaultIdleBufSize {
 		t.Fatalf("rings moved: send %d receive %d", sa.SendRingSize, sb.RecvRingSize)
 	}
-	if sa.RegionsDeclined == 0 || sb.RegionsDeclined == 0 {
-		t.Fatalf("declined: writer %d reader %d", sa.RegionsDeclined, sb.RegionsDeclined)
+	if sa.Engine.RegionsDeclined == 0 || sb.Engine.RegionsDeclined == 0 {
+		t.Fatalf("declined: writer %d reader %d", sa.Engine.RegionsDeclined, sb.Engine.RegionsDeclined)
 	}
 }
