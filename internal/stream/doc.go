@@ -17,7 +17,11 @@
 //     timers share; a Conn calls its QueuePair's Step, Collected,
 //     CollectAll, AddRegion, RemoveRegion and Kick with mu held (Disconnect
 //     sometimes too), so the queue pair's own locks come after it;
-//  3. the queue pair's locks.
+//  3. the queue pair's locks. On a device (package rnet's verbsQP) they
+//     are the poll group's, in the order internal/pollgroup's doc gives,
+//     then the verbs objects' (internal/verbs) and the connection
+//     manager id's (internal/cm; a QP's lock before its id's, see cm.ID),
+//     which call out to nothing else that locks.
 //
 // A Deadline's mu is taken without any of these, and calls its expired
 // func (QueuePair.Kick) with it held. No lock is held across a park: a
