@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/simqp"
-	"github.com/rnet-dev/rnet/internal/waittest"
 )
 
 // collectUntil runs the garbage collector until done delivers, for at most
@@ -101,7 +101,7 @@ func TestSimBlockedReadKeepsItsConn(t *testing.T) {
 	c1 = nil
 	select { // only the Read waits on the completion channel here
 	case <-parking:
-	case <-time.After(waittest.Timeout(t)):
+	case <-time.After(conntest.Timeout(t)):
 		t.Fatal("the Read did not park")
 	}
 	for range 5 {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -267,7 +268,7 @@ func testGroupMembersFail(t *testing.T, o simGroupOptions) {
 		}
 		streams[i] = startStream(sn.clients[i], sn.servers[i], true, uint64(i), more)
 	}
-	waitUntil(t, "every pair to stream", func() bool {
+	conntest.Until(t, "every pair to stream", func() bool {
 		for _, s := range streams {
 			if s.readFrames.Load() == 0 {
 				return false
@@ -292,7 +293,7 @@ func testGroupMembersFail(t *testing.T, o simGroupOptions) {
 		}
 		t.Logf("%s: writer: %v; reader: %v", fault.name, s.writeErr, s.readErr)
 		// The others go on streaming after the failure.
-		waitUntil(t, "the healthy pairs to stream on after "+fault.name, func() bool {
+		conntest.Until(t, "the healthy pairs to stream on after "+fault.name, func() bool {
 			for j := failing; j < pairs; j++ {
 				if streams[j].readFrames.Load() <= before[j] {
 					return false

@@ -1,57 +1,16 @@
 package rnet
 
 import (
-	"io"
 	"testing"
 
+	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/ring"
 )
-
-// streamPattern is the byte at offset i of a checked stream.
-func streamPattern(i, salt uint64) byte { return byte((i + salt) * 0x9e3779b97f4a7c15 >> 56) }
-
-// streamChecked writes total patterned bytes on w in writes of writeSize
-// and reads them on r in reads of up to readSize, checking every byte.
-func streamChecked(t *testing.T, w io.Writer, r io.Reader, total, writeSize, readSize int, salt uint64) {
-	t.Helper()
-	werr := make(chan error, 1)
-	go func() {
-		buf := make([]byte, writeSize)
-		for off := 0; off < total; {
-			n := min(writeSize, total-off)
-			for i := range buf[:n] {
-				buf[i] = streamPattern(uint64(off+i), salt)
-			}
-			if _, err := w.Write(buf[:n]); err != nil {
-				werr <- err
-				return
-			}
-			off += n
-		}
-		werr <- nil
-	}()
-	buf := make([]byte, readSize)
-	for off := 0; off < total; {
-		n, err := r.Read(buf[:min(readSize, total-off)])
-		for i, c := range buf[:n] {
-			if want := streamPattern(uint64(off+i), salt); c != want {
-				t.Fatalf("byte %d: got %#x, want %#x", off+i, c, want)
-			}
-		}
-		off += n
-		if err != nil {
-			t.Fatalf("read at %d of %d: %v", off, total, err)
-		}
-	}
-	if err := <-werr; err != nil {
-		t.Fatal(err)
-	}
-}
 
 // driveUntil steps c's engine, polling its completions, until cond holds.
 func driveUntil(t *testing.T, c *Conn, what string, cond func(Stats) bool) {
 	t.Helper()
-	waitUntil(t, what, func() bool {
+	conntest.Until(t, what, func() bool {
 		c.conn.Drive()
 		return cond(c.Stats())
 	})
@@ -61,7 +20,7 @@ func driveUntil(t *testing.T, c *Conn, what string, cond func(Stats) bool) {
 // spell, until cond holds: the first tick after traffic only notes it.
 func quietTicks(t *testing.T, c *Conn, what string, cond func(Stats) bool) {
 	t.Helper()
-	waitUntil(t, what, func() bool {
+	conntest.Until(t, what, func() bool {
 		c.conn.Tick()
 		return cond(c.Stats())
 	})
@@ -78,7 +37,7 @@ func testRingsGrowAndShrink(t *testing.T, a, b *Conn) {
 	}
 	// Writes larger than the largest ring: each finds the ring too small
 	// until it is at its maximum, however fast the peer reads.
-	streamChecked(t, a, b, 16<<20, 2*max, 64<<10, 1)
+	conntest.StreamChecked(t, a, b, 16<<20, 2*max, 64<<10, 1)
 	// The last move may wait for the stream's last completions.
 	driveUntil(t, a, "the writer's send ring to reach its maximum", func(s Stats) bool { return s.SendRingSize == max })
 	if s := b.Stats(); s.RecvRingSize != max || s.RingGrowths == 0 {
@@ -92,7 +51,7 @@ func testRingsGrowAndShrink(t *testing.T, a, b *Conn) {
 	shrinks := b.Stats().RingShrinks
 	// The writer holds both halves of the large ring: a trickle fills
 	// them, and the next grant comes from the small ring.
-	streamChecked(t, a, b, 512<<10, 1000, 1000, 2)
+	conntest.StreamChecked(t, a, b, 512<<10, 1000, 1000, 2)
 	if s := b.Stats(); s.RingShrinks <= shrinks {
 		t.Fatalf("reader's receive ring did not shrink: %+v", s)
 	}

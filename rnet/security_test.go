@@ -5,6 +5,7 @@ package rnet
 import (
 	"testing"
 
+	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
@@ -42,8 +43,8 @@ func TestRXERegisteredAccess(t *testing.T) {
 		first[c] = registeredRegions(c)[1]
 	}
 
-	streamChecked(t, c1, c2, 8<<20, 256<<10, 64<<10, 11)
-	streamChecked(t, c2, c1, 8<<20, 256<<10, 64<<10, 12)
+	conntest.StreamChecked(t, c1, c2, 8<<20, 256<<10, 64<<10, 11)
+	conntest.StreamChecked(t, c2, c1, 8<<20, 256<<10, 64<<10, 12)
 	keys := map[uint32]*verbs.MR{} // every key of both ends, and its region
 	for _, c := range []*Conn{c1, c2} {
 		driveUntil(t, c, "the send ring's last move", func(s Stats) bool { return s.SendRingSize == ring.DefaultBufSize })

@@ -2,7 +2,6 @@ package rnet
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -20,74 +19,6 @@ import (
 // Poll groups over the simulated fabric: internal/pollgroup (dispatch by
 // queue pair number, members polling the shared CQ, leaving) driven by
 // whole Conns on machines without RDMA.
-
-// simGroupCQ is a poll group's CQ over a simulated fabric's CQ: its
-// channel is the CQ's Notify, which (with simfabric.CQOptions.Armed) fires
-// only for a completion added after an arm, as a device's does.
-type simGroupCQ struct {
-	cq        *simfabric.CQ
-	intr      chan struct{}
-	stop      chan struct{}
-	stopOnce  sync.Once
-	destroyed chan struct{}
-}
-
-func newSimGroupCQ(cq *simfabric.CQ) *simGroupCQ {
-	return &simGroupCQ{cq: cq, intr: make(chan struct{}, 1), stop: make(chan struct{}), destroyed: make(chan struct{})}
-}
-
-// Poll takes a leftover event (WaitReady took the one that woke it: a
-// channel's token cannot be peeked), arms, then polls. Any event left
-// before the arm belongs to completions this poll returns.
-func (c *simGroupCQ) Poll(flags verbs.StepFlags, out []wr.Completion, tries int) (int, error) {
-	if flags&verbs.StepTakeEvent != 0 {
-		select {
-		case <-c.cq.Notify():
-		default:
-		}
-	}
-	if flags&verbs.StepArm != 0 {
-		c.cq.Arm()
-	}
-	return pollTries(c.cq, out, tries)
-}
-
-// pollTries polls cq into out, again while it finds nothing, up to tries
-// polls.
-func pollTries(cq *simfabric.CQ, out []wr.Completion, tries int) (int, error) {
-	n, err := cq.Poll(out)
-	for t := tries; n == 0 && err == nil && t > 1; t-- {
-		n, err = cq.Poll(out)
-	}
-	return n, err
-}
-
-func (c *simGroupCQ) WaitReady() error {
-	select {
-	case <-c.cq.Notify():
-		return nil
-	case <-c.intr:
-		return pollgroup.ErrInterrupted
-	case <-c.stop:
-		return net.ErrClosed
-	}
-}
-
-func (c *simGroupCQ) Interrupt() {
-	select {
-	case c.intr <- struct{}{}:
-	default:
-	}
-}
-
-func (c *simGroupCQ) Shutdown() { c.stopOnce.Do(func() { close(c.stop) }) }
-
-func (c *simGroupCQ) Destroy() error {
-	close(c.destroyed) // a second destroy is a bug: let it panic
-	return nil
-}
-
-func (c *simGroupCQ) Size() int { return c.cq.Size() }
 
 // simGroupQP is simqp.QP whose completions go through a poll group: its
 // endpoint completes into the group's shared CQ, and step, wait and kick
@@ -114,32 +45,6 @@ func (q *simGroupQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Sen
 	return n, err
 }
 
-// simGroupEndpoint is a member's queue pair on the simulated fabric: the
-// member's steps post on its endpoint and poll the group's CQ.
-type simGroupEndpoint struct {
-	ep *simfabric.Endpoint
-	cq *simfabric.CQ
-}
-
-func (e simGroupEndpoint) Num() uint32 { return e.ep.QPNum() }
-
-func (e simGroupEndpoint) Step(_ *verbs.CQ, _ verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-	if len(recvs) > 0 {
-		if err := e.ep.PostRecv(recvs); err != nil {
-			return 0, err
-		}
-	}
-	if len(sends) > 0 {
-		if err := e.ep.PostSend(sends); err != nil {
-			return 0, err
-		}
-	}
-	if len(out) == 0 {
-		return 0, nil
-	}
-	return pollTries(e.cq, out, tries)
-}
-
 func (q *simGroupQP) Wait() (bool, error) { return q.member.Wait() }
 func (q *simGroupQP) Kick()               { q.member.Kick() }
 func (q *simGroupQP) Collected() bool     { return q.member.Collected() }
@@ -163,7 +68,7 @@ func (q *simGroupQP) Destroy() error {
 // the same one).
 type simGroupNet struct {
 	f                    *simfabric.Fabric
-	clientCQ, serverCQ   *simGroupCQ
+	clientCQ, serverCQ   *simqp.GroupCQ
 	clientGr, serverGr   *pollgroup.Group
 	clients, servers     []*Conn
 	clientQPs, serverQPs []*simGroupQP
@@ -189,8 +94,8 @@ func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
 	if entries == 0 {
 		entries = 2 * n * layout.CQDepth
 	}
-	newGroup := func() (*simGroupCQ, *pollgroup.Group) {
-		cq := newSimGroupCQ(f.NewCQ(simfabric.CQOptions{Entries: entries, Armed: o.armedCQ}))
+	newGroup := func() (*simqp.GroupCQ, *pollgroup.Group) {
+		cq := simqp.NewGroupCQ(f.NewCQ(simfabric.CQOptions{Entries: entries, Armed: o.armedCQ}), pollgroup.ErrInterrupted)
 		return cq, pollgroup.New(cq, nil)
 	}
 	sn := &simGroupNet{f: f}
@@ -225,13 +130,13 @@ func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
 		}
 		return eng
 	}
-	newQP := func(ep *simfabric.Endpoint, cq *simGroupCQ, m *pollgroup.Member, local, remote string) *simGroupQP {
-		q := &simGroupQP{QP: simqp.New(ep, netAddr(netip.MustParseAddrPort(local)), netAddr(netip.MustParseAddrPort(remote))), f: f, cq: cq.cq, member: m}
-		m.Attach(simGroupEndpoint{ep: ep, cq: cq.cq}, nil)
+	newQP := func(ep *simfabric.Endpoint, cq *simqp.GroupCQ, m *pollgroup.Member, local, remote string) *simGroupQP {
+		q := &simGroupQP{QP: simqp.New(ep, netAddr(netip.MustParseAddrPort(local)), netAddr(netip.MustParseAddrPort(remote))), f: f, cq: cq.CQ, member: m}
+		m.Attach(simqp.GroupEndpoint{Endpoint: ep, CQ: cq.CQ}, nil)
 		return q
 	}
 	for i, p := range plans {
-		a, b := f.PairOn(caps, caps, sn.clientCQ.cq, sn.serverCQ.cq)
+		a, b := f.PairOn(caps, caps, sn.clientCQ.CQ, sn.serverCQ.CQ)
 		ea, eb := newEngine(a), newEngine(b)
 		pa, pb := ea.LocalConnData(), eb.LocalConnData()
 		if err := ea.Establish(pb[:]); err != nil {
@@ -268,11 +173,11 @@ func (sn *simGroupNet) closeAll() {
 }
 
 // groups returns the net's poll groups with their CQs: two, or one.
-func (sn *simGroupNet) groups() ([]*pollgroup.Group, []*simGroupCQ) {
+func (sn *simGroupNet) groups() ([]*pollgroup.Group, []*simqp.GroupCQ) {
 	if sn.serverGr == sn.clientGr {
-		return []*pollgroup.Group{sn.clientGr}, []*simGroupCQ{sn.clientCQ}
+		return []*pollgroup.Group{sn.clientGr}, []*simqp.GroupCQ{sn.clientCQ}
 	}
-	return []*pollgroup.Group{sn.clientGr, sn.serverGr}, []*simGroupCQ{sn.clientCQ, sn.serverCQ}
+	return []*pollgroup.Group{sn.clientGr, sn.serverGr}, []*simqp.GroupCQ{sn.clientCQ, sn.serverCQ}
 }
 
 // checkGroupsGone checks, once every Conn is closed, that each group's
@@ -284,7 +189,7 @@ func (sn *simGroupNet) checkGroupsGone(t *testing.T) {
 	gs, cqs := sn.groups()
 	for i, g := range gs {
 		select {
-		case <-cqs[i].destroyed:
+		case <-cqs[i].Destroyed():
 		case <-time.After(time.Minute): // a hang detector only
 			t.Fatalf("poll group %d: CQ still there a minute after its last member left", i)
 		}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/pollgroup"
 
 	"github.com/rnet-dev/rnet/internal/procstat"
@@ -74,7 +75,7 @@ func TestRXESharedReceiveQueue(t *testing.T) {
 	if err := writeSmall(dialed[0], 0, 0, first, size); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the peer to receive its first credit window", func() bool {
+	conntest.Until(t, "the peer to receive its first credit window", func() bool {
 		return accepted[0].Stats().MessagesReceived >= ring.FirstSharedCredits
 	})
 	if g := accepted[0].Stats().CreditWindowGrowths; g == 0 {

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/simqp"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
@@ -19,7 +21,7 @@ import (
 func TestPollGroupMemberOrder(t *testing.T) {
 	const pairs, msgs, window = 8, 3000, 16
 	f := simfabric.New(3, simfabric.Options{Auto: true, RNRRetry: true})
-	cq := newSimCQ(f.NewCQ(simfabric.CQOptions{Armed: true}))
+	cq := simqp.NewGroupCQ(f.NewCQ(simfabric.CQOptions{Armed: true}), ErrInterrupted)
 	g := New(cq, nil)
 	caps := simfabric.Caps{SendDepth: window, RecvDepth: window}
 	type end struct {
@@ -35,11 +37,11 @@ func TestPollGroupMemberOrder(t *testing.T) {
 	}
 	var ends []*end
 	for range pairs {
-		a, b := f.PairOn(caps, caps, cq.cq, cq.cq)
+		a, b := f.PairOn(caps, caps, cq.CQ, cq.CQ)
 		ends = append(ends, newEnd(a), newEnd(b))
 	}
 	for _, e := range ends {
-		e.m.Attach(&simQP{ep: e.ep, cq: cq.cq}, nil)
+		e.m.Attach(simqp.GroupEndpoint{Endpoint: e.ep, CQ: cq.CQ}, nil)
 	}
 	// run steps e until it has taken msgs completions, posting what next
 	// allows, and checks each with check.
@@ -131,7 +133,7 @@ func TestPollGroupMemberOrder(t *testing.T) {
 	}
 	wg.Wait()
 	select {
-	case <-cq.destroyed:
+	case <-cq.Destroyed():
 	case <-time.After(time.Minute): // a hang detector only
 		t.Fatal("the CQ is still there after the last member left")
 	}
@@ -147,15 +149,15 @@ func TestPollGroupMemberOrder(t *testing.T) {
 // before a disconnect would otherwise miss the peer's last message.
 func TestPollGroupStepWaitsForHandOver(t *testing.T) {
 	f := simfabric.New(1, simfabric.Options{Auto: true})
-	cq := newSimCQ(f.NewCQ(simfabric.CQOptions{}))
+	cq := simqp.NewGroupCQ(f.NewCQ(simfabric.CQOptions{}), ErrInterrupted)
 	g := New(cq, nil)
 	m, ok := g.Reserve(8, 8, 0)
 	if !ok {
 		t.Fatal("the group's CQ is full")
 	}
-	a, _ := f.PairOn(simfabric.Caps{SendDepth: 4, RecvDepth: 4}, simfabric.Caps{}, cq.cq, nil)
+	a, _ := f.PairOn(simfabric.Caps{SendDepth: 4, RecvDepth: 4}, simfabric.Caps{}, cq.CQ, nil)
 	m.Attach(&numQP{num: a.QPNum(), poll: func(out []wr.Completion, tries int) (int, error) {
-		return pollTries(cq.cq, out, tries)
+		return simqp.PollTries(cq.CQ, out, tries)
 	}}, nil)
 
 	// Play a poller caught between its poll and its hand-over.
@@ -164,7 +166,7 @@ func TestPollGroupStepWaitsForHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := make([]wr.Completion, 4)
-	n, err := cq.cq.Poll(held)
+	n, err := cq.CQ.Poll(held)
 	if n != 1 || err != nil {
 		t.Fatalf("poll: %d, %v", n, err)
 	}
@@ -180,7 +182,7 @@ func TestPollGroupStepWaitsForHandOver(t *testing.T) {
 		res <- stepResult{n, err, out[0]}
 	}()
 	var got *stepResult
-	waitUntil(t, "the step to wait for the poll lock or return", func() bool {
+	conntest.Until(t, "the step to wait for the poll lock or return", func() bool {
 		select {
 		case r := <-res:
 			got = &r
@@ -208,5 +210,5 @@ func TestPollGroupStepWaitsForHandOver(t *testing.T) {
 	if err := g.leave(m, nil); err != nil {
 		t.Fatal(err)
 	}
-	<-cq.destroyed
+	<-cq.Destroyed()
 }

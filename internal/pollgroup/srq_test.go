@@ -6,6 +6,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+	"github.com/rnet-dev/rnet/internal/simqp"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
@@ -34,7 +35,7 @@ func recvCompletions(qp uint32, n int) []wr.Completion {
 // off, and the group posts the receive back.
 func TestPollGroupSharedReceiveQueueAccounts(t *testing.T) {
 	f := simfabric.New(1, simfabric.Options{Auto: true})
-	cq := newSimCQ(f.NewCQ(simfabric.CQOptions{Entries: 1024}))
+	cq := simqp.NewGroupCQ(f.NewCQ(simfabric.CQOptions{Entries: 1024}), ErrInterrupted)
 	g := New(cq, nil)
 	rq := &countingRQ{}
 	if err := g.ShareRecvs(rq, 100); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simqp"
 	"github.com/rnet-dev/rnet/internal/wr"
@@ -220,7 +221,7 @@ func TestSimCorkParkedReader(t *testing.T) {
 		}
 		readc <- err
 	}()
-	waitUntil(t, "the Read to park", func() bool {
+	conntest.Until(t, "the Read to park", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.waitOwned && !c.pushing || c.queued > 0

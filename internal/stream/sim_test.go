@@ -8,7 +8,6 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simqp"
-	"github.com/rnet-dev/rnet/internal/waittest"
 )
 
 var _ QueuePair = (*simqp.QP)(nil)
@@ -73,13 +72,3 @@ func simPipeWrap(tb testing.TB, mod func(*Settings), wrap func(*simqp.QP) QueueP
 
 // simQPOf returns the simulated queue pair under c.
 func simQPOf(c *Conn) *simqp.QP { return c.qp.(*simqp.QP) }
-
-func waitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	waittest.Until(t, what, cond)
-}
-
-func waitSignalled(t testing.TB, what string, signal <-chan struct{}, cond func() bool) {
-	t.Helper()
-	waittest.Signalled(t, what, signal, cond)
-}

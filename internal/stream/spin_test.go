@@ -1,10 +1,11 @@
 package stream
 
 import (
-	"github.com/rnet-dev/rnet/internal/simqp"
 	"io"
 	"testing"
 	"time"
+
+	"github.com/rnet-dev/rnet/internal/simqp"
 )
 
 // The adaptive spin follows short waits, stays at BusyPoll for long ones,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
 	"github.com/rnet-dev/rnet/internal/simqp"
@@ -61,7 +62,7 @@ func TestSimCloseReadEndsSpinningRead(t *testing.T) {
 		_, err := a.Read(make([]byte, 1))
 		errc <- err
 	}()
-	waitUntil(t, "the Read to spin", func() bool { return a.Stats().Spins > 0 })
+	conntest.Until(t, "the Read to spin", func() bool { return a.Stats().Spins > 0 })
 	if err := a.CloseRead(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestSimPusherHandOverToLeavingRead(t *testing.T) {
 		if n, err := a.Write(msg); n != len(msg) || err != nil {
 			t.Fatal(n, err)
 		}
-		waitSignalled(t, "the pusher to park", parking, func() bool {
+		conntest.Signalled(t, "the pusher to park", parking, func() bool {
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			return a.pushing && a.waitOwned
@@ -193,7 +194,7 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	}
 	// Wait for more stalled keepalive periods than keepaliveProbes allows
 	// a peer that acknowledges nothing, or for the connection to fail.
-	waitUntil(t, "more stalled keepalive periods than keepaliveProbes", func() bool {
+	conntest.Until(t, "more stalled keepalive periods than keepaliveProbes", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.keepaliveStalls > keepaliveProbes || c.fatal != nil
@@ -277,13 +278,13 @@ func TestSimStreamWaitStaysStreamWait(t *testing.T) {
 		done <- err
 	}()
 	parks := func() uint64 { return a.Stats().Parks }
-	waitSignalled(t, "the Read to park and wake", parking, func() bool { return parks() > 0 })
+	conntest.Signalled(t, "the Read to park and wake", parking, func() bool { return parks() > 0 })
 	// A tick wakes the parked Read, which finds no data and waits again,
 	// now with a Write since its last Read.
 	if _, err := a.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	waitSignalled(t, "the Read to park and wake again", parking, func() bool { return parks() >= 2 })
+	conntest.Signalled(t, "the Read to park and wake again", parking, func() bool { return parks() >= 2 })
 	if _, err := io.ReadFull(b, make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}

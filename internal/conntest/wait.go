@@ -1,7 +1,8 @@
-// Package waittest waits in tests for a condition that comes true in
-// another goroutine, with a bound that turns a hang into a failure saying
-// what it waited for.
-package waittest
+// Package conntest has what tests of connections share: waiting for a
+// condition that comes true in another goroutine, with a bound that turns
+// a hang into a failure saying what it waited for, and streaming checked
+// bytes through a connection.
+package conntest
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package waittest
+package conntest
 
 import (
 	"testing"
