@@ -211,7 +211,7 @@ type transportSettings struct {
 // shareRecvs reports whether a connection may take its receives from its
 // poll group's shared receive queue: only while a peer's message that
 // finds the queue empty is retried without limit, since a peer that
-// overruns its credits may empty it for a moment (see pollgroup_srq.go).
+// overruns its credits may empty it for a moment (see internal/pollgroup/srq.go).
 func (t transportSettings) shareRecvs() bool { return t.rnrRetryCount == cm.MaxRetryCount }
 
 // softRoCEAckTimeout is Config.AckTimeout's default exponent on Soft-RoCE:

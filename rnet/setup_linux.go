@@ -58,7 +58,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	// Only the receive ring and the target SGL are remotely writable, and
 	// nothing is remotely readable: the peer can never see our send ring.
 	// The rings start small (see ring.Config.IdleBufferSize); larger ones
-	// are registered as the connection needs them (see regions_linux.go).
+	// are registered as the connection needs them (see queuepair_linux.go).
 	for _, r := range []struct {
 		size   int
 		access verbs.Access
