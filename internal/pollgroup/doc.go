@@ -36,7 +36,8 @@
 //
 // At the crossing into C a member's Step holds the caller's connection
 // lock and, when it polls, pollMu; verbs.QP.Step takes no lock of its own
-// (see there). A step that polls hands what it found to the other members
+// for the crossing (see there; lists longer than one crossing carries are
+// posted ahead with PostRecv and PostSend, which read-hold the QP's). A step that polls hands what it found to the other members
 // before it lets go of pollMu: each hand-over takes that member's mu for a
 // copy of one completion, and at most one poll's batch is handed over per
 // step, so the caller's connection lock is held for a bounded time

@@ -76,8 +76,12 @@ func (r *Registry) join(ctx *verbs.Context, info verbs.DeviceInfo, need Needs) (
 	}
 	m, ok := g.Reserve(need.Depth, need.SendDepth, need.Recvs)
 	if !ok {
-		// Unreachable: the CQ holds at least depth.
-		g.leave(&Member{g: g}, nil)
+		// Unreachable: the CQ holds at least depth. The group has no
+		// member to free what it made when it leaves: free it here.
+		if g.srq != nil {
+			g.srq.rq.Destroy()
+		}
+		cq.Destroy()
 		return nil, &verbs.Error{Op: "ibv_create_cq", Device: ctx.Name(), Err: errInboxOverflow}
 	}
 	m.reg = r

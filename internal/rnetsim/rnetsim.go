@@ -21,7 +21,7 @@ import (
 )
 
 var (
-	// Settings checks cfg (a *rnet.Config, nil for the defaults) as Dial
+	// Settings checks cfg (a *rnet.Config, a nil one for the defaults) as Dial
 	// does, and returns what the connection driver runs with.
 	Settings func(cfg any) (stream.Settings, error)
 	// NewConn hands c out as an *rnet.Conn configured by cfg (as for

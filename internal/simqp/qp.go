@@ -1,7 +1,7 @@
 // Package simqp is the connection driver's queue pair over the simulated
 // fabric (internal/simfabric), and the pairs of established engines it
 // runs: what tests, and package rnettest, run connections over without a
-// device. Production code does not import it.
+// device. Package rnet does not import it; rnettest does, for its users' tests.
 package simqp
 
 import (

@@ -97,4 +97,10 @@ func TestSimConfigReportsEffectiveValues(t *testing.T) {
 	if got != want {
 		t.Errorf("Config() = %+v\nwant       %+v", got, want)
 	}
+	c, d := simPipe(t, &Config{NoDelay: true})
+	defer c.Close()
+	defer d.Close()
+	if !c.Config().NoDelay {
+		t.Errorf("Config().NoDelay = false on a connection made with NoDelay")
+	}
 }
