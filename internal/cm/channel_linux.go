@@ -9,7 +9,6 @@ package cm
 import "C"
 
 import (
-	"context"
 	"syscall"
 	"time"
 
@@ -48,78 +47,6 @@ func NewEventChannel() (*EventChannel, error) {
 		return nil, perr
 	}
 	return &EventChannel{c: c, poll: p}, nil
-}
-
-// Next waits, parked in the netpoller, for the next event on the channel and
-// returns it, already acknowledged. Events for IDs that were closed in the
-// meantime are dropped.
-//
-// Next fails with os.ErrDeadlineExceeded after SetDeadline's deadline, with
-// ctx's error when ctx ends, and with net.ErrClosed when the channel is
-// closed, also from another goroutine during the wait.
-func (ch *EventChannel) Next(ctx context.Context) (Event, error) {
-	for {
-		var (
-			ev    C.struct_rnet_cm_event
-			errno C.int
-		)
-		err := ch.poll.Wait(ctx, func() bool {
-			// ch.c is destroyed only after PollFD.Shutdown (WaitersGone), which waits
-			// for running callbacks.
-			verbs.CountCgoCall()
-			errno = C.rnet_get_cm_event(ch.c, &ev)
-			return errno != C.EAGAIN
-		})
-		if err != nil {
-			return Event{}, &Error{Op: "rdma_get_cm_event", Err: err}
-		}
-		if errno != 0 {
-			return Event{}, &Error{Op: "rdma_get_cm_event", Errno: syscall.Errno(errno)}
-		}
-		if e, ok := ch.convert(&ev); ok {
-			return e, nil
-		}
-	}
-}
-
-func (ch *EventChannel) convert(ev *C.struct_rnet_cm_event) (Event, bool) {
-	e := Event{Type: EventType(ev._type), Status: int(ev.status)}
-	p := &ev.param
-	e.Param = ConnParam{
-		ResponderResources: uint8(p.responder_resources),
-		InitiatorDepth:     uint8(p.initiator_depth),
-		FlowControl:        uint8(p.flow_control),
-		RetryCount:         uint8(p.retry_count),
-		RNRRetryCount:      uint8(p.rnr_retry_count),
-		SRQ:                uint8(p.srq),
-		QPNum:              uint32(p.qp_num),
-	}
-	if n := int(p.private_data_len); n > 0 {
-		e.Param.PrivateData = C.GoBytes(unsafePointer(&p.private_data[0]), C.int(n))
-	}
-	if e.Type == EventConnectRequest {
-		e.Listener = lookup(uintptr(ev.listen_handle))
-		if e.Listener == nil {
-			// Its listener is gone; nobody will accept this one.
-			verbs.CountCgoCall()
-			C.rdma_reject(ev.id, nil, 0)
-			verbs.CountCgoCall()
-			C.rdma_destroy_id(ev.id)
-			return e, false
-		}
-		id, err := ch.adopt(ev.id)
-		if err != nil {
-			return e, false
-		}
-		e.ID = id
-	} else {
-		e.ID = lookup(uintptr(ev.id_handle))
-		if e.ID == nil {
-			return e, false
-		}
-	}
-	e.Addr = e.ID.addrString()
-	return e, true
 }
 
 // SetDeadline sets the deadline for Next; the zero time means none. A past

@@ -11,4 +11,17 @@
 // Verbs objects are made on the device an ID is bound to: ID.Context returns
 // that device as a *verbs.Context, and CreateQP takes verbs' PD and CQs.
 // Only this package and internal/verbs call C.
+//
+// # Files
+//
+// Each file uses only the files before it (on other platforms, stub.go and
+// await_stub.go stand for the _linux ones):
+//
+//   - types.go: errors, event types, connection parameters, retries.
+//   - addr_linux.go: addresses to and from C.
+//   - channel_linux.go: EventChannel and its lifetime.
+//   - id_linux.go: ID, the handles events name it by, and its calls.
+//   - event.go: Event, and the error an error event stands for.
+//   - await_linux.go: reading events, and waiting for an id's.
+//   - cgo_test_helpers_linux.go: C the tests call (test files cannot use cgo).
 package cm

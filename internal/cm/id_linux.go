@@ -8,10 +8,10 @@ package cm
 import "C"
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +34,36 @@ type ID struct {
 	qpLive bool // qp exists and is not destroyed yet
 	vctx   *verbs.Context
 	dst    netip.AddrPort // the address being resolved, for errors before the peer is known
+}
+
+// Events name their id by a handle that rnet stores in the id's context
+// field, not by the C pointer: a handle is never reused, while a freed id's
+// address may be handed to the next rdma_create_id while an event read just
+// before the free is still on its way to Go.
+var (
+	registryMu lockcount.Mutex
+	registry   = map[uintptr]*ID{}
+	nextHandle atomic.Uintptr
+)
+
+func register(id *ID) uintptr {
+	h := nextHandle.Add(1)
+	registryMu.Lock()
+	registry[h] = id
+	registryMu.Unlock()
+	return h
+}
+
+func unregister(h uintptr) {
+	registryMu.Lock()
+	delete(registry, h)
+	registryMu.Unlock()
+}
+
+func lookup(h uintptr) *ID {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	return registry[h]
 }
 
 // NewID creates an id whose events arrive on ch.
@@ -179,72 +209,6 @@ func ms(d time.Duration) int {
 	}
 	const most = (1<<31 - 1) * time.Millisecond // rdma_cm takes an int of ms
 	return int((min(d, most) + time.Millisecond - 1) / time.Millisecond)
-}
-
-// Resolve resolves dst's address and then the route to it, waiting for each
-// step's event. A step that times out is retried as r says. The id must be
-// alone on its channel (the usual case on the active side), since Resolve
-// consumes the channel's events.
-func (id *ID) Resolve(ctx context.Context, src netip.Addr, dst netip.AddrPort, r Retry) error {
-	err := id.resolveStep(ctx, r, "rdma_resolve_addr", EventAddrResolved, func(to time.Duration) error {
-		return id.ResolveAddr(src, dst, to)
-	})
-	if err != nil {
-		return err
-	}
-	return id.resolveStep(ctx, r, "rdma_resolve_route", EventRouteResolved, id.ResolveRoute)
-}
-
-func (id *ID) resolveStep(ctx context.Context, r Retry, op string, want EventType, start func(time.Duration) error) error {
-	to := r.Timeout
-	for try := 1; ; try++ {
-		if err := start(to); err != nil {
-			return err
-		}
-		ev, err := id.await(ctx, want, op)
-		if err == nil {
-			return nil
-		}
-		if try >= r.Tries || ev.Type != want+1 || !errors.Is(err, syscall.ETIMEDOUT) {
-			// (ADDR_ERROR and ROUTE_ERROR follow their success events.)
-			return err
-		}
-		to = min(2*to, time.Hour) // doubling, never overflowing
-	}
-}
-
-// Await waits for the next event on the id's channel, which must be for this
-// id, and returns it. An error event (REJECTED, UNREACHABLE, ...) is returned
-// with its Err; any other event than want is returned with an error saying
-// so. Like Resolve, it needs the id to be alone on its channel.
-func (id *ID) Await(ctx context.Context, want EventType) (Event, error) {
-	return id.await(ctx, want, "rdma_get_cm_event")
-}
-
-func (id *ID) await(ctx context.Context, want EventType, op string) (Event, error) {
-	id.mu.RLock()
-	ch := id.ch
-	id.mu.RUnlock()
-	ev, err := ch.Next(ctx)
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			id.mu.RLock()
-			e.Op, e.Addr = op, id.addrStringLocked()
-			id.mu.RUnlock()
-		}
-		return ev, err
-	}
-	if ev.ID != id {
-		return ev, &Error{Op: op, Addr: ev.Addr, Err: fmt.Errorf("rdma: event %v is for another id on the channel", ev.Type)}
-	}
-	if ev.Type == want {
-		return ev, nil
-	}
-	if err := ev.Err(); err != nil {
-		return ev, err
-	}
-	return ev, &Error{Op: op, Addr: ev.Addr, Err: fmt.Errorf("rdma: got event %v (status %d), want %v", ev.Type, ev.Status, want)}
 }
 
 func paramToC(p *ConnParam) (*C.struct_rnet_conn_param, error) {

@@ -3,7 +3,6 @@
 package cm
 
 import (
-	"context"
 	"net/netip"
 	"time"
 
@@ -20,9 +19,6 @@ func unsupported(op string) error { return &Error{Op: op, Err: ErrNotSupported} 
 
 func NewEventChannel() (*EventChannel, error) { return nil, unsupported("rdma_create_event_channel") }
 
-func (ch *EventChannel) Next(ctx context.Context) (Event, error) {
-	return Event{}, unsupported("rdma_get_cm_event")
-}
 func (ch *EventChannel) SetDeadline(t time.Time) error { return unsupported("SetDeadline") }
 func (ch *EventChannel) Close() error                  { return nil }
 func (ch *EventChannel) NewID() (*ID, error)           { return nil, unsupported("rdma_create_id") }
@@ -36,24 +32,18 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 	return unsupported("rdma_resolve_addr")
 }
 func (id *ID) ResolveRoute(timeout time.Duration) error { return unsupported("rdma_resolve_route") }
-func (id *ID) Resolve(ctx context.Context, src netip.Addr, dst netip.AddrPort, r Retry) error {
-	return unsupported("rdma_resolve_addr")
-}
-func (id *ID) Await(ctx context.Context, want EventType) (Event, error) {
-	return Event{}, unsupported("rdma_get_cm_event")
-}
-func (id *ID) Connect(p ConnParam) error        { return unsupported("rdma_connect") }
-func (id *ID) Accept(p ConnParam) error         { return unsupported("rdma_accept") }
-func (id *ID) Reject(privateData []byte) error  { return unsupported("rdma_reject") }
-func (id *ID) Disconnect() error                { return unsupported("rdma_disconnect") }
-func (id *ID) DisconnectKeepingQP() error       { return unsupported("rdma_disconnect") }
-func (id *ID) Migrate(to *EventChannel) error   { return unsupported("rdma_migrate_id") }
-func (id *ID) Channel() *EventChannel           { return nil }
-func (id *ID) Context() (*verbs.Context, error) { return nil, unsupported("rdma_cm_id verbs") }
-func (id *ID) QP() *verbs.QP                    { return nil }
-func (id *ID) LocalAddr() netip.AddrPort        { return netip.AddrPort{} }
-func (id *ID) RemoteAddr() netip.AddrPort       { return netip.AddrPort{} }
-func (id *ID) Close() error                     { return nil }
+func (id *ID) Connect(p ConnParam) error                { return unsupported("rdma_connect") }
+func (id *ID) Accept(p ConnParam) error                 { return unsupported("rdma_accept") }
+func (id *ID) Reject(privateData []byte) error          { return unsupported("rdma_reject") }
+func (id *ID) Disconnect() error                        { return unsupported("rdma_disconnect") }
+func (id *ID) DisconnectKeepingQP() error               { return unsupported("rdma_disconnect") }
+func (id *ID) Migrate(to *EventChannel) error           { return unsupported("rdma_migrate_id") }
+func (id *ID) Channel() *EventChannel                   { return nil }
+func (id *ID) Context() (*verbs.Context, error)         { return nil, unsupported("rdma_cm_id verbs") }
+func (id *ID) QP() *verbs.QP                            { return nil }
+func (id *ID) LocalAddr() netip.AddrPort                { return netip.AddrPort{} }
+func (id *ID) RemoteAddr() netip.AddrPort               { return netip.AddrPort{} }
+func (id *ID) Close() error                             { return nil }
 func (id *ID) CreateQP(pd *verbs.PD, send, recv *verbs.CQ, caps verbs.QPCaps) (*verbs.QP, error) {
 	return nil, unsupported("rdma_create_qp")
 }

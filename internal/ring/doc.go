@@ -63,4 +63,21 @@
 // returns, and calls Quiet from a timer. Give each region its own
 // registration, in the connection's own protection domain, so that no key
 // the peer ever saw reaches another connection's memory.
+//
+// # Files
+//
+// Each file uses only the files before it:
+//
+//   - imm.go: the message word (Msg) and its operations.
+//   - errors.go: the errors, ProtocolError and CompletionError.
+//   - conndata.go: the private data exchanged when connecting.
+//   - config.go: Config, its defaults, and the Layout of the regions.
+//   - region.go: Region, the memory handed to the engine.
+//   - engine.go: the Engine's state, New, Establish, and its queries.
+//   - cork.go: autocorking.
+//   - regions.go: rings that move to larger and smaller regions.
+//   - send.go: Write, the close requests, and the sends PostSends returns.
+//   - sgl.go: the target SGL the peer writes its buffer grants into.
+//   - recv.go: Read, PostRecvs, and the messages receive completions carry.
+//   - complete.go: Complete, and what the driver must post or poll next.
 package ring

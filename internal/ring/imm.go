@@ -58,23 +58,3 @@ func (m Msg) Data() uint32 { return uint32(m) & MaxMsgData }
 func (m Msg) String() string {
 	return m.Op().String() + "(" + strconv.FormatUint(uint64(m.Data()), 10) + ")"
 }
-
-// ParseMsg decodes a message word received from a peer and rejects the
-// operations that must never appear on the wire: the reserved opcodes 1, 3
-// and 5, WRITE (2, local bookkeeping only) and unknown control codes.
-// IOMAP_SGL is well formed here; whether it is acceptable depends on the
-// connection (the engine advertises no iomap, so it refuses it).
-func ParseMsg(imm uint32) (Msg, error) {
-	m := Msg(imm)
-	switch m.Op() {
-	case MsgData, MsgSGL, MsgIOMapSGL:
-		return m, nil
-	case MsgCtrl:
-		switch m.Data() {
-		case CtrlDisconnect, CtrlKeepalive, CtrlShutdown:
-			return m, nil
-		}
-		return m, protoErr(ErrBadControl, m, "unknown control code")
-	}
-	return m, protoErr(ErrReservedOpcode, m, "opcode is not allowed on the wire")
-}

@@ -116,6 +116,26 @@ func (e *Engine) recvSlotOffset(seq uint64) int {
 	return e.layout.RecvMsgOffset + int(seq%uint64(e.recvDepth))*MsgWordSize
 }
 
+// ParseMsg decodes a message word received from a peer and rejects the
+// operations that must never appear on the wire: the reserved opcodes 1, 3
+// and 5, WRITE (2, local bookkeeping only) and unknown control codes.
+// IOMAP_SGL is well formed here; whether it is acceptable depends on the
+// connection (the engine advertises no iomap, so it refuses it).
+func ParseMsg(imm uint32) (Msg, error) {
+	m := Msg(imm)
+	switch m.Op() {
+	case MsgData, MsgSGL, MsgIOMapSGL:
+		return m, nil
+	case MsgCtrl:
+		switch m.Data() {
+		case CtrlDisconnect, CtrlKeepalive, CtrlShutdown:
+			return m, nil
+		}
+		return m, protoErr(ErrBadControl, m, "unknown control code")
+	}
+	return m, protoErr(ErrReservedOpcode, m, "opcode is not allowed on the wire")
+}
+
 // completeRecv handles one receive completion: the peer's message.
 func (e *Engine) completeRecv(wc *wr.Completion) {
 	seq := wc.ID &^ RecvIDFlag

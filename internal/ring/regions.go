@@ -68,15 +68,6 @@ func (k RegionKind) String() string {
 // not ask for, or one too small.
 var ErrRegionNotWanted = errors.New("ring: region not wanted")
 
-// resize is a move of one ring to a region of another size.
-type resize struct {
-	ring     int    // ring size wanted; 0: none
-	grow     bool   // ring is larger than the current one
-	region   Region // the region for it, once added
-	has      bool
-	declined bool // the driver could not make one: ask again after the next Quiet
-}
-
 // growthFactor is how much larger a growing ring becomes each time, up to
 // its maximum: three steps from 16 KiB to 1 MiB.
 const growthFactor = 4

@@ -2,7 +2,6 @@ package simfabric
 
 import (
 	"errors"
-	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -10,45 +9,6 @@ import (
 // ErrCQOverflow is what CQ.Poll returns, for good, once more completions
 // came than the CQ holds: a device's CQ then goes to an error state.
 var ErrCQOverflow = errors.New("simfabric: completion queue overflow")
-
-// CQOptions configure a completion queue that endpoints share.
-type CQOptions struct {
-	// Entries is how many completions the CQ holds (ibv_create_cq's cqe);
-	// default 32767. One completion more is an overflow.
-	Entries int
-	// Armed makes Notify fire as a device's completion channel does: once,
-	// for the first completion added after Arm. Otherwise it fires after
-	// every completion added, like an endpoint's own Notify.
-	Armed bool
-}
-
-// CQ is a completion queue that many endpoints complete into, as a poll
-// group's CQ on a device: each completion names its queue pair in QPNum.
-// Completions of one endpoint come out in the order its own CQ would give
-// them; those of different endpoints in the order they were generated.
-//
-// Payloads land in an endpoint's memory when the CQ is polled, before the
-// endpoint's completions are returned, on whichever goroutine polls: the
-// goroutine that then hands a completion to the endpoint's owner must order
-// that hand-over (a mutex, a channel), as it must for Options.DirectLanding.
-type CQ struct {
-	f      *Fabric
-	opts   CQOptions
-	queue  queue[sharedEntry] // under f.mu
-	length atomic.Int64       // entries in queue, read without the lock
-	failed atomic.Bool        // overflowed: every poll fails
-	armed  bool               // under f.mu; Armed only
-	notify chan struct{}
-	polled uint64 // completions returned, under f.mu
-}
-
-// sharedEntry is one completion in a shared CQ, with the endpoint it
-// belongs to (for landing its payloads and counting its send queue).
-type sharedEntry struct {
-	ep   *Endpoint
-	wc   wr.Completion
-	send bool
-}
 
 // NewCQ returns a completion queue for PairOn.
 func (f *Fabric) NewCQ(opts CQOptions) *CQ {

@@ -2,6 +2,33 @@ package simfabric
 
 import "github.com/rnet-dev/rnet/internal/wr"
 
+// Step advances time by one step, delivers what is due and reports whether
+// anything happened (a delivery, or a completion becoming visible).
+func (f *Fabric) Step() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now++
+	progress := false
+	for _, e := range f.eps {
+		if f.pump(e) {
+			progress = true
+		}
+	}
+	for _, e := range f.eps {
+		if e.shared != nil {
+			if !e.dead && e.showVisibleSends(f.now) {
+				progress = true
+			}
+			continue
+		}
+		if e.becameVisible(f.now) {
+			progress = true
+			e.signal()
+		}
+	}
+	return progress
+}
+
 // pump delivers src's due work requests in order and reports whether any
 // was delivered. It stops at the first request that is not due yet or that
 // waits for a receive (RNRRetry).

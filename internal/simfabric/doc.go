@@ -39,4 +39,17 @@
 // Options.DirectLanding trades that for speed and a stricter check: bytes
 // land as they are posted, and -race reports a protocol that reads them
 // before their completion.
+//
+// # Files
+//
+// Each file uses only the files before it:
+//
+//   - fifo.go: the queues and the inbound byte FIFO.
+//   - fabric.go: the Fabric, Endpoint and CQ types, New and Pair.
+//   - memory.go: an endpoint's registered memory, and landing payloads.
+//   - cq.go: the CQ that endpoints share.
+//   - endpoint.go: an endpoint's own CQ, its completions, its error state.
+//   - deliver.go: Step, and delivering work requests at the peer.
+//   - post.go: PostSend and PostRecv.
+//   - faults.go: Kill, InjectError, Disconnect.
 package simfabric

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -87,6 +88,130 @@ type Fabric struct {
 	stats   Stats
 }
 
+// EndpointStats count one endpoint's traffic.
+type EndpointStats struct {
+	SendsPosted     uint64
+	RecvsPosted     uint64
+	Completions     uint64 // returned by PollCQ
+	ErrorCompletion uint64
+	RNR             uint64 // its messages that failed for lack of a receive at the peer
+}
+
+// Endpoint is one side of a simulated RC connection: a queue pair, its
+// CQ (its own, or a shared one: see PairOn) and its registered memory. Its
+// methods are safe for concurrent use.
+//
+// Fabric, Endpoint and CQ are declared together here because each refers
+// to the others; their methods are in the files named after them.
+type Endpoint struct {
+	f        *Fabric
+	peer     *Endpoint
+	caps     Caps
+	qpNum    uint32
+	shared   *CQ // the CQ it completes into, nil for its own
+	regions  []region
+	nextAddr uint64
+
+	dead   bool
+	qpErr  bool
+	inject wr.WCStatus // failure for the next completion, if not WCSuccess
+
+	wire          queue[wireOp] // outbound, in posting order
+	lastDeliverAt int64
+	recvQ         queue[wr.Recv]
+	landing       queue[landing] // inbound payloads, in delivery order
+	inbound       byteFIFO       // their bytes
+
+	// sendCQ and recvCQ are its own CQ. With a shared CQ, recvCQ stays
+	// empty and sendCQ holds the send completions not visible yet.
+	sendCQ queue[cqEntry]
+	recvCQ queue[cqEntry]
+	// cqLen counts the entries of sendCQ and recvCQ, so that polling an
+	// empty CQ takes no lock: on hardware it is a read of the CQ's next
+	// entry, and a spinning poller must not slow the peer down.
+	cqLen         atomic.Int64
+	lastSendVis   int64
+	cqSeq         uint64
+	sendsInFlight int // posted sends whose completion has not been polled
+
+	notify chan struct{}
+	stats  EndpointStats
+}
+
+type region struct {
+	buf         []byte
+	addr        uint64
+	lkey, rkey  uint32
+	remoteWrite bool
+}
+
+// wireOp is a posted send work request on its way to the peer. Its payload
+// already sits in the peer's inbound FIFO at [payStart, payEnd).
+type wireOp struct {
+	id         uint64
+	op         wr.Opcode
+	imm        uint32
+	signaled   bool
+	remoteAddr uint64
+	rkey       uint32
+	length     uint32
+	payStart   uint64
+	payEnd     uint64
+	deliverAt  int64
+}
+
+// landing is a delivered (or dropped, dst == nil) payload waiting to be
+// copied into this endpoint's memory when it next polls.
+type landing struct {
+	dst        []byte
+	start, end uint64
+}
+
+type cqEntry struct {
+	wc        wr.Completion
+	visibleAt int64
+	seq       uint64
+}
+
+// CQOptions configure a completion queue that endpoints share.
+type CQOptions struct {
+	// Entries is how many completions the CQ holds (ibv_create_cq's cqe);
+	// default 32767. One completion more is an overflow.
+	Entries int
+	// Armed makes Notify fire as a device's completion channel does: once,
+	// for the first completion added after Arm. Otherwise it fires after
+	// every completion added, like an endpoint's own Notify.
+	Armed bool
+}
+
+// CQ is a completion queue that many endpoints complete into, as a poll
+// group's CQ on a device: each completion names its queue pair in QPNum.
+// Completions of one endpoint come out in the order its own CQ would give
+// them; those of different endpoints in the order they were generated.
+//
+// Payloads land in an endpoint's memory when the CQ is polled, before the
+// endpoint's completions are returned, on whichever goroutine polls: the
+// goroutine that then hands a completion to the endpoint's owner must order
+// that hand-over (a mutex, a channel), as it must for Options.DirectLanding.
+type CQ struct {
+	f      *Fabric
+	opts   CQOptions
+	queue  queue[sharedEntry] // under f.mu
+	length atomic.Int64       // entries in queue, read without the lock
+	failed atomic.Bool        // overflowed: every poll fails
+	armed  bool               // under f.mu; Armed only
+	notify chan struct{}
+	polled uint64 // completions returned, under f.mu
+}
+
+// sharedEntry is one completion in a shared CQ, with the endpoint it
+// belongs to (for landing its payloads and counting its send queue).
+type sharedEntry struct {
+	ep   *Endpoint
+	wc   wr.Completion
+	send bool
+}
+
 // New returns a fabric whose random choices all derive from seed.
 func New(seed uint64, opts Options) *Fabric {
 	if opts.Auto {
@@ -151,33 +276,6 @@ func (f *Fabric) Stats() Stats {
 	return f.stats
 }
 
-// Step advances time by one step, delivers what is due and reports whether
-// anything happened (a delivery, or a completion becoming visible).
-func (f *Fabric) Step() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.now++
-	progress := false
-	for _, e := range f.eps {
-		if f.pump(e) {
-			progress = true
-		}
-	}
-	for _, e := range f.eps {
-		if e.shared != nil {
-			if !e.dead && e.showVisibleSends(f.now) {
-				progress = true
-			}
-			continue
-		}
-		if e.becameVisible(f.now) {
-			progress = true
-			e.signal()
-		}
-	}
-	return progress
-}
-
 // Pending reports whether anything is still on the wire or waiting to
 // become visible, i.e. whether Step can still make progress by itself.
 func (f *Fabric) Pending() bool {
@@ -195,30 +293,6 @@ func (f *Fabric) Pending() bool {
 		}
 	}
 	return false
-}
-
-// Kill makes e vanish without a word, like a crashed host: its pending
-// work is dropped, it completes nothing more, and whatever its peer sends
-// it fails with WCRetryExcErr.
-func (f *Fabric) Kill(e *Endpoint) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if e.dead {
-		return
-	}
-	e.dead = true
-	for e.wire.len() > 0 {
-		op := e.wire.pop()
-		e.peer.landing.push(landing{start: op.payStart, end: op.payEnd})
-	}
-	e.sendCQ = queue[cqEntry]{}
-	e.recvCQ = queue[cqEntry]{}
-	e.cqLen.Store(0)
-	e.recvQ = queue[wr.Recv]{}
-	e.signal()
-	if f.opts.Auto {
-		f.pump(e.peer)
-	}
 }
 
 // delay draws a random delay in [0, max].

@@ -38,6 +38,21 @@ type CompChannel struct {
 	sole  atomic.Bool         // len(cqs) == 1, read without mu on the hot path
 }
 
+// CQ is a completion queue. It is declared here, beside CompChannel,
+// because each refers to the other; its methods are in cq_linux.go.
+type CQ struct {
+	mu  lockcount.RWMutex // read-held by Poll and ReqNotify, write-held by Close; Step takes none
+	c   *C.struct_ibv_cq
+	ch  *CompChannel
+	dev string
+	cqe int
+
+	// Guarded by ch.mu: events read from the channel and not yet
+	// acknowledged, and whether Close has started.
+	unacked uint32
+	dead    bool
+}
+
 // NewCompChannel creates a completion channel and prepares its fd for
 // waiting in the netpoller.
 func (ctx *Context) NewCompChannel() (*CompChannel, error) {

@@ -106,23 +106,3 @@ func (ctx *Context) Query() (DeviceInfo, error) {
 func (ctx *Context) closedErr(op string) error {
 	return &Error{Op: op, Device: ctx.name, Err: errClosed}
 }
-
-// errnoOr returns the errno cgo captured, or def when there was none.
-func errnoOr(err error, def syscall.Errno) syscall.Errno {
-	if e, ok := err.(syscall.Errno); ok && e != 0 {
-		return e
-	}
-	return def
-}
-
-// retErrno turns an ibverbs return value (0, a positive errno, or -1 with
-// errno set, depending on the call and provider) into an errno.
-func retErrno(r C.int, err error) syscall.Errno {
-	switch {
-	case r > 0:
-		return syscall.Errno(r)
-	case r < -1:
-		return syscall.Errno(-r)
-	}
-	return errnoOr(err, syscall.EIO)
-}

@@ -11,24 +11,8 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/rnet-dev/rnet/internal/lockcount"
-
 	"github.com/rnet-dev/rnet/internal/wr"
 )
-
-// CQ is a completion queue.
-type CQ struct {
-	mu  lockcount.RWMutex // read-held by Poll and ReqNotify, write-held by Close; Step takes none
-	c   *C.struct_ibv_cq
-	ch  *CompChannel
-	dev string
-	cqe int
-
-	// Guarded by ch.mu: events read from the channel and not yet
-	// acknowledged, and whether Close has started.
-	unacked uint32
-	dead    bool
-}
 
 // NewCQ creates a CQ with room for at least cqe completions. With a channel,
 // ReqNotify arms it to report there; ch may be nil for a polled-only CQ.

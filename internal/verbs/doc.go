@@ -18,4 +18,30 @@
 //   - Goroutines waiting for completions park in the runtime netpoller on a
 //     duplicate of the completion channel's fd (see PollFD), so waiting costs
 //     no OS thread.
+//
+// # Files
+//
+// Each file uses only the files before it (on other platforms, stub.go
+// stands for the _linux ones):
+//
+//   - counter.go: CgoCalls, the count of crossings into C.
+//   - errors.go: the errors.
+//   - types.go: device, port, access and queue pair descriptions.
+//   - wr.go: the work request and completion types of internal/wr.
+//   - step.go: StepFlags and the order Step posts in.
+//   - pollfd.go: PollFD, a wait for an fd in the netpoller.
+//   - channelclose.go: the Close that completion and event channels share.
+//   - memlock_linux.go: the locked-memory limit behind a failed registration.
+//   - shim_linux.go: handles and errnos at the crossing into shim.h.
+//   - device_linux.go: Devices, and what a device reports of itself.
+//   - context_linux.go: Context, an open device.
+//   - async_linux.go: the device's asynchronous events.
+//   - pd_linux.go: PD, a protection domain.
+//   - mr_linux.go: MR, registered memory.
+//   - channel_linux.go: CompChannel and the CQ type (each names the other).
+//   - cq_linux.go: the CQ's methods.
+//   - cgo_test_helpers_linux.go: C the tests call (test files cannot use cgo).
+//   - srq_linux.go: SRQ, a shared receive queue.
+//   - qp_linux.go: QP, a queue pair created by internal/cm.
+//   - post_linux.go: posting and Step, the hot path.
 package verbs

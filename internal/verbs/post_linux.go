@@ -48,10 +48,6 @@ var (
 	_ = [1]int{}[C.RNET_MAX_BATCH-MaxBatch]
 )
 
-// handle passes a verbs object (C memory) to the shim's hot-path functions
-// as an integer, which cgo does not check for Go pointers (see shim.h).
-func handle(p unsafe.Pointer) C.uintptr_t { return C.uintptr_t(uintptr(p)) }
-
 // PostSend posts the work requests in order, as chains of up to MaxBatch
 // per crossing, and returns how many were posted. On failure the first
 // unposted one is wrs[n]; those before it are on the send queue.

@@ -8,8 +8,6 @@ package verbs
 import "C"
 
 import (
-	"fmt"
-	"syscall"
 	"unsafe"
 
 	"github.com/rnet-dev/rnet/internal/lockcount"
@@ -177,15 +175,4 @@ func (qp *QP) Close() error {
 	}
 	qp.c = nil
 	return nil
-}
-
-// errnoFromPost splits rnet_post_*'s return value.
-func errnoFromPost(r C.int) (syscall.Errno, int) {
-	return syscall.Errno(r >> 8), int(r & 0xff)
-}
-
-// pollError reports a failed ibv_poll_cq. Its negative return is no errno
-// (mlx5 returns -2, others -1), so it is quoted, not mapped to one.
-func pollError(dev string, ret int) error {
-	return &Error{Op: "ibv_poll_cq", Device: dev, Err: fmt.Errorf("the provider failed (returned %d)", -ret)}
 }

@@ -133,3 +133,8 @@ func (s *SRQ) Close() error {
 	s.c = nil
 	return nil
 }
+
+// IsFor reports whether the event is about srq.
+func (e AsyncEvent) IsFor(srq *SRQ) bool {
+	return e.srq != 0 && e.srq == uintptr(srq.Ptr())
+}

@@ -103,3 +103,4 @@ func (s *SRQ) Close() error                        { return nil }
 func (ctx *Context) NextAsyncEvent(timeout time.Duration) (AsyncEvent, error) {
 	return AsyncEvent{}, unsupported("ibv_get_async_event")
 }
+func (e AsyncEvent) IsFor(srq *SRQ) bool { return false }

@@ -288,11 +288,6 @@ type AsyncEvent struct {
 	srq uintptr
 }
 
-// IsFor reports whether the event is about srq.
-func (e AsyncEvent) IsFor(srq *SRQ) bool {
-	return e.srq != 0 && e.srq == uintptr(srq.Ptr())
-}
-
 // QPAttrs are a QP's state and reliable-transport settings, as
 // ibv_query_qp reports them.
 type QPAttrs struct {
