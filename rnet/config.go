@@ -155,6 +155,10 @@ type settings struct {
 	transportErr error
 }
 
+// noDelay is Config.NoDelay of an engine configured with rc, as settings
+// sets it: the engine speaks of autocorking, the API of turning it off.
+func noDelay(rc ring.Config) bool { return !rc.Autocork }
+
 func (c *Config) settings() settings {
 	var cfg Config
 	if c != nil {

@@ -161,7 +161,7 @@ func (h *Conn) Config() Config {
 		KeepAlive:        offIfZero(set.KeepAlive),
 		Linger:           offIfZero(set.Linger),
 		HandshakeTimeout: offIfZero(h.handshakeTimeout),
-		NoDelay:          !rc.Autocork,
+		NoDelay:          noDelay(rc),
 	}
 }
 

@@ -94,7 +94,7 @@ func (h *Conn) info() (ConnInfo, error) {
 		CreditWindow:    e.CreditWindow,
 		RecvQueueSize:   cfg.RecvQueueSize,
 		SharedRecvQueue: cfg.SharedRecv,
-		NoDelay:         !cfg.Autocork,
+		NoDelay:         noDelay(cfg),
 		SendRingSize:    e.SendRingSize,
 		RecvRingSize:    e.RecvRingSize,
 	}
