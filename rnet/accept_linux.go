@@ -169,7 +169,7 @@ func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
 	}
 	err = id.Migrate(ch)
 	if err == nil {
-		err = setupStep(true, "migrate")
+		err = setupStage(true, "migrate")
 	}
 	if err != nil {
 		a.reject(id, err)

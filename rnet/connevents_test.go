@@ -103,8 +103,8 @@ func TestRXEConnEventsFallBack(t *testing.T) {
 		}
 		return nil
 	}
-	testHookSetupStep.Store(&hook)
-	defer testHookSetupStep.Store(nil)
+	testHookSetupStage.Store(&hook)
+	defer testHookSetupStage.Store(nil)
 	dialed, accepted := openPairs(t, pair, ln, 1)
 	if hit.Load() != 1 {
 		t.Fatal("the accepted connection never tried to attach")

@@ -237,8 +237,8 @@ func TestRXEDialFallsBackToIPv4(t *testing.T) {
 		}
 		return nil
 	}
-	testHookSetupStep.Store(&hook)
-	defer testHookSetupStep.Store(nil)
+	testHookSetupStage.Store(&hook)
+	defer testHookSetupStage.Store(nil)
 	accepted := make(chan *Conn, 1)
 	acceptOne := func() {
 		go func() {

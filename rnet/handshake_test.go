@@ -293,8 +293,8 @@ func TestRXESetupFailuresRelease(t *testing.T) {
 					}
 					return nil
 				}
-				testHookSetupStep.Store(&hook)
-				defer testHookSetupStep.Store(nil)
+				testHookSetupStage.Store(&hook)
+				defer testHookSetupStage.Store(nil)
 				d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, Timeout: time.Minute}
 				_, err = d.Dial("rdma", ln.Addr().String())
 				switch {

@@ -11,18 +11,18 @@ var (
 	// testHookDialRDMA stands in for DialConn's RDMA attempt.
 	testHookDialRDMA atomic.Pointer[func(ctx context.Context, network, address string) (*Conn, error)]
 
-	// testHookSetupStep is called as each resource of a connection is
+	// testHookSetupStage is called as each resource of a connection is
 	// made (by the accepting side or the dialling one), and fails the
 	// setup where it returns an error, as a device refusing that resource
 	// would: the error paths release what they made, and tests check it.
-	testHookSetupStep atomic.Pointer[func(accepting bool, step string) error]
+	testHookSetupStage atomic.Pointer[func(accepting bool, stage string) error]
 )
 
-// setupStep fails a connection's setup at step where testHookSetupStep
+// setupStage fails a connection's setup at stage where testHookSetupStage
 // says so.
-func setupStep(accepting bool, step string) error {
-	if hook := testHookSetupStep.Load(); hook != nil {
-		return (*hook)(accepting, step)
+func setupStage(accepting bool, stage string) error {
+	if hook := testHookSetupStage.Load(); hook != nil {
+		return (*hook)(accepting, stage)
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ type verbsQP struct {
 	device   string
 	// deviceInfo is the device as setup found it, for Conn.Info.
 	deviceInfo verbs.DeviceInfo
-	// accepting says this is the listening side (for testHookSetupStep).
+	// accepting says this is the listening side (for testHookSetupStage).
 	accepting bool
 
 	laddr, raddr net.Addr
@@ -74,7 +74,7 @@ func (q *verbsQP) Kick() { q.member.Kick() }
 
 func (q *verbsQP) Start(h stream.EventHandler) {
 	q.startOnce.Do(func() {
-		err := setupStep(q.accepting, "attach events")
+		err := setupStage(q.accepting, "attach events")
 		if err == nil {
 			err = establishedEvents.attach(q.id, q.device, h)
 		}

@@ -52,7 +52,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	if q.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	if err := setupStep(q.accepting, "pd"); err != nil {
+	if err := setupStage(q.accepting, "pd"); err != nil {
 		return nil, err
 	}
 	// Only the receive ring and the target SGL are remotely writable, and
@@ -77,7 +77,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 			return nil, err
 		}
 		q.mrs = append(q.mrs, mr)
-		if err := setupStep(q.accepting, fmt.Sprintf("mr%d", len(q.mrs)-1)); err != nil {
+		if err := setupStage(q.accepting, fmt.Sprintf("mr%d", len(q.mrs)-1)); err != nil {
 			return nil, err
 		}
 	}
@@ -88,7 +88,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 		SendDepth:  layout.SendDepth,
 		Recvs:      shared.FirstCredits() + ring.RecvHeadroom,
 		ShareRecvs: !cfg.IWARP && t.shareRecvs(),
-		SetupStep:  func(step string) error { return setupStep(q.accepting, step) },
+		SetupStage:  func(step string) error { return setupStage(q.accepting, step) },
 	}); err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 		cutOff = q.Disconnect
 	}
 	q.member.Attach(q.qp, cutOff)
-	if err := setupStep(q.accepting, "qp"); err != nil {
+	if err := setupStage(q.accepting, "qp"); err != nil {
 		return nil, err
 	}
 	// Use what the device granted: inline data it cannot take would fail

@@ -18,12 +18,12 @@ type verbsCQ struct {
 	cq *verbs.CQ
 }
 
-func newVerbsCQ(ctx *verbs.Context, entries int, setupStep func(string) error) (*verbsCQ, error) {
+func newVerbsCQ(ctx *verbs.Context, entries int, setupStage func(string) error) (*verbsCQ, error) {
 	step := func(name string) error {
-		if setupStep == nil {
+		if setupStage == nil {
 			return nil
 		}
-		return setupStep(name)
+		return setupStage(name)
 	}
 	cc, err := ctx.NewCompChannel()
 	if err != nil {

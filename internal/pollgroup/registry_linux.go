@@ -18,10 +18,10 @@ type Needs struct {
 	SendDepth  int  // of them, sends
 	Recvs      int  // receives it claims of a shared receive queue
 	ShareRecvs bool // it may take its receives from a shared queue
-	// SetupStep, if not nil, is called as each resource of a new group
+	// SetupStage, if not nil, is called as each resource of a new group
 	// is made ("comp channel", "cq"), and fails the join where it
 	// returns an error, as a device refusing that resource would.
-	SetupStep func(step string) error
+	SetupStage func(stage string) error
 }
 
 // Join reserves room for a connection in a poll group on ctx, making one
@@ -55,7 +55,7 @@ func (r *Registry) join(ctx *verbs.Context, info verbs.DeviceInfo, need Needs) (
 	if info.MaxCQE > 0 {
 		entries = min(entries, info.MaxCQE)
 	}
-	cq, err := newVerbsCQ(ctx, max(entries, need.Depth), need.SetupStep)
+	cq, err := newVerbsCQ(ctx, max(entries, need.Depth), need.SetupStage)
 	if err != nil {
 		return nil, err
 	}
