@@ -1,7 +1,6 @@
 package main
 
 import (
-	"runtime/debug"
 	"strconv"
 
 	"github.com/rnet-dev/rnet/internal/bytesize"
@@ -27,20 +26,4 @@ func (b byteSize) Set(s string) error {
 	}
 	*b.n = n
 	return nil
-}
-
-// version is the module version this binary was built from, as the go
-// command recorded it ("(devel)" for a build inside the module).
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " (" + s.Value[:12] + ")"
-		}
-	}
-	return "rnet " + v + " " + bi.GoVersion
 }

@@ -2,13 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
@@ -161,70 +159,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func explainDevices(err error) error {
-	if errors.Is(err, verbs.ErrNoDevice) {
-		return fmt.Errorf("no RDMA device on this machine (load a driver, or rdma_rxe/siw for Soft-RoCE/SoftiWARP): %w", err)
-	}
-	if errors.Is(err, verbs.ErrNotSupported) {
-		return fmt.Errorf("this build has no RDMA support (needs Linux, cgo, libibverbs and librdmacm): %w", err)
-	}
-	return err
-}
-
-// rdmaAddrs reports whether ip may be the address of an RDMA interface here
-// and lists the addresses RoCE GIDs name, as "ip (device)".
-func rdmaAddrs(ip netip.Addr) (ok bool, all []string, err error) {
-	infos, err := verbs.Devices()
-	if err != nil && len(infos) == 0 {
-		return false, nil, explainDevices(err)
-	}
-	ok, all = rdmaAddrMatch(ip, infos, err == nil)
-	return ok, all, nil
-}
-
-// rdmaAddrMatch is rdmaAddrs over a device listing. Only RoCE GIDs name IP
-// addresses: with any other device (InfiniBand's IPoIB, iWARP) or a listing
-// cut short, ip may belong to a device whose addresses are not known, so it
-// passes, unless it is a loopback address (which only a lab's siw on lo
-// could own). A zone is ignored; link-local GIDs match but are not listed.
-func rdmaAddrMatch(ip netip.Addr, infos []verbs.DeviceInfo, complete bool) (ok bool, all []string) {
-	ok = !complete
-	want := ip.WithZone("").Unmap()
-	for _, d := range infos {
-		if d.Transport != verbs.TransportRoCE && !want.IsLoopback() {
-			ok = true
-		}
-		for _, p := range d.Ports {
-			for _, g := range p.GIDs {
-				if !g.Addr.IsValid() {
-					continue
-				}
-				if g.Addr.WithZone("").Unmap() == want {
-					ok = true
-				}
-				if !g.Addr.IsLinkLocalUnicast() {
-					all = append(all, g.Addr.String()+" ("+d.Name+")")
-				}
-			}
-		}
-	}
-	return ok || len(all) == 0, all
-}
-
-// checkRDMAAddr fails with a clear message when ip is surely not the address
-// of an RDMA interface (see rdmaAddrMatch).
-func checkRDMAAddr(ip netip.Addr, what string) error {
-	if !ip.IsValid() || ip.IsUnspecified() {
-		return nil
-	}
-	ok, all, err := rdmaAddrs(ip)
-	if err != nil {
-		return err
-	}
-	if ok {
-		return nil
-	}
-	return fmt.Errorf("%s %s is not on an RDMA interface; RDMA addresses here: %s (see rnet devices)", what, ip, strings.Join(all, ", "))
 }

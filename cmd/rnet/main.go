@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 )
 
@@ -54,16 +55,6 @@ func main() {
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
-
-// errUsage marks a command-line mistake (exit status 2); the message has
-// already been printed.
-var errUsage = errors.New("usage")
-
-// usageError is a command-line mistake with its message, for --json.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string        { return e.msg }
-func (e usageError) Is(target error) bool { return target == errUsage }
 
 const usage = `usage:
   rnet devices [--json]
@@ -198,37 +189,18 @@ func help(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// printHelp prints a command's usage line and its flags.
-func printHelp(w io.Writer, text string, fs *flag.FlagSet) {
-	fmt.Fprint(w, text+"\nflags:\n")
-	out := fs.Output()
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(out)
-}
-
-// parseInterleaved parses flags that may come before and after positional
-// arguments ("perf -s 10.0.0.1 --json"), returning the positionals.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, usageError{err.Error()}
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+// version is the module version this binary was built from, as the go
+// command recorded it ("(devel)" for a build inside the module).
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
 	}
-}
-
-func usageErr(w io.Writer, format string, a ...any) error {
-	msg := fmt.Sprintf(format, a...)
-	fmt.Fprintln(w, "rnet: "+msg)
-	return usageError{msg}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " (" + s.Value[:12] + ")"
+		}
+	}
+	return "rnet " + v + " " + bi.GoVersion
 }

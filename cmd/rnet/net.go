@@ -9,16 +9,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rnet-dev/rnet/rnet"
 )
-
-// DefaultPort is rstream's port.
-const DefaultPort = 7471
 
 // The hello a client sends first: magic, mode, the stream's number in its
 // test (from 1), the number of streams in the test, the size of each write,
@@ -89,34 +84,6 @@ func decodeHelloExt(h *hello, b []byte) error {
 		return fmt.Errorf("bad reverse hello: %d bytes, duration %v (want one of them, up to %d bytes or %v)", h.bytes, h.duration, int64(maxReverseBytes), maxReverseDuration)
 	}
 	return nil
-}
-
-// hostPort completes "host", "host:port", ":port" or "" with DefaultPort.
-func hostPort(s string) (string, error) {
-	if s == "" {
-		return ":" + strconv.Itoa(DefaultPort), nil
-	}
-	if _, err := netip.ParseAddr(s); err == nil {
-		return net.JoinHostPort(s, strconv.Itoa(DefaultPort)), nil
-	}
-	if h, ok := strings.CutPrefix(s, "["); ok && strings.HasSuffix(h, "]") {
-		// A bracketed IPv6 address without a port.
-		return net.JoinHostPort(strings.TrimSuffix(h, "]"), strconv.Itoa(DefaultPort)), nil
-	}
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		// A bare host name.
-		return net.JoinHostPort(s, strconv.Itoa(DefaultPort)), nil
-	}
-	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		// A service name, as rnet.Dial and net.Dial take.
-		n, lerr := net.LookupPort("tcp", port)
-		if lerr != nil {
-			return "", fmt.Errorf("bad port in %q: not a number or a known service name", s)
-		}
-		port = strconv.Itoa(n)
-	}
-	return net.JoinHostPort(host, port), nil
 }
 
 func netName(tcp bool) string {

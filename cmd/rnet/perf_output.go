@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/bytesize"
 	"github.com/rnet-dev/rnet/internal/perfjson"
+	"github.com/rnet-dev/rnet/rnet"
 )
 
 func writeJSON(w io.Writer, v any) error {
@@ -66,124 +66,6 @@ func printSweepLine(w io.Writer, r perfjson.PerfResult) {
 	fmt.Fprintf(w, "%10d %12d %12d %10.3f %12.2f %12.4f\n", r.Size, r.Writes+r.Reads, r.Bytes, r.Seconds, r.MBps, r.Gbps)
 }
 
-// meter records what the streams of a test move in each interval and, for
-// the progress lines, prints it: on a terminal it rewrites one line (the
-// sum), elsewhere it prints lines per interval (each stream's and the sum
-// with -P).
-type meter struct {
-	streams []*perfStream
-	start   time.Time
-	last    []int64 // each stream's bytes at the end of the last interval
-	lastT   time.Time
-	reverse bool
-	print   bool
-	tty     bool
-	w       io.Writer
-	records []perfjson.Interval
-	stopc   chan struct{}
-	done    chan struct{}
-}
-
-func startMeter(streams []*perfStream, start time.Time, every time.Duration, reverse, print bool, w io.Writer) *meter {
-	m := &meter{
-		streams: streams, start: start, last: make([]int64, len(streams)), lastT: start,
-		reverse: reverse, print: print, tty: print && isTerminal(w), w: w,
-		stopc: make(chan struct{}), done: make(chan struct{}),
-	}
-	go m.run(every)
-	return m
-}
-
-func (m *meter) run(every time.Duration) {
-	defer close(m.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stopc:
-			return
-		case now := <-t.C:
-			m.record(now)
-		}
-	}
-}
-
-// stop ends the meter, records the last (shorter) interval and returns
-// every interval's record.
-func (m *meter) stop() []perfjson.Interval {
-	close(m.stopc)
-	<-m.done
-	if m.tty {
-		fmt.Fprint(m.w, "\r\033[K")
-	}
-	end := m.start
-	for _, s := range m.streams {
-		if s.end.After(end) {
-			end = s.end
-		}
-	}
-	if end.After(m.lastT) || len(m.records) == 0 {
-		m.print = false // the summary follows
-		m.record(later(end, m.lastT))
-	}
-	return m.records
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func (m *meter) record(now time.Time) {
-	// Intervals follow each other even when a tick's time comes before the
-	// last interval's end (a late tick, or a clock read on another CPU).
-	now = later(now, m.lastT)
-	secs := now.Sub(m.lastT).Seconds()
-	iv := perfjson.Interval{Start: m.lastT.Sub(m.start).Seconds(), End: now.Sub(m.start).Seconds()}
-	for i, s := range m.streams {
-		n := s.moved.Load()
-		d := n - m.last[i]
-		iv.Bytes += d
-		if len(m.streams) > 1 {
-			iv.Streams = append(iv.Streams, perfjson.StreamInterval{Stream: i + 1, Bytes: d, MBps: mbps(d, secs)})
-		}
-		m.last[i] = n
-	}
-	iv.MBps = mbps(iv.Bytes, secs)
-	m.records = append(m.records, iv)
-	m.lastT = now
-	if m.print {
-		m.printInterval(iv)
-	}
-}
-
-func (m *meter) printInterval(iv perfjson.Interval) {
-	var total int64
-	for _, n := range m.last {
-		total += n
-	}
-	verb := "sent"
-	if m.reverse {
-		verb = "received"
-	}
-	sum := fmt.Sprintf("[%6.1fs] %10s %s  %8.1f MB/s now  %8.1f MB/s average", iv.End, bytesize.Format(uint64(total)), verb, iv.MBps, mbps(total, iv.End))
-	if m.tty {
-		fmt.Fprint(m.w, "\r\033[K"+sum)
-		return
-	}
-	var b strings.Builder
-	for _, s := range iv.Streams {
-		fmt.Fprintf(&b, "[%6.1fs] [%3d] %10s %s  %8.1f MB/s now\n", iv.End, s.Stream, bytesize.Format(uint64(m.last[s.Stream-1])), verb, s.MBps)
-	}
-	if len(iv.Streams) > 0 {
-		sum = strings.Replace(sum, "] ", "] [SUM] ", 1)
-	}
-	b.WriteString(sum + "\n")
-	io.WriteString(m.w, b.String())
-}
-
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
@@ -191,4 +73,71 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// ServerResult is what the server prints per test: per client connection,
+// or for a -P test one result whose Streams are its connections'.
+type ServerResult struct {
+	Test      string  `json:"test"`
+	Transport string  `json:"transport"`
+	Fallback  string  `json:"fallback,omitempty"`
+	Client    string  `json:"client"`
+	Reverse   bool    `json:"reverse,omitempty"`  // the server sent
+	Parallel  int     `json:"parallel,omitempty"` // streams of a -P test
+	Size      int     `json:"size"`
+	Bytes     int64   `json:"bytes"`
+	Messages  int64   `json:"messages"`
+	Reads     int64   `json:"reads"`            // perf: Read calls, so that Stats can be put per call
+	Writes    int64   `json:"writes,omitempty"` // perf -R: Write calls
+	Seconds   float64 `json:"seconds"`
+	// Cgo is how many crossings into C the server process made while it
+	// served this client (RDMA only): exact when it serves one at a time.
+	Cgo uint64 `json:"cgo,omitempty"`
+	// Stats is the connection's counters at the end (RDMA only): among
+	// them how often the server's calls waited by spinning or parking.
+	Stats   *rnet.Stats    `json:"stats,omitempty"`
+	Error   string         `json:"error,omitempty"`  // a stream that failed, or a test whose streams did not all come
+	Stream  int            `json:"stream,omitempty"` // in a -P test, from 1 as the client numbers them
+	Streams []ServerResult `json:"streams,omitempty"`
+
+	start, end time.Time
+}
+
+func printServerResult(w io.Writer, asJSON bool, res ServerResult) error {
+	if asJSON {
+		return writeJSON(w, res)
+	}
+	for _, s := range res.Streams {
+		if _, err := fmt.Fprintln(w, serverLine(s, fmt.Sprintf("[%3d] ", s.Stream))); err != nil {
+			return err
+		}
+	}
+	prefix := ""
+	if res.Parallel > 0 {
+		prefix = fmt.Sprintf("[SUM] %d streams, ", res.Parallel)
+	}
+	_, err := fmt.Fprintln(w, serverLine(res, prefix))
+	return err
+}
+
+func serverLine(res ServerResult, prefix string) string {
+	test := res.Test
+	if res.Reverse {
+		test += " -R"
+	}
+	line := fmt.Sprintf("%s%s %s from %s: %d B messages, %s in %.2f s", prefix, withFallback(res.Transport, res.Fallback), test, res.Client, res.Size, bytesize.Format(uint64(res.Bytes)), res.Seconds)
+	if res.Stats != nil {
+		calls, what := res.Reads, "read"
+		if res.Reverse {
+			calls, what = res.Writes, "write"
+		}
+		if calls > 0 {
+			line += fmt.Sprintf("; %.2f cgo calls/%s", float64(res.Cgo)/float64(calls), what)
+		}
+		line += fmt.Sprintf("; waits: %d spun, %d parked", res.Stats.Spins, res.Stats.Parks)
+	}
+	if res.Error != "" {
+		line += "; error: " + res.Error
+	}
+	return line
 }

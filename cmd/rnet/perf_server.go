@@ -14,34 +14,6 @@ import (
 	"github.com/rnet-dev/rnet/rnet"
 )
 
-// ServerResult is what the server prints per test: per client connection,
-// or for a -P test one result whose Streams are its connections'.
-type ServerResult struct {
-	Test      string  `json:"test"`
-	Transport string  `json:"transport"`
-	Fallback  string  `json:"fallback,omitempty"`
-	Client    string  `json:"client"`
-	Reverse   bool    `json:"reverse,omitempty"`  // the server sent
-	Parallel  int     `json:"parallel,omitempty"` // streams of a -P test
-	Size      int     `json:"size"`
-	Bytes     int64   `json:"bytes"`
-	Messages  int64   `json:"messages"`
-	Reads     int64   `json:"reads"`            // perf: Read calls, so that Stats can be put per call
-	Writes    int64   `json:"writes,omitempty"` // perf -R: Write calls
-	Seconds   float64 `json:"seconds"`
-	// Cgo is how many crossings into C the server process made while it
-	// served this client (RDMA only): exact when it serves one at a time.
-	Cgo uint64 `json:"cgo,omitempty"`
-	// Stats is the connection's counters at the end (RDMA only): among
-	// them how often the server's calls waited by spinning or parking.
-	Stats   *rnet.Stats    `json:"stats,omitempty"`
-	Error   string         `json:"error,omitempty"`  // a stream that failed, or a test whose streams did not all come
-	Stream  int            `json:"stream,omitempty"` // in a -P test, from 1 as the client numbers them
-	Streams []ServerResult `json:"streams,omitempty"`
-
-	start, end time.Time
-}
-
 // runServer serves perf and ping clients concurrently, each connection in
 // its own goroutine; with -once it returns after the first test.
 func runServer(o perfOpts, stdout, stderr io.Writer) error {
@@ -412,45 +384,6 @@ func echo(c net.Conn, guard *connGuard, buffered *byteBudget, res *ServerResult)
 		res.Messages++
 		res.Bytes += size
 	}
-}
-
-func printServerResult(w io.Writer, asJSON bool, res ServerResult) error {
-	if asJSON {
-		return writeJSON(w, res)
-	}
-	for _, s := range res.Streams {
-		if _, err := fmt.Fprintln(w, serverLine(s, fmt.Sprintf("[%3d] ", s.Stream))); err != nil {
-			return err
-		}
-	}
-	prefix := ""
-	if res.Parallel > 0 {
-		prefix = fmt.Sprintf("[SUM] %d streams, ", res.Parallel)
-	}
-	_, err := fmt.Fprintln(w, serverLine(res, prefix))
-	return err
-}
-
-func serverLine(res ServerResult, prefix string) string {
-	test := res.Test
-	if res.Reverse {
-		test += " -R"
-	}
-	line := fmt.Sprintf("%s%s %s from %s: %d B messages, %s in %.2f s", prefix, withFallback(res.Transport, res.Fallback), test, res.Client, res.Size, bytesize.Format(uint64(res.Bytes)), res.Seconds)
-	if res.Stats != nil {
-		calls, what := res.Reads, "read"
-		if res.Reverse {
-			calls, what = res.Writes, "write"
-		}
-		if calls > 0 {
-			line += fmt.Sprintf("; %.2f cgo calls/%s", float64(res.Cgo)/float64(calls), what)
-		}
-		line += fmt.Sprintf("; waits: %d spun, %d parked", res.Stats.Spins, res.Stats.Parks)
-	}
-	if res.Error != "" {
-		line += "; error: " + res.Error
-	}
-	return line
 }
 
 // What the server holds for each client at most: per perf connection its
