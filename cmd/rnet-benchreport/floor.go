@@ -8,13 +8,6 @@ import (
 	"strings"
 )
 
-// Floor variants of benchmarks/gofloor, as Extra series (size 0): a
-// shared-memory ping-pong with no RDMA, in C and in Go.
-const (
-	FloorC  = "floor-c"      // the C twin
-	FloorGo = "floor-go-cgo" // Go polling through cgo with one yield per wait, as rnet's reply wait
-)
-
 // floorWork is the µs each side of the floor works per message, so that its
 // round trip is about rstream's 64 B round trip in the lab.
 const floorWork = 20

@@ -21,21 +21,6 @@ import (
 	"path/filepath"
 )
 
-type config struct {
-	rnet           string
-	runs           int
-	out            string
-	server, client string
-	sdev, cdev     string
-	gid            int
-	scale          float64
-	port           int
-	verbose        bool
-	rnetBuffer     int
-	gofloor        string // benchmarks/gofloor, or "" to skip the floor
-	gofloorC       string // its C twin
-}
-
 func main() {
 	var c config
 	replot := flag.String("replot", "", "read this bench.json and write its table and SVG next to it, measuring nothing")

@@ -22,6 +22,13 @@ const (
 
 var transportOrder = []string{RNet, RNetPoll, RStream, RStreamBlock, Verbs, TCP}
 
+// Floor variants of benchmarks/gofloor, as Extra series (size 0): a
+// shared-memory ping-pong with no RDMA, in C and in Go.
+const (
+	FloorC  = "floor-c"      // the C twin
+	FloorGo = "floor-go-cgo" // Go polling through cgo with one yield per wait, as rnet's reply wait
+)
+
 // Kinds of measurement.
 const (
 	Throughput = "throughput"  // MB/s (10^6 bytes/s), higher is better

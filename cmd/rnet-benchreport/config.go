@@ -1,0 +1,20 @@
+package main
+
+type config struct {
+	rnet           string
+	runs           int
+	out            string
+	server, client string
+	sdev, cdev     string
+	gid            int
+	scale          float64
+	port           int
+	verbose        bool
+	rnetBuffer     int
+	gofloor        string // benchmarks/gofloor, or "" to skip the floor
+	gofloorC       string // its C twin
+}
+
+func (c *config) scaled(n, min int) int {
+	return max(int(float64(n)*c.scale), min)
+}
