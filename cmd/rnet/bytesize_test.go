@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 )
 
@@ -18,12 +17,5 @@ func TestSizesWithSuffixes(t *testing.T) {
 	}
 	if _, err := parsePerf([]string{"-c", "10.0.0.2", "-size", "1T"}, &bytes.Buffer{}); err == nil {
 		t.Error("perf -size 1T accepted")
-	}
-}
-
-func TestVersion(t *testing.T) {
-	var out, errb bytes.Buffer
-	if code := run([]string{"--version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "rnet ") {
-		t.Errorf("rnet --version: exit %d, %q %q", code, out.String(), errb.String())
 	}
 }

@@ -386,3 +386,10 @@ func TestFallbackWithoutDevice(t *testing.T) {
 		t.Errorf("ping -fallback printed %q, want the transport and the reason first", out.String())
 	}
 }
+
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "rnet ") {
+		t.Errorf("rnet --version: exit %d, %q %q", code, out.String(), errb.String())
+	}
+}
