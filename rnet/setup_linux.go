@@ -88,7 +88,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 		SendDepth:  layout.SendDepth,
 		Recvs:      shared.FirstCredits() + ring.RecvHeadroom,
 		ShareRecvs: !cfg.IWARP && t.shareRecvs(),
-		SetupStage:  func(step string) error { return setupStage(q.accepting, step) },
+		SetupStage: func(stage string) error { return setupStage(q.accepting, stage) },
 	}); err != nil {
 		return nil, err
 	}
