@@ -47,8 +47,10 @@ test-host: build-deps
 	$(call in_modules,CGO_ENABLED=0,build ./...)
 	$(call in_modules,GOOS=darwin,vet ./...)
 	$(call in_modules,,test -race -count=1 ./...)
-	# internal/lockcount's counting build too (the rnet_lockcount tag of make bench-roundtrip).
+	# internal/lockcount's counting build too (the rnet_lockcount tag of make bench-roundtrip),
+	# and rnet ping's locks per round trip in it (make bench's rnet-lockcount).
 	$(GO) test -race -count=1 -tags rnet_lockcount ./internal/lockcount
+	$(GO) test -race -count=1 -tags rnet_lockcount -run '^(TestPingReportsLocksWhenCounted|TestLoopbackTCP|TestJSONMatchesSharedSchema)$$' ./cmd/rnet
 
 # Each fuzz target for a short run: enough to catch a regression in a decoder, not a search.
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can fail a run at its
@@ -114,7 +116,9 @@ demo: build-deps
 # default loop) and sleeping when idle (rnet's default, rstream -T b) on the lab's rxe pair (client rxe0 10.77.0.1, server rxe1
 # 10.77.0.2), each measurement repeated BENCH_RUNS times; prints a table of medians and
 # ratios and writes $(BENCH_OUT)/bench.json, bench.txt and bench.svg. Each run also measures
-# the Go runtime's floor without RDMA (benchmarks/gofloor, see bench-floor below). BENCH_SCALE scales the
+# the Go runtime's floor without RDMA (benchmarks/gofloor, see bench-floor below), and then
+# rnet-poll's latency tests once more with rnet-lockcount (cmd/rnet built with the rnet_lockcount
+# tag) as the client, for its crossings into C and locks per round trip. BENCH_SCALE scales the
 # bytes and iterations of every test. Natively with RNET_NATIVE=1 (pass addresses and
 # devices through BENCH_ARGS, e.g. -server 192.168.1.10 -client 192.168.1.11 -sdev mlx5_0
 # -cdev mlx5_1 -gid 3). `make bench-go` runs the go test benchmarks in the guest.
@@ -134,14 +138,17 @@ BENCH_BIN   ?= $(or $(TMPDIR),/tmp)/rnet-bench-$(shell id -u)
 bench: build-deps
 	@mkdir -p $(BENCH_BIN) $(BENCH_OUT)
 	$(GO) build -o $(BENCH_BIN)/rnet ./cmd/rnet
+	# The same command counting the mutexes it takes, for the locks per round trip only:
+	# the counting slows it, so no time comes from it.
+	$(GO) build -tags rnet_lockcount -o $(BENCH_BIN)/rnet-lockcount ./cmd/rnet
 	# A module of its own (its plots need gonum/plot, which the core module does not require).
 	$(GO) -C cmd/rnet-benchreport build -o $(abspath $(BENCH_BIN))/rnet-benchreport .
 	$(GO) -C benchmarks build -o $(abspath $(BENCH_BIN))/gofloor ./gofloor
 	$(CC) -O2 -Wall -o $(BENCH_BIN)/gofloor-c benchmarks/gofloor/c/floor.c
 	@if [ "$(RNET_NATIVE)" = 1 ]; then \
-	  $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \
+	  $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -rnet-counting $(BENCH_BIN)/rnet-lockcount -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \
 	else \
-	  RNET_VM_APPEND="$(BENCH_VM_APPEND)" $(VM) $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \
+	  RNET_VM_APPEND="$(BENCH_VM_APPEND)" $(VM) $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -rnet-counting $(BENCH_BIN)/rnet-lockcount -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \
 	fi
 
 # make bench-scale: issue 28's many-connections benchmark (scripts/bench-scale.sh). A

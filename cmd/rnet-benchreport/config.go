@@ -13,6 +13,7 @@ type config struct {
 	rnetBuffer     int
 	gofloor        string // benchmarks/gofloor, or "" to skip the floor
 	gofloorC       string // its C twin
+	rnetCounting   string // rnet built with -tags rnet_lockcount, or "" to count no locks
 }
 
 func (c *config) scaled(n, min int) int {

@@ -37,6 +37,7 @@ func main() {
 	flag.BoolVar(&c.verbose, "v", false, "print every command and its output")
 	flag.StringVar(&c.gofloor, "gofloor", "", "benchmarks/gofloor's binary, for the Go runtime's floor (default: gofloor next to this program, skipped if absent; \"none\" skips it)")
 	flag.StringVar(&c.gofloorC, "gofloor-c", "", "gofloor's C twin (default: gofloor-c next to gofloor)")
+	flag.StringVar(&c.rnetCounting, "rnet-counting", "", "the rnet command built with -tags rnet_lockcount, for the locks per round trip of rnet-poll's latency tests (default: rnet-lockcount next to this program, skipped if absent; \"none\" skips it)")
 	flag.IntVar(&c.rnetBuffer, "rnet-buffer", 1<<20, "rnet's ring size in bytes (RNET_BUFFER_SIZE); the default matches rstream, which asks for 512 KiB SO_SNDBUF/SO_RCVBUF and rsocket doubles that; 0 keeps rnet's default")
 	flag.Parse()
 	if *replot != "" {
@@ -56,6 +57,14 @@ func main() {
 	case "":
 		if p := filepath.Join(filepath.Dir(exe), "gofloor"); fileExists(p) {
 			c.gofloor = p
+		}
+	}
+	switch c.rnetCounting {
+	case "none":
+		c.rnetCounting = ""
+	case "":
+		if p := filepath.Join(filepath.Dir(exe), "rnet-lockcount"); fileExists(p) {
+			c.rnetCounting = p
 		}
 	}
 	if c.gofloor != "" && c.gofloorC == "" {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,11 @@ func measure(c *config) (*Report, error) {
 	if _, err := exec.LookPath(c.rnet); err != nil {
 		return nil, fmt.Errorf("the rnet command: %w (build it with go build ./cmd/rnet, pass -rnet)", err)
 	}
+	if c.rnetCounting != "" {
+		if _, err := exec.LookPath(c.rnetCounting); err != nil {
+			return nil, fmt.Errorf("the lock-counting rnet command: %w (build it with go build -tags rnet_lockcount ./cmd/rnet, pass -rnet-counting)", err)
+		}
+	}
 	r := &Report{
 		Date: time.Now().UTC().Format(time.RFC3339), Runs: c.runs, Server: c.server, Client: c.client,
 		Devices:    c.cdev + " → " + c.sdev,
@@ -57,6 +63,9 @@ func measure(c *config) (*Report, error) {
 	}
 	if c.gofloor != "" {
 		r.Notes = append(r.Notes, fmt.Sprintf("floor: benchmarks/gofloor, no RDMA: two processes ping-pong through a shared page, both polling, each side working %d µs per message in one C call (as a post does); once per run, after the latency tests. Its Go/C ratio is the least the Go runtime adds to a polling round trip on these CPUs", floorWork))
+	}
+	if c.rnetCounting != "" {
+		r.Notes = append(r.Notes, "work per round trip: rnet ping's crossings into C (cgo) in rnet-poll's timed tests; then, once per run after the latency tests, rnet-poll's latency test again with the client built with -tags rnet_lockcount (the server as before), for the client process's crossings and mutexes taken (locks) per round trip; the counting slows it, so no time is taken from it")
 	}
 	if out, err := exec.Command("uname", "-r").Output(); err == nil {
 		r.Kernel = strings.TrimSpace(string(out))
@@ -93,16 +102,16 @@ func measure(c *config) (*Report, error) {
 		if s := r.find(*list, transport, kind, size); s != nil {
 			return s
 		}
-		unit, stat := "MB/s", "one run's throughput"
-		if kind != Throughput {
-			unit, stat = "µs", "one run's mean round trip"
-			if kind == LatencyP50 {
-				stat = "one run's median round trip"
-			}
-		}
+		unit, stat := unitOf(kind)
 		s := &Series{Transport: transport, Kind: kind, Size: size, Unit: unit, Statistic: stat}
 		*list = append(*list, s)
 		return s
+	}
+	// After the latency tests, their work per round trip with locks counted
+	// (see rnetPingCounting); an empty list when no counting build is given.
+	var counting []test
+	if c.rnetCounting != "" {
+		counting = []test{{RNetPollCounting, LocksPerTrip, rnetPingCounting(poll)}}
 	}
 	port := c.port
 	for run := 1; run <= c.runs; run++ {
@@ -115,7 +124,7 @@ func measure(c *config) (*Report, error) {
 		for _, group := range []struct {
 			sizes []int
 			tests []test
-		}{{throughputSizes, bw}, {latencySizes, lat}} {
+		}{{throughputSizes, bw}, {latencySizes, lat}, {latencySizes, counting}} {
 			for _, size := range group.sizes {
 				for _, t := range rotated(group.tests, run-1) {
 					port++
@@ -130,12 +139,16 @@ func measure(c *config) (*Report, error) {
 						}
 					}
 					if err != nil {
-						series(&r.Series, t.transport, t.kind, size).Failures++
+						failed := &r.Series
+						if t.kind != Throughput && t.kind != Latency {
+							failed = &r.Extra
+						}
+						series(failed, t.transport, t.kind, size).Failures++
 						fmt.Fprintf(os.Stderr, "   %-13s %-10s %5s: FAILED: %v\n", t.transport, t.kind, bytesize.Short(int64(size)), err)
 						continue
 					}
 					var parts []string
-					for _, k := range append([]string{Throughput, Latency, LatencyP50}, workKinds...) {
+					for _, k := range slices.Concat([]string{Throughput, Latency, LatencyP50}, workKinds, tripKinds) {
 						v, ok := vals[k]
 						if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
 							continue // a work figure that could not be counted

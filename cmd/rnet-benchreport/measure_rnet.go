@@ -50,33 +50,67 @@ func rnetPerf(tcp bool, env ...string) measurer {
 	}
 }
 
+// rnetPing measures rnet ping: its round trips and, over rdma, the client's
+// crossings into C per round trip.
 func rnetPing(tcp bool, env ...string) measurer {
 	return func(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
-		addr := c.server + ":" + strconv.Itoa(port)
-		sargs, cargs := []string{c.rnet, "perf", "-s", addr, "-once"}, []string{c.rnet, "ping", addr, "-from", c.client,
-			"-size", strconv.Itoa(size), "-n", strconv.Itoa(c.scaled(latIters(size), 20)), "-warmup", "50", "--json"}
-		if tcp {
-			sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
-		}
-		srv, err := startServer(ctx, c, "listening on", env, sargs...)
+		res, err := runPing(ctx, c, c.rnet, tcp, env, port, size)
 		if err != nil {
 			return nil, err
 		}
-		out, err := runClient(ctx, c, env, cargs...)
-		if err != nil {
-			srv.kill()
-			srv.wait()
-			return nil, err
+		vals := map[string]float64{Latency: res.MeanUs, LatencyP50: res.P50Us}
+		if res.CgoPerTrip != nil {
+			vals[CgoPerTrip] = *res.CgoPerTrip
 		}
-		if err := srv.wait(); err != nil {
-			return nil, err
-		}
-		var res perfjson.PingResult
-		if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
-			return nil, fmt.Errorf("rnet ping output %q: %w", out, err)
-		}
-		return map[string]float64{Latency: res.MeanUs, LatencyP50: res.P50Us}, nil
+		return vals, nil
 	}
+}
+
+// rnetPingCounting measures rnet ping over rdma with c.rnetCounting, the rnet
+// command built with the rnet_lockcount tag, as the client: its crossings
+// and locks per round trip, and not its times, which the counting slows.
+// The server is c.rnet, as in the timed tests, so that only the counting
+// client differs from them.
+func rnetPingCounting(env ...string) measurer {
+	return func(ctx context.Context, c *config, port, size int) (map[string]float64, error) {
+		res, err := runPing(ctx, c, c.rnetCounting, false, env, port, size)
+		if err != nil {
+			return nil, err
+		}
+		if res.LocksPerTrip == nil || res.CgoPerTrip == nil {
+			return nil, fmt.Errorf("%s reports no locks_per_round_trip or cgo_per_round_trip: build it with go build -tags rnet_lockcount ./cmd/rnet (-rnet-counting)", c.rnetCounting)
+		}
+		return map[string]float64{CgoPerTrip: *res.CgoPerTrip, LocksPerTrip: *res.LocksPerTrip}, nil
+	}
+}
+
+// runPing runs an rnet perf -s server (c.rnet) and, against it, rnet ping
+// of the command clientCmd; it returns ping's result.
+func runPing(ctx context.Context, c *config, clientCmd string, tcp bool, env []string, port, size int) (perfjson.PingResult, error) {
+	var res perfjson.PingResult
+	addr := c.server + ":" + strconv.Itoa(port)
+	sargs, cargs := []string{c.rnet, "perf", "-s", addr, "-once"}, []string{clientCmd, "ping", addr, "-from", c.client,
+		"-size", strconv.Itoa(size), "-n", strconv.Itoa(c.scaled(latIters(size), 20)), "-warmup", "50", "--json"}
+	if tcp {
+		sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
+	}
+	srv, err := startServer(ctx, c, "listening on", env, sargs...)
+	if err != nil {
+		return res, err
+	}
+	out, err := runClient(ctx, c, env, cargs...)
+	if err != nil {
+		srv.kill()
+		srv.wait()
+		return res, err
+	}
+	if err := srv.wait(); err != nil {
+		return res, err
+	}
+	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
+		return res, fmt.Errorf("rnet ping output %q: %w", out, err)
+	}
+	return res, nil
 }
 
 func lastLine(s string) string {

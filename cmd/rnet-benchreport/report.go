@@ -22,6 +22,11 @@ const (
 
 var transportOrder = []string{RNet, RNetPoll, RStream, RStreamBlock, Verbs, TCP}
 
+// RNetPollCounting is rnet-poll's latency test run once more with rnet built
+// with the rnet_lockcount tag: only its work per round trip is kept (Extra),
+// since the counting slows it.
+const RNetPollCounting = "rnet-poll-lockcount"
+
 // Floor variants of benchmarks/gofloor, as Extra series (size 0): a
 // shared-memory ping-pong with no RDMA, in C and in Go.
 const (
@@ -46,6 +51,32 @@ const (
 
 // workKinds are the per-message figures, in table order.
 var workKinds = []string{SyscallsPerMsg, CgoPerMsg, CompletionsPerMsg}
+
+// The client's work per round trip of a latency test (kept in Extra):
+// crossings into C, from rnet ping over rdma, and mutexes taken, from a
+// build that counts them (RNetPollCounting).
+const (
+	CgoPerTrip   = "cgo-per-round-trip"
+	LocksPerTrip = "locks-per-round-trip"
+)
+
+// tripKinds are the per-round-trip figures.
+var tripKinds = []string{CgoPerTrip, LocksPerTrip}
+
+// unitOf is the unit of a kind of figure and what one run's value of it is.
+func unitOf(kind string) (unit, statistic string) {
+	switch kind {
+	case Throughput:
+		return "MB/s", "one run's throughput"
+	case Latency:
+		return "µs", "one run's mean round trip"
+	case LatencyP50:
+		return "µs", "one run's median round trip"
+	case CgoPerTrip, LocksPerTrip:
+		return "per round trip", "one run's count over its round trips"
+	}
+	return "per message", "one run's count over its messages"
+}
 
 // workSizes are the sizes whose per-message figures the table shows: at
 // larger ones a test moves too few messages for the process's setup not to
@@ -181,6 +212,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			{fmtVal(fc), fmtVal(fc50), fmtVal(fg), fmtVal(fg50), "", ratio(fg, fc), ratio(fg50, fc50)},
 		})
 	}
+	r.writeTripWork(w)
 	var fails []string
 	for _, s := range append(append([]*Series(nil), r.Series...), r.Extra...) {
 		if s.Failures > 0 {
@@ -234,4 +266,29 @@ func (r *Report) work(transport, kind string, size int) float64 {
 		return e.Median
 	}
 	return math.NaN()
+}
+
+// writeTripWork prints rnet-poll's client work per round trip of the latency
+// tests, if the report has it: crossings into C from the timed runs, and
+// crossings and locks from the runs of the counting build, whose ratio is
+// the locks per crossing.
+func (r *Report) writeTripWork(w io.Writer) {
+	var rows [][]string
+	for _, s := range r.Latency {
+		cgo := r.work(RNetPoll, CgoPerTrip, s)
+		countingCgo, locks := r.work(RNetPollCounting, CgoPerTrip, s), r.work(RNetPollCounting, LocksPerTrip, s)
+		if math.IsNaN(cgo) && math.IsNaN(countingCgo) && math.IsNaN(locks) {
+			continue
+		}
+		perCgo := math.NaN()
+		if countingCgo > 0 {
+			perCgo = locks / countingCgo
+		}
+		rows = append(rows, []string{bytesize.Short(int64(s)), fmtVal(cgo), "", fmtVal(countingCgo), fmtVal(locks), fmtVal(perCgo)})
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nClient work per round trip, latency tests (rnet-poll; cgo: crossings into C in the timed runs; counting-cgo and locks: crossings and mutexes taken in the same test built with -tags rnet_lockcount, whose times are not used)\n")
+	table(w, append([][]string{{"size", "cgo", "", "counting-cgo", "locks", "locks/cgo"}}, rows...))
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"encoding/xml"
 	"html"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -239,5 +242,118 @@ func TestWorkTable(t *testing.T) {
 	// Not 64K, where setup would count.
 	if want := []string{"64", "1K", "4K"}; !slices.Equal(sizes, want) {
 		t.Errorf("work table rows for %q, want %q:\n%s", sizes, want, work)
+	}
+}
+
+// withTripWork adds rnet-poll's work per round trip at every latency size:
+// 3 crossings in the timed runs; 3.5 crossings and 14 locks in the
+// counting build's, 4 locks per crossing.
+func withTripWork(r *Report) *Report {
+	for _, s := range latencySizes {
+		r.Extra = append(r.Extra,
+			&Series{Transport: RNetPoll, Kind: CgoPerTrip, Size: s, Runs: []float64{3}, Median: 3},
+			&Series{Transport: RNetPollCounting, Kind: CgoPerTrip, Size: s, Runs: []float64{3.5}, Median: 3.5},
+			&Series{Transport: RNetPollCounting, Kind: LocksPerTrip, Size: s, Runs: []float64{14}, Median: 14})
+	}
+	return r
+}
+
+// TestTripWorkTable: rnet-poll's crossings and locks per round trip of the
+// latency tests are a table after the Go floor's, one row per latency size,
+// with locks per crossing from the counting build's two figures, and "-"
+// where the report has no counting build's figures.
+func TestTripWorkTable(t *testing.T) {
+	const title = "Client work per round trip, latency tests (rnet-poll"
+	var b strings.Builder
+	sample().WriteTable(&b)
+	if strings.Contains(b.String(), title) {
+		t.Errorf("round-trip work table without its figures:\n%s", b.String())
+	}
+
+	r := withTripWork(sample())
+	r.Extra = append(r.Extra,
+		&Series{Transport: FloorC, Kind: Latency, Runs: []float64{40}, Median: 40},
+		&Series{Transport: FloorGo, Kind: Latency, Runs: []float64{44}, Median: 44})
+	b.Reset()
+	r.WriteTable(&b)
+	s := b.String()
+	if floor, trips := strings.Index(s, "Go runtime floor"), strings.Index(s, title); floor < 0 || trips < floor {
+		t.Errorf("the round-trip work table is not after the Go floor's:\n%s", s)
+	}
+	rows := tableRows(t, s, title)
+	if want := []string{"size", "cgo", "counting-cgo", "locks", "locks/cgo"}; !slices.Equal(rows[0], want) {
+		t.Errorf("header %q, want %q", rows[0], want)
+	}
+	var sizes []string
+	for _, row := range rows[1:] {
+		sizes = append(sizes, row[0])
+		if want := []string{"3.00", "3.50", "14.0", "4.00"}; !slices.Equal(row[1:], want) {
+			t.Errorf("row %q, want %q after the size", row, want)
+		}
+	}
+	if want := []string{"64", "1K", "4K", "64K"}; !slices.Equal(sizes, want) {
+		t.Errorf("rows for %q, want %q", sizes, want)
+	}
+
+	// Without the counting build: the timed runs' crossings alone.
+	r = sample()
+	r.Extra = append(r.Extra, &Series{Transport: RNetPoll, Kind: CgoPerTrip, Size: 64, Runs: []float64{3}, Median: 3})
+	b.Reset()
+	r.WriteTable(&b)
+	rows = tableRows(t, b.String(), title)
+	if len(rows) != 2 || !slices.Equal(rows[1], []string{"64", "3.00", "-", "-", "-"}) {
+		t.Errorf("rows without the counting build %q", rows)
+	}
+}
+
+// TestTripWorkInBenchJSON: the figures per round trip are kept in
+// bench.json's extra series, and its table is printed again from it.
+func TestTripWorkInBenchJSON(t *testing.T) {
+	dir := t.TempDir()
+	var first strings.Builder
+	if err := write(withTripWork(sample()), dir, &first); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Extra []Series `json:"extra"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]int{}
+	for _, e := range raw.Extra {
+		if e.Kind == CgoPerTrip || e.Kind == LocksPerTrip {
+			kept[e.Transport+" "+e.Kind]++
+		}
+	}
+	for _, k := range []string{RNetPoll + " " + CgoPerTrip, RNetPollCounting + " " + CgoPerTrip, RNetPollCounting + " " + LocksPerTrip} {
+		if kept[k] != len(latencySizes) {
+			t.Errorf("bench.json keeps %d extra series %q, want one per latency size (%d)", kept[k], k, len(latencySizes))
+		}
+	}
+	var again strings.Builder
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	r.WriteTable(&again)
+	if rows := tableRows(t, again.String(), "Client work per round trip"); len(rows) != 1+len(latencySizes) || rows[1][3] != "14.0" {
+		t.Errorf("replotted round-trip work table %q", rows)
+	}
+}
+
+func TestUnitOf(t *testing.T) {
+	for kind, want := range map[string]string{
+		Throughput: "MB/s", Latency: "µs", LatencyP50: "µs",
+		SyscallsPerMsg: "per message", CgoPerMsg: "per message", CompletionsPerMsg: "per message",
+		CgoPerTrip: "per round trip", LocksPerTrip: "per round trip",
+	} {
+		if got, _ := unitOf(kind); got != want {
+			t.Errorf("unitOf(%q) = %q, want %q", kind, got, want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/lockcount"
 	"github.com/rnet-dev/rnet/internal/perfjson"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 )
@@ -114,6 +115,11 @@ func TestRXEPerfAndPing(t *testing.T) {
 	}
 	if *pg.SpinsPerTrip+*pg.ParksPerTrip <= 0 || *pg.CgoPerTrip < 1 {
 		t.Errorf("ping result %q: no waits counted, or fewer crossings than round trips", out)
+	}
+	// Built with -tags rnet_lockcount (make bench's rnet-lockcount), the
+	// client counts its locks: at least the connection's own in each Write.
+	if (pg.LocksPerTrip != nil) != lockcount.Enabled || lockcount.Enabled && *pg.LocksPerTrip < 1 {
+		t.Errorf("ping result %q: locks per round trip with lockcount.Enabled=%v", out, lockcount.Enabled)
 	}
 	// Text forms.
 	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-n", "20", "-size", "4096")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/lockcount"
 	"github.com/rnet-dev/rnet/internal/perfjson"
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/rnet"
@@ -220,6 +221,10 @@ func TestLoopbackTCP(t *testing.T) {
 	}
 	if pg.CgoPerTrip != nil || pg.SpinsPerTrip != nil || pg.ParksPerTrip != nil {
 		t.Errorf("ping over TCP reports rdma costs: %s", out.String())
+	}
+	// Locks are the process's, over any transport, in a build that counts them.
+	if (pg.LocksPerTrip != nil) != lockcount.Enabled {
+		t.Errorf("ping over TCP with lockcount.Enabled=%v: %s", lockcount.Enabled, out.String())
 	}
 }
 

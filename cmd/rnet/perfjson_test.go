@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/rnet-dev/rnet/internal/lockcount"
 	"github.com/rnet-dev/rnet/internal/perfjson"
+	"github.com/rnet-dev/rnet/rnet/rnettest"
 )
 
 // decodeStrictly decodes out, which must hold one JSON value and nothing
@@ -53,5 +57,54 @@ func TestJSONMatchesSharedSchema(t *testing.T) {
 	decodeStrictly(t, runOut("ping", srv.addr, "-tcp", "-n", "20", "-warmup", "2", "--json", "-q"), &pg)
 	if pg.Test != "ping" || pg.Count != 20 || pg.MeanUs <= 0 {
 		t.Errorf("ping result: %+v", pg)
+	}
+}
+
+// TestPingReportsLocksWhenCounted: ping reports the locks its process took
+// per round trip in a build that counts them (-tags rnet_lockcount), in its
+// JSON and its text line, and nothing of locks in any other build.
+func TestPingReportsLocksWhenCounted(t *testing.T) {
+	f := rnettest.NewFabric(nil)
+	ln, err := f.Listen("rdma", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serveLimited(t, ln, testLimits)
+	ping := func(json bool) []byte {
+		t.Helper()
+		c, err := f.Dial("rdma", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var out, errb bytes.Buffer
+		o := pingOpts{size: 64, count: 50, warmup: 5, progressEvery: time.Hour, json: json, quiet: true}
+		if err := pingConn(c, o, &out, &errb); err != nil {
+			t.Fatalf("ping over the simulated fabric: %v; stderr: %s", err, errb.String())
+		}
+		return out.Bytes()
+	}
+
+	var pg perfjson.PingResult
+	decodeStrictly(t, ping(true), &pg)
+	if pg.Count != 50 || pg.CgoPerTrip == nil {
+		t.Fatalf("ping result over rnet: %+v", pg)
+	}
+	switch {
+	case !lockcount.Enabled && pg.LocksPerTrip != nil:
+		t.Errorf("a build that counts no locks reports %v locks per round trip", *pg.LocksPerTrip)
+	case lockcount.Enabled && pg.LocksPerTrip == nil:
+		t.Error("a build that counts locks reports none per round trip")
+	case lockcount.Enabled && *pg.LocksPerTrip < 1:
+		// Every Write and Read of a connection takes its lock.
+		t.Errorf("%v locks per round trip, want at least the connection's own", *pg.LocksPerTrip)
+	}
+
+	line := string(ping(false))
+	if got := strings.Contains(line, " locks"); got != lockcount.Enabled {
+		t.Errorf("text line %q names locks: %v, want %v (lockcount.Enabled)", line, got, lockcount.Enabled)
+	}
+	if !strings.Contains(line, "cgo calls") {
+		t.Errorf("text line %q lacks the cgo calls", line)
 	}
 }

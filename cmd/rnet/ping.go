@@ -5,9 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/lockcount"
 	"github.com/rnet-dev/rnet/internal/perfjson"
 	"github.com/rnet-dev/rnet/internal/stats"
 	"github.com/rnet-dev/rnet/internal/verbs"
@@ -82,13 +85,19 @@ func runPing(o pingOpts, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	return pingConn(c, o, stdout, stderr)
+}
+
+// pingConn measures o's round trips over c, connected to an rnet perf -s
+// server, and prints the summary.
+func pingConn(c net.Conn, o pingOpts, stdout, stderr io.Writer) error {
 	if _, err := c.Write(hello{mode: modePing, size: uint32(o.size)}.encode()); err != nil {
 		return fmt.Errorf("hello: %w", err)
 	}
 	buf := make([]byte, o.size)
 	rtt := make([]time.Duration, 0, o.count)
 	rc, _ := c.(*rnet.Conn)
-	var cgo0 uint64
+	var cgo0, locks0 uint64
 	var st0 rnet.Stats
 	var prog *pingProgress
 	if !o.quiet && !o.json {
@@ -97,7 +106,7 @@ func runPing(o pingOpts, stdout, stderr io.Writer) error {
 	}
 	for i := 0; i < o.warmup+o.count; i++ {
 		if i == o.warmup {
-			cgo0 = verbs.CgoCalls()
+			cgo0, locks0 = verbs.CgoCalls(), lockcount.Taken()
 			if rc != nil {
 				st0 = rc.Stats()
 			}
@@ -123,7 +132,7 @@ func runPing(o pingOpts, stdout, stderr io.Writer) error {
 			time.Sleep(o.interval)
 		}
 	}
-	cgo := verbs.CgoCalls() - cgo0
+	cgo, locks := verbs.CgoCalls()-cgo0, lockcount.Taken()-locks0
 	if prog != nil {
 		prog.end()
 	}
@@ -137,15 +146,25 @@ func runPing(o pingOpts, stdout, stderr io.Writer) error {
 		r.SpinsPerTrip = ptr(float64(st.Spins-st0.Spins) / trips)
 		r.ParksPerTrip = ptr(float64(st.Parks-st0.Parks) / trips)
 	}
+	if lockcount.Enabled && len(rtt) > 0 {
+		r.LocksPerTrip = ptr(float64(locks) / float64(len(rtt)))
+	}
 	if o.json {
 		return json.NewEncoder(stdout).Encode(r)
 	}
 	line := fmt.Sprintf("%s %s -> %s: %d round trips of %d B: min %.1f  p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  mean %.1f µs",
 		withFallback(r.Transport, r.Fallback), r.Local, r.Server, r.Count, r.Size, r.MinUs, r.P50Us, r.P90Us, r.P99Us, r.MaxUs, r.MeanUs)
+	var perTrip []string
 	if r.CgoPerTrip != nil {
-		line += fmt.Sprintf("; per round trip: %.2f cgo calls, %.2f spins, %.3f parks", *r.CgoPerTrip, *r.SpinsPerTrip, *r.ParksPerTrip)
+		perTrip = append(perTrip, fmt.Sprintf("%.2f cgo calls, %.2f spins, %.3f parks", *r.CgoPerTrip, *r.SpinsPerTrip, *r.ParksPerTrip))
 	}
-	_, err = fmt.Fprintln(stdout, line)
+	if r.LocksPerTrip != nil {
+		perTrip = append(perTrip, fmt.Sprintf("%.2f locks", *r.LocksPerTrip))
+	}
+	if len(perTrip) > 0 {
+		line += "; per round trip: " + strings.Join(perTrip, ", ")
+	}
+	_, err := fmt.Fprintln(stdout, line)
 	return err
 }
 

@@ -87,4 +87,8 @@ type PingResult struct {
 	// emulation).
 	SpinsPerTrip *float64 `json:"spins_per_round_trip,omitempty"`
 	ParksPerTrip *float64 `json:"parks_per_round_trip,omitempty"`
+	// The mutexes the client's process took per round trip (package
+	// internal/lockcount), over any transport; present only in a build with
+	// the rnet_lockcount tag, whose counting makes its times no measure.
+	LocksPerTrip *float64 `json:"locks_per_round_trip,omitempty"`
 }
