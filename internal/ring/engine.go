@@ -163,6 +163,9 @@ type Engine struct {
 	readOff   uint32
 	remoteSGE int    // the peer's target SGL entry we write next
 	unread    uint64 // bytes received, not yet read
+	// cutShort says the last DATA message with bytes may be the first
+	// part of a longer write (see MoreMayFollow).
+	cutShort bool
 
 	// Receive-side credits.
 	window      uint16 // credits each update grants: RecvQueueSize, or less with SharedRecv

@@ -275,6 +275,11 @@ func (e *Engine) recvData(m Msg) {
 		return
 	}
 	g.filled += n
+	// A sender splits a write where a transfer reaches its size limit or
+	// the granted half ends. The limits are powers of two from
+	// StartTransfer to MaxTransfer (rsocket doubles from the first; we keep
+	// to it); any other transfer that leaves room in the half ended a write.
+	e.cutShort = n >= StartTransfer && n&(n-1) == 0 || g.filled == g.size
 	if g.filled == g.size {
 		e.gqFilled++
 		if !g.old && (n == g.size || e.gqFilled == e.gqLen) {
@@ -292,6 +297,15 @@ func (e *Engine) recvData(m Msg) {
 	e.unread += uint64(n)
 	e.stats.BytesReceived += uint64(n)
 }
+
+// MoreMayFollow reports whether the last DATA message that carried bytes
+// may be the first part of a longer write whose rest is still on its way:
+// its size was one where senders cut transfers (a power of two from
+// StartTransfer up), or it filled the half of the receive ring granted to
+// it. A reader that has
+// consumed everything can then expect more at once; after a shorter
+// message it can not.
+func (e *Engine) MoreMayFollow() bool { return e.cutShort }
 
 // maxCreditWindow bounds a credit grant's step from a peer whose window
 // grows (FlagGrowingCredits).

@@ -58,6 +58,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 type readAttempt struct {
 	waiting   bool          // the Read found nothing and began to wait
 	reply     bool          // it waits for the answer to a Write
+	rest      bool          // it waits for the rest of a reply (see restWindow)
 	start     time.Time     // when the wait began, if reply
 	window    time.Duration // the spin window of the wait
 	measure   bool          // a park in this wait measures a park's cost
@@ -93,6 +94,9 @@ func (c *Conn) readLocked(b []byte, r *readAttempt) (int, error) {
 		// What kind of wait this is is settled when it begins: a Write
 		// while it waits does not make it a reply wait.
 		r.reply = c.wroteSinceRead
+		// The rest of a reply is worth a spin only if the part we have
+		// may have been cut short; else the reply is all here.
+		r.rest = c.replyRest && c.eng.MoreMayFollow()
 	}
 	if err == nil {
 		c.uncorkLocked()
@@ -111,7 +115,7 @@ func (c *Conn) beginReadWait(r *readAttempt) {
 	case r.reply:
 		r.start = time.Now()
 		r.window, r.measure = c.readWait.window(&c.set)
-	case c.replyRest:
+	case r.rest:
 		r.window = c.readWait.restWindow(&c.set)
 	default:
 		r.window = c.streamSpin.window(c.set.BusyPoll)

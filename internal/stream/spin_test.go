@@ -335,6 +335,36 @@ func TestRestWindow(t *testing.T) {
 	if client.replyRest {
 		t.Fatal("after the rest of a reply: the next Read still waits for a rest")
 	}
+
+	// A reply that came in one transfer short of any size where senders
+	// cut writes is all here: the Read after it does not wait for a rest,
+	// though a Write came before it.
+	if _, err := io.ReadFull(client, buf[:8]); err != nil { // the rest of the reply above
+		t.Fatal(err)
+	}
+	if _, err := client.Write([]byte("request")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(server, req); err != nil {
+		t.Fatal(err)
+	}
+	reply := []byte("a short reply, in one transfer")
+	if _, err := server.Write(reply); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(client, make([]byte, len(reply))); err != nil {
+		t.Fatal(err)
+	}
+	var r readAttempt
+	client.mu.Lock()
+	n, err := client.readLocked(buf, &r)
+	client.mu.Unlock()
+	if n != 0 || err != nil {
+		t.Fatalf("Read after the whole reply: %d, %v; want nothing to read", n, err)
+	}
+	if !client.replyRest || r.rest {
+		t.Fatalf("after a whole %d-byte reply: replyRest %v, rest wait %v; want a Read that does not wait for a rest", len(reply), client.replyRest, r.rest)
+	}
 }
 
 // A streaming Read (not waiting for a reply) stops spinning while fewer
