@@ -72,6 +72,8 @@ func (q *verbsQP) Wait() (parked bool, err error) { return q.member.Wait() }
 
 func (q *verbsQP) Kick() { q.member.Kick() }
 
+func (q *verbsQP) NeedSends(need bool) { q.member.NeedSends(need) }
+
 func (q *verbsQP) Start(h stream.EventHandler) {
 	q.startOnce.Do(func() {
 		err := setupStage(q.accepting, "attach events")

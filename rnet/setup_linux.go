@@ -103,7 +103,7 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	if cfg.IWARP {
 		inline = max(inline, ring.MsgWordSize)
 	}
-	if q.qp, err = q.id.CreateQPOnSRQ(q.pd, cq, cq, srq, verbs.QPCaps{
+	if q.qp, err = q.id.CreateQPOnSRQ(q.pd, cq.Send(), cq, srq, verbs.QPCaps{
 		MaxSendWR:     uint32(layout.SendDepth),
 		MaxRecvWR:     uint32(layout.RecvDepth),
 		MaxSendSGE:    uint32(layout.MaxSendSGE),

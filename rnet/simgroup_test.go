@@ -47,6 +47,7 @@ func (q *simGroupQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Sen
 
 func (q *simGroupQP) Wait() (bool, error) { return q.member.Wait() }
 func (q *simGroupQP) Kick()               { q.member.Kick() }
+func (q *simGroupQP) NeedSends(need bool) { q.member.NeedSends(need) }
 func (q *simGroupQP) Collected() bool     { return q.member.Collected() }
 func (q *simGroupQP) CollectAll()         { q.member.CollectAll() }
 
@@ -80,6 +81,9 @@ type simGroupOptions struct {
 	oneGroup  bool // both ends of every pair in one group
 	armedCQ   bool // CQ events only after an arm, as on a device
 	cqEntries int  // default: room for every member
+	// reapDelay, if not 0, is the connections' cork window (see
+	// stream.Settings.ReapDelay).
+	reapDelay time.Duration
 }
 
 // simGroupPipes makes n connected pairs of Conns whose client ends share a
@@ -87,6 +91,9 @@ type simGroupOptions struct {
 func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
 	tb.Helper()
 	set := o.cfg.settings()
+	if o.reapDelay != 0 {
+		set.reapDelay = o.reapDelay
+	}
 	layout := set.ring.Layout()
 	caps := simfabric.Caps{SendDepth: layout.SendDepth, RecvDepth: layout.RecvDepth, MaxInline: 256}
 	f := simfabric.New(1, simfabric.Options{Auto: true, DirectLanding: true})
@@ -95,7 +102,7 @@ func simGroupPipes(tb testing.TB, n int, o simGroupOptions) *simGroupNet {
 		entries = 2 * n * layout.CQDepth
 	}
 	newGroup := func() (*simqp.GroupCQ, *pollgroup.Group) {
-		cq := simqp.NewGroupCQ(f.NewCQ(simfabric.CQOptions{Entries: entries, Armed: o.armedCQ}), pollgroup.ErrInterrupted)
+		cq := simqp.NewGroupCQ(f.NewCQ(simfabric.CQOptions{Entries: entries, Armed: o.armedCQ, SplitArm: o.armedCQ}), pollgroup.ErrInterrupted)
 		return cq, pollgroup.New(cq, nil)
 	}
 	sn := &simGroupNet{f: f}

@@ -12,7 +12,8 @@ import (
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
-// verbsCQ is a poll group's CQ and completion channel on a device.
+// verbsCQ is a poll group's CQ and completion channel on a device: a split
+// CQ, so that the group arms its send half only while members need it.
 type verbsCQ struct {
 	cc *verbs.CompChannel
 	cq *verbs.CQ
@@ -33,7 +34,7 @@ func newVerbsCQ(ctx *verbs.Context, entries int, setupStage func(string) error) 
 		cc.Close()
 		return nil, err
 	}
-	cq, err := ctx.NewCQ(entries, cc)
+	cq, err := ctx.NewSplitCQ(entries, cc)
 	if err == nil {
 		err = step("cq")
 		if err != nil {

@@ -132,8 +132,10 @@ func TestGroupDrainIsBounded(t *testing.T) {
 		memberRecvs = 3
 	)
 	// The most polls a caller that must see the CQ's contents handed out
-	// makes: the CQ's size in batches, and the rest of its last drain.
-	collectBound := entries/batch + maxDrainRounds
+	// makes: the CQ's size in batches (splitPolls times: a split CQ's two
+	// halves, each with at least half of every batch), and the rest of
+	// its last drain.
+	collectBound := splitPolls*entries/batch + maxDrainRounds
 	// newGroup returns a group over a full flooded CQ with one member,
 	// whose three completions are the last ones in the CQ, so that the
 	// last drain of a collection hands them out. With rq, the group has a

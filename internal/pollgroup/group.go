@@ -81,7 +81,7 @@ func (g *Group) drainLocked(flags verbs.StepFlags) (cut bool, err error) {
 			return false, nil
 		}
 		if round >= maxDrainRounds {
-			g.armed = false
+			g.armed, g.sendArmed = false, false
 			return true, nil
 		}
 	}
@@ -103,8 +103,14 @@ func (g *Group) markLocked() cqMark { return cqMark{g.polled, g.emptied} }
 // completions as the CQ holds were polled (it hands them out oldest first).
 // A failed CQ has nothing more to hand out. Called with pollMu held.
 func (g *Group) passedLocked(mark cqMark) bool {
-	return g.err != nil || g.emptied != mark.emptied || g.polled-mark.polled >= uint64(g.cq.Size())
+	return g.err != nil || g.emptied != mark.emptied || g.polled-mark.polled >= uint64(splitPolls*g.cq.Size())
 }
+
+// splitPolls bounds how many completions must be polled past a mark, in
+// CQ sizes, to have passed everything in the CQ at the mark, when no poll
+// found it empty: a split CQ has two halves of Size, and a poll gives each
+// at least half its batch while the other has completions.
+const splitPolls = 4
 
 // collectPastLocked polls the CQ, a bounded drain at a time, until
 // everything in it at mark has been handed out. Between drains it lets go
@@ -132,26 +138,76 @@ func (g *Group) collectAll() {
 	g.pollMu.Unlock()
 }
 
-// armForLeader makes sure the CQ is armed before the leader parks. It
-// reports false when a bounded drain left completions that may have no
-// event: the leader must then look again rather than park.
+// armForLeader makes sure the CQ is armed before the leader parks, and its
+// send half while members need their sends' completions. It reports false
+// when a bounded drain left completions that may have no event: the leader
+// must then look again rather than park.
 func (g *Group) armForLeader() (parkable bool) {
 	g.pollMu.Lock()
 	defer g.pollMu.Unlock()
-	if !g.armed && g.err == nil {
-		g.armed = true
-		g.drainLocked(verbs.StepArm)
+	if g.err != nil {
+		return true
 	}
-	return g.armed || g.err != nil
+	var flags verbs.StepFlags
+	if !g.armed {
+		flags |= verbs.StepArm
+	}
+	if g.wantSends > 0 && !g.sendArmed {
+		flags |= verbs.StepArmSend
+	}
+	if flags != 0 {
+		g.armed = true
+		g.sendArmed = g.sendArmed || flags&verbs.StepArmSend != 0
+		g.drainLocked(flags)
+	}
+	return g.armed && (g.wantSends == 0 || g.sendArmed) || g.err != nil
 }
 
-// takeEvent takes the event that woke the leader, arms the CQ again and
+// takeEvent takes the event that woke the leader, arms the CQ again (its
+// send half only if members need it: the event may have been its) and
 // hands out what it holds.
 func (g *Group) takeEvent() {
 	g.pollMu.Lock()
+	flags := verbs.StepTakeEvent | verbs.StepArm
 	g.armed = true
-	g.drainLocked(verbs.StepTakeEvent | verbs.StepArm)
+	g.sendArmed = g.wantSends > 0
+	if g.sendArmed {
+		flags |= verbs.StepArmSend
+	}
+	g.drainLocked(flags)
 	g.pollMu.Unlock()
+}
+
+// needSendsLocked counts m in or out of the members that need their
+// sends' completions. Counting in arms the send half, unless it is armed,
+// if a leader may be parked: a leader yet to park arms it itself. Called
+// with pollMu held.
+func (g *Group) needSendsLocked(m *Member, on bool) {
+	if m.needSends == on || on && m.leaving {
+		return
+	}
+	m.needSends = on
+	if !on {
+		g.wantSends--
+		return
+	}
+	g.wantSends++
+	if g.sendArmed || g.err != nil {
+		return
+	}
+	g.lmu.Lock()
+	leader := g.leader
+	g.lmu.Unlock()
+	if leader == nil {
+		return
+	}
+	g.sendArmed = true
+	if cut, _ := g.drainLocked(verbs.StepArmSend); cut || leader.pending() > 0 {
+		// The drain handed the leader send completions that came while
+		// the half was unarmed, or left some in the CQ: they left no
+		// event, and the leader waits on the channel, not on its wakeup.
+		g.cq.Interrupt()
+	}
 }
 
 // deliverLocked hands each completion to the member whose queue pair it
@@ -212,6 +268,7 @@ func (g *Group) leave(m *Member, destroyQP func() error) error {
 	if destroyQP != nil {
 		err = destroyQP()
 	}
+	g.needSendsLocked(m, false)
 	if m.attached {
 		m.leaving, m.leftAt = true, g.markLocked()
 		g.collectPastLocked(m.leftAt)

@@ -5,8 +5,9 @@ import (
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
-// CQ is the verbs CQ the member's queue pair must complete into (its send
-// and receive CQ), or nil if the group is not on a device.
+// CQ is the verbs CQ the member's queue pair must complete into: its
+// receive completions into it, its send completions into CQ().Send(). Nil
+// if the group is not on a device.
 func (m *Member) CQ() *verbs.CQ { return m.g.deviceCQ }
 
 // SRQ is the shared receive queue the member's queue pair must take its
@@ -73,6 +74,19 @@ func (m *Member) Step(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tri
 		}
 	}
 	return m.take(out)
+}
+
+// NeedSends says whether m's connection needs the completions of its
+// sends to go on: bytes held back until a send completes, a writer waiting
+// for room, a close draining. While no member does, the group leaves its
+// CQ's send half unarmed, and a send's completion wakes no waiter; it
+// waits in the CQ for the next step. Turning it on arms the send half, in
+// a crossing, if a leader may be parked without it.
+func (m *Member) NeedSends(on bool) {
+	g := m.g
+	g.pollMu.Lock()
+	g.needSendsLocked(m, on)
+	g.pollMu.Unlock()
 }
 
 // Collected reports that completions were handed to m that Step returns

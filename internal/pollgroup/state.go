@@ -32,6 +32,13 @@ type Group struct {
 	// crossing that armed it again, or is still on the channel: a
 	// completion not yet polled then wakes the leader.
 	armed bool
+	// sendArmed says the same of the CQ's send half (a split CQ, see
+	// verbs.NewSplitCQ; on a CQ that is not split, of the CQ again). It is
+	// armed only while wantSends members need the completions of their
+	// sends to go on (see Member.NeedSends): the completions of sends that
+	// nobody waits for then wake nobody, and the next step polls them.
+	sendArmed bool
+	wantSends int
 	// polled counts the completions polled, and emptied the polls that
 	// found fewer than a full batch (the CQ was then empty), so that a
 	// caller can tell when everything in the CQ at some moment has been
@@ -83,6 +90,8 @@ type Member struct {
 	onCutOff func()
 	leaving  bool
 	leftAt   cqMark
+	// needSends says m counts in the group's wantSends; under pollMu.
+	needSends bool
 
 	// With a shared receive queue: the receives m claimed (under the
 	// group's mu), and the ones its engine posted and its queue pair has

@@ -38,6 +38,18 @@ func (q *CQ) Arm() {
 	q.f.mu.Unlock()
 }
 
+// ArmSends is Arm for send completions, apart from receive completions,
+// on a CQ made with CQOptions.SplitArm; otherwise it is Arm.
+func (q *CQ) ArmSends() {
+	if !q.opts.SplitArm {
+		q.Arm()
+		return
+	}
+	q.f.mu.Lock()
+	q.armedS = true
+	q.f.mu.Unlock()
+}
+
 // Polled returns how many completions Poll has returned.
 func (q *CQ) Polled() uint64 {
 	q.f.mu.Lock()
@@ -64,7 +76,15 @@ func (q *CQ) push(e *Endpoint, wc wr.Completion, send bool) {
 	}
 	q.queue.push(sharedEntry{ep: e, wc: wc, send: send})
 	q.length.Add(1)
-	if !q.opts.Armed || q.armed {
+	switch {
+	case !q.opts.Armed:
+		q.signal()
+	case q.opts.SplitArm && send:
+		if q.armedS {
+			q.armedS = false
+			q.signal()
+		}
+	case q.armed:
 		q.armed = false
 		q.signal()
 	}

@@ -182,6 +182,10 @@ type CQOptions struct {
 	// for the first completion added after Arm. Otherwise it fires after
 	// every completion added, like an endpoint's own Notify.
 	Armed bool
+	// SplitArm, with Armed, makes the CQ act as a device's split CQ (a
+	// receive CQ and a send CQ on one channel): Arm arms it for receive
+	// completions only, ArmSends for send completions.
+	SplitArm bool
 }
 
 // CQ is a completion queue that many endpoints complete into, as a poll
@@ -199,7 +203,8 @@ type CQ struct {
 	queue  queue[sharedEntry] // under f.mu
 	length atomic.Int64       // entries in queue, read without the lock
 	failed atomic.Bool        // overflowed: every poll fails
-	armed  bool               // under f.mu; Armed only
+	armed  bool               // under f.mu; Armed only (with SplitArm: for receive completions)
+	armedS bool               // under f.mu; SplitArm only: armed for send completions
 	notify chan struct{}
 	polled uint64 // completions returned, under f.mu
 }

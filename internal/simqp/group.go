@@ -42,6 +42,9 @@ func (c *GroupCQ) Poll(flags wr.StepFlags, out []wr.Completion, tries int) (int,
 	if flags&wr.StepArm != 0 {
 		c.CQ.Arm()
 	}
+	if flags&wr.StepArmSend != 0 {
+		c.CQ.ArmSends()
+	}
 	return PollTries(c.CQ, out, tries)
 }
 

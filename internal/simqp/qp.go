@@ -107,6 +107,10 @@ func (q *QP) Wait() (parked bool, err error) {
 func (q *QP) Collected() bool { return false }
 func (q *QP) CollectAll()     {}
 
+// NeedSends does nothing: every completion of the endpoint's CQ wakes
+// Wait.
+func (q *QP) NeedSends(bool) {}
+
 func (q *QP) Kick() {
 	select {
 	case q.kicked <- struct{}{}:

@@ -86,6 +86,8 @@ func (q *armedQP) Wait() (bool, error) {
 func (q *armedQP) Collected() bool { return false }
 func (q *armedQP) CollectAll()     {}
 
+func (q *armedQP) NeedSends(bool) {}
+
 func (q *armedQP) Kick() {
 	select {
 	case q.kicked <- struct{}{}:

@@ -78,6 +78,9 @@ type Conn struct {
 	// pushing says the pusher (see wait.go) is, or is about to be, at
 	// work.
 	pushing bool
+	// sendsNeeded is what the queue pair was last told of our need for
+	// send completions (see updateSendsNeededLocked).
+	sendsNeeded bool
 	// readied says this connection has woken one of its own goroutines
 	// (the pusher, a queued caller) since a spinning caller last yielded:
 	// the woken one may sit in the spinner's run queue (see busyPoll).

@@ -108,7 +108,8 @@ func (q *floodQP) Wait() (bool, error) {
 	}
 }
 
-func (q *floodQP) Kick() {}
+func (q *floodQP) Kick()          {}
+func (q *floodQP) NeedSends(bool) {}
 
 func (q *floodQP) Start(h EventHandler) {
 	q.mu.Lock()

@@ -34,6 +34,11 @@ type QueuePair interface {
 	Wait() (parked bool, err error)
 	// Kick makes the current or next wait return; it is never lost.
 	Kick()
+	// NeedSends says whether the connection needs the completions of its
+	// sends to go on. While it does not, a queue pair may let a send's
+	// completion wake no Wait (a poll group's split CQ leaves its send
+	// half unarmed); the next Step still returns it. Called with mu held.
+	NeedSends(need bool)
 	// Start delivers the connection manager's events to h, until shutdown.
 	Start(h EventHandler)
 	// Disconnect moves the queue pair to the error state and tells the peer.

@@ -113,7 +113,23 @@ func (c *Conn) finishStepLocked(mode stepMode) (moved bool) {
 	}
 	c.signalLocked()
 	c.pushIfBlockedLocked()
+	c.updateSendsNeededLocked()
 	return moved
+}
+
+// updateSendsNeededLocked tells the queue pair whether the connection needs
+// the completions of its sends to go on: bytes wait for one (held back by
+// autocorking, or unposted for want of a send queue entry or of room), a
+// control message or credit update is due, a Write waits for room in the
+// send ring, or Close drains. A Read that waits for data alone needs none:
+// the peer's messages wake it, and the completion of a send it has no use
+// for must not.
+func (c *Conn) updateSendsNeededLocked() {
+	need := c.closing || c.writing.Load() || c.eng.Blocked()
+	if need != c.sendsNeeded {
+		c.sendsNeeded = need
+		c.qp.NeedSends(need)
+	}
 }
 
 // serveRegionsLocked registers the regions the engine wants and

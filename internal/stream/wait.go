@@ -112,6 +112,7 @@ func (c *Conn) awaitEvent(done func() bool) (parked bool) {
 		// lands after the poll then still produces an event for wait.
 		c.stepLocked(stepPoll, stepArm)
 	}
+	c.updateSendsNeededLocked()
 	// A step cut short by its bound leaves completions that came before
 	// the arm, which leave no event: the caller must step again, not wait.
 	finished := done() || !c.armed

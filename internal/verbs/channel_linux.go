@@ -35,7 +35,22 @@ type CompChannel struct {
 	mu    lockcount.Mutex
 	cqs   map[C.uintptr_t]*CQ // live CQs on this channel by handle, to turn an event into a *CQ; under mu
 	state ChannelClose        // under mu
-	sole  atomic.Bool         // len(cqs) == 1, read without mu on the hot path
+	sole  atomic.Bool         // cqs is one CQ (with its send half): see updateSoleLocked; read without mu on the hot path
+}
+
+// updateSoleLocked records whether the channel's CQs are one CQ, or one
+// split CQ and its send half: an event taken from the channel then belongs
+// to whoever steps that CQ. Called with mu held.
+func (ch *CompChannel) updateSoleLocked() {
+	sole := len(ch.cqs) == 1
+	if len(ch.cqs) == 2 {
+		for _, cq := range ch.cqs {
+			if cq.send != nil && ch.cqs[handle(unsafe.Pointer(cq.send.c))] == cq.send {
+				sole = true
+			}
+		}
+	}
+	ch.sole.Store(sole)
 }
 
 // CQ is a completion queue. It is declared here, beside CompChannel,
@@ -51,6 +66,10 @@ type CQ struct {
 	// acknowledged, and whether Close has started.
 	unacked uint32
 	dead    bool
+
+	// send, if not nil, is the CQ the send completions of this split CQ's
+	// queue pairs go to (see NewSplitCQ); it lives and dies with this one.
+	send *CQ
 }
 
 // NewCompChannel creates a completion channel and prepares its fd for

@@ -42,9 +42,52 @@ func (ctx *Context) NewCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	cq := &CQ{c: c, ch: ch, dev: ctx.name, cqe: int(c.cqe)}
 	if ch != nil {
 		ch.cqs[handle(unsafe.Pointer(c))] = cq
-		ch.sole.Store(len(ch.cqs) == 1)
+		ch.updateSoleLocked()
 	}
 	return cq, nil
+}
+
+// NewSplitCQ creates a CQ for receive completions with a second CQ (Send)
+// for send completions, each with room for cqe, both on ch. Its Step polls
+// both and arms them apart (StepArm, StepArmSend): a waiter that needs
+// only its peer's messages leaves the send half unarmed, and the
+// completions of its own sends, which on a software device come within
+// the post, do not wake it. Close destroys both.
+func (ctx *Context) NewSplitCQ(cqe int, ch *CompChannel) (*CQ, error) {
+	if ch == nil {
+		return nil, &Error{Op: "ibv_create_cq", Device: ctx.name, Errno: syscall.EINVAL}
+	}
+	cq, err := ctx.NewCQ(cqe, ch)
+	if err != nil {
+		return nil, err
+	}
+	send, err := ctx.NewCQ(cqe, ch)
+	if err != nil {
+		cq.Close()
+		return nil, err
+	}
+	ch.mu.Lock()
+	cq.send = send
+	ch.updateSoleLocked()
+	ch.mu.Unlock()
+	return cq, nil
+}
+
+// Send is the CQ a queue pair's send completions must go to: the send half
+// of a split CQ, else cq itself.
+func (cq *CQ) Send() *CQ {
+	if cq.send != nil {
+		return cq.send
+	}
+	return cq
+}
+
+// sendHandle is the send half's handle for rnet_step, or 0.
+func (cq *CQ) sendHandle() C.uintptr_t {
+	if cq.send == nil || cq.send.c == nil {
+		return 0
+	}
+	return handle(unsafe.Pointer(cq.send.c))
 }
 
 // Size is the number of entries the device gave the CQ.
@@ -95,10 +138,19 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// Close destroys the CQ after acknowledging its outstanding events. QPs using
-// it must be destroyed first (else EBUSY, and the CQ stays usable). It is
-// idempotent.
+// Close destroys the CQ (and its send half, if split) after acknowledging
+// its outstanding events. QPs using it must be destroyed first (else EBUSY,
+// and the CQ stays usable). It is idempotent.
 func (cq *CQ) Close() error {
+	if cq.send != nil {
+		if err := cq.send.Close(); err != nil {
+			return err
+		}
+	}
+	return cq.close()
+}
+
+func (cq *CQ) close() error {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.c == nil {
@@ -132,7 +184,7 @@ func (cq *CQ) Close() error {
 		if h := handle(unsafe.Pointer(cq.c)); ch.cqs[h] == cq {
 			delete(ch.cqs, h)
 		}
-		ch.sole.Store(len(ch.cqs) == 1)
+		ch.updateSoleLocked()
 		cq.c = nil
 		return ch.destroyIfUnusedLocked()
 	}

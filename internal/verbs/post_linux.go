@@ -44,6 +44,8 @@ var (
 	_ = [1]int{}[C.RNET_STEP_ARM-StepArm]
 	_ = [1]int{}[StepTakeEvent-C.RNET_STEP_TAKE_EVENT]
 	_ = [1]int{}[C.RNET_STEP_TAKE_EVENT-StepTakeEvent]
+	_ = [1]int{}[StepArmSend-C.RNET_STEP_ARM_SEND]
+	_ = [1]int{}[C.RNET_STEP_ARM_SEND-StepArmSend]
 	_ = [1]int{}[MaxBatch-C.RNET_MAX_BATCH]
 	_ = [1]int{}[C.RNET_MAX_BATCH-MaxBatch]
 )
@@ -89,7 +91,8 @@ func (qp *QP) postChains(op string, n int, post func(i, k int) C.int) (posted in
 }
 
 // Step is a connection's whole turn at the device in one crossing into C:
-// what flags ask for, then post recvs, then sends, then poll cq for up to
+// what flags ask for, then post recvs, then sends, then poll cq (and its
+// send half, first, if it is split: see NewSplitCQ) for up to
 // len(out) completions, polling again while the CQ is empty up to tries
 // polls in all (counted, not timed, so the crossing stays short on any
 // device). It returns how many completions it moved into out. cq may be
@@ -114,13 +117,13 @@ func (qp *QP) Step(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Send, ou
 	if qp.c == nil {
 		return 0, &Error{Op: "ibv_post_send", Device: qp.dev, Err: errClosed}
 	}
-	var cqh, ch C.uintptr_t
+	var cqh, scqh, ch C.uintptr_t
 	cqDev := qp.dev
 	if cq != nil {
 		if cq.c == nil {
 			return 0, &Error{Op: "ibv_poll_cq", Device: cq.dev, Err: errClosed}
 		}
-		cqh, cqDev = handle(unsafe.Pointer(cq.c)), cq.dev
+		cqh, scqh, cqDev = handle(unsafe.Pointer(cq.c)), cq.sendHandle(), cq.dev
 		if flags&StepTakeEvent != 0 {
 			// cq.ch.c outlives cq.c: the channel is destroyed only
 			// once its last CQ is.
@@ -157,7 +160,7 @@ func (qp *QP) Step(cq *CQ, flags StepFlags, recvs []wr.Recv, sends []wr.Send, ou
 		wp = (*C.struct_rnet_wc)(unsafe.Pointer(&out[0]))
 	}
 	CountCgoCall()
-	r := int64(C.rnet_step(handle(unsafe.Pointer(qp.c)), qp.srqHandle, cqh, ch, C.int(flags), rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30)), C.int(min(max(tries, 1), 1<<30))))
+	r := int64(C.rnet_step(handle(unsafe.Pointer(qp.c)), qp.srqHandle, cqh, scqh, ch, C.int(flags), rp, C.int(len(recvs)), sp, C.int(len(sends)), wp, C.int(min(len(out), 1<<30)), C.int(min(max(tries, 1), 1<<30))))
 	if r >= 0 {
 		return int(r), nil
 	}
@@ -216,8 +219,8 @@ func (s stepStage) verb() string {
 }
 
 // Step is QP.Step for a CQ that many queue pairs share, without posting:
-// what flags ask (StepTakeEvent needs cq to be the only CQ on its
-// channel), then up to tries polls, in one crossing. Like QP.Step it takes
+// what flags ask (StepTakeEvent needs cq, with its send half, to be the
+// only CQ on its channel), then up to tries polls, in one crossing. Like QP.Step it takes
 // no lock: its caller serialises its polls and orders them before Close.
 func (cq *CQ) Step(flags StepFlags, out []wr.Completion, tries int) (int, error) {
 	if cq.c == nil {
@@ -235,7 +238,7 @@ func (cq *CQ) Step(flags StepFlags, out []wr.Completion, tries int) (int, error)
 		ch = handle(unsafe.Pointer(cq.ch.c))
 	}
 	CountCgoCall()
-	r := int64(C.rnet_step(0, 0, handle(unsafe.Pointer(cq.c)), ch, C.int(flags), nil, 0, nil, 0, wp, C.int(min(len(out), 1<<30)), C.int(min(max(tries, 1), 1<<30))))
+	r := int64(C.rnet_step(0, 0, handle(unsafe.Pointer(cq.c)), cq.sendHandle(), ch, C.int(flags), nil, 0, nil, 0, wp, C.int(min(len(out), 1<<30)), C.int(min(max(tries, 1), 1<<30))))
 	if r >= 0 {
 		return int(r), nil
 	}

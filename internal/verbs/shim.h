@@ -240,19 +240,21 @@ static inline int rnet_poll_cq(struct ibv_cq *cq, struct rnet_wc *out, int n)
 
 // rnet_step is a connection's step in one crossing. With
 // RNET_STEP_TAKE_EVENT it first takes one event off the CQ's completion channel
-// (ch, which has no other CQ) and acknowledges it: a caller the channel
+// (ch, which has no CQ but cq and scq) and acknowledges it: a caller the channel
 // woke needs the event gone, and reading it here saves a crossing of its
 // own. EAGAIN there is no failure: the wakeup was a kick, or a spurious
 // one. With RNET_STEP_ARM it arms the CQ (a caller about to wait on the channel
 // arms before it polls, so that a completion after the poll still wakes
-// it). Then it posts the receive WRs (to srq_handle's SRQ when it is not 0),
+// it), with RNET_STEP_ARM_SEND the send CQ scq (cq when scq is 0). Then it
+// posts the receive WRs (to srq_handle's SRQ when it is not 0),
 // then the send WRs, then polls up to
-// n_wc completions, and polls again while the CQ is empty, up to tries
+// n_wc completions, scq's first (our own sends bound them, a peer cannot
+// flood it), and polls again while both are empty, up to tries
 // polls in all: a busy-polling caller pays one crossing for that many. It
 // returns the number of completions, or
 // -(stage << RNET_STAGE_SHIFT | errno << 8 | index) when a stage of
 // enum rnet_step_stage failed; nothing after a failed stage is done.
-enum { RNET_STEP_ARM = 1, RNET_STEP_TAKE_EVENT = 2 };
+enum { RNET_STEP_ARM = 1, RNET_STEP_TAKE_EVENT = 2, RNET_STEP_ARM_SEND = 4 };
 
 // The stages of rnet_step, as its failure return names them (see
 // stepError in post_linux.go, which declares its Go names from these).
@@ -275,7 +277,42 @@ static inline long long rnet_step_failed(enum rnet_step_stage stage, long long c
 	return -(((long long)stage << RNET_STAGE_SHIFT) | code);
 }
 
-static inline long long rnet_step(uintptr_t qp_handle, uintptr_t srq_handle, uintptr_t cq_handle, uintptr_t ch_handle,
+// rnet_arm arms cq, as rnet_step's failure code when it fails.
+static inline long long rnet_arm(struct ibv_cq *cq)
+{
+	int r = ibv_req_notify_cq(cq, 0);
+	if (r == 0)
+		return 0;
+	// Providers return an errno, some a negative one or -1.
+	if (r < 0)
+		r = r == -1 ? (errno ? errno : EIO) : -r;
+	return rnet_step_failed(RNET_STAGE_REQ_NOTIFY_CQ, (long long)r << 8);
+}
+
+// rnet_poll_pair polls scq (if not NULL) for up to half of n, then cq for
+// the rest of out, then scq again for whatever room is left: while both
+// hold completions each gets at least half the batch, so neither a flood
+// of the peer's messages nor a burst of our sends starves the other.
+static inline int rnet_poll_pair(struct ibv_cq *cq, struct ibv_cq *scq, struct rnet_wc *out, int n)
+{
+	int s = 0, r, t;
+
+	if (!scq)
+		return rnet_poll_cq(cq, out, n);
+	if ((s = rnet_poll_cq(scq, out, (n + 1) / 2)) < 0)
+		return s;
+	if (s == n)
+		return s;
+	if ((r = rnet_poll_cq(cq, out + s, n - s)) < 0)
+		return s ? s : r;
+	if (s + r == n)
+		return n;
+	if ((t = rnet_poll_cq(scq, out + s + r, n - s - r)) < 0)
+		return s + r ? s + r : t;
+	return s + r + t;
+}
+
+static inline long long rnet_step(uintptr_t qp_handle, uintptr_t srq_handle, uintptr_t cq_handle, uintptr_t scq_handle, uintptr_t ch_handle,
 	int flags,
 	const struct rnet_recv_wr *recvs, int n_recv,
 	const struct rnet_send_wr *sends, int n_send,
@@ -283,6 +320,8 @@ static inline long long rnet_step(uintptr_t qp_handle, uintptr_t srq_handle, uin
 {
 	struct ibv_qp *qp = (struct ibv_qp *)qp_handle;
 	struct ibv_cq *cq = (struct ibv_cq *)cq_handle;
+	struct ibv_cq *scq = (struct ibv_cq *)scq_handle;
+	long long failed;
 	int r;
 
 	if (flags & RNET_STEP_TAKE_EVENT) {
@@ -294,12 +333,10 @@ static inline long long rnet_step(uintptr_t qp_handle, uintptr_t srq_handle, uin
 		else if (errno != EAGAIN)
 			return rnet_step_failed(RNET_STAGE_GET_CQ_EVENT, (long long)(errno ? errno : EIO) << 8);
 	}
-	if ((flags & RNET_STEP_ARM) && (r = ibv_req_notify_cq(cq, 0)) != 0) {
-		// Providers return an errno, some a negative one or -1.
-		if (r < 0)
-			r = r == -1 ? (errno ? errno : EIO) : -r;
-		return rnet_step_failed(RNET_STAGE_REQ_NOTIFY_CQ, (long long)r << 8);
-	}
+	if ((flags & RNET_STEP_ARM) && (failed = rnet_arm(cq)) != 0)
+		return failed;
+	if ((flags & RNET_STEP_ARM_SEND) && (failed = rnet_arm(scq ? scq : cq)) != 0)
+		return failed;
 	if (n_recv > 0 && srq_handle != 0 && (r = rnet_post_srq_recv(srq_handle, recvs, n_recv)) != 0)
 		return rnet_step_failed(RNET_STAGE_POST_SRQ_RECV, r);
 	if (n_recv > 0 && srq_handle == 0 && (r = rnet_post_recv(qp, recvs, n_recv)) != 0)
@@ -308,9 +345,9 @@ static inline long long rnet_step(uintptr_t qp_handle, uintptr_t srq_handle, uin
 		return rnet_step_failed(RNET_STAGE_POST_SEND, r);
 	if (n_wc <= 0)
 		return 0;
-	r = rnet_poll_cq(cq, out, n_wc);
+	r = rnet_poll_pair(cq, scq, out, n_wc);
 	while (r == 0 && --tries > 0)
-		r = rnet_poll_cq(cq, out, n_wc);
+		r = rnet_poll_pair(cq, scq, out, n_wc);
 	if (r < 0)
 		return rnet_step_failed(RNET_STAGE_POLL_CQ, (long long)-r << 8);
 	return r;

@@ -9,6 +9,7 @@ type StepFlags = wr.StepFlags
 const (
 	StepTakeEvent = wr.StepTakeEvent
 	StepArm       = wr.StepArm
+	StepArmSend   = wr.StepArmSend
 )
 
 // stepPlan says how many receives and sends a Step posts ahead of its

@@ -38,6 +38,10 @@ func (ctx *Context) NewCompChannel() (*CompChannel, error) {
 func (ctx *Context) NewCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	return nil, unsupported("ibv_create_cq")
 }
+func (ctx *Context) NewSplitCQ(cqe int, ch *CompChannel) (*CQ, error) {
+	return nil, unsupported("ibv_create_cq")
+}
+func (cq *CQ) Send() *CQ { return cq }
 
 func (pd *PD) Context() *Context                               { return nil }
 func (pd *PD) Ptr() unsafe.Pointer                             { return nil }

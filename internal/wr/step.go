@@ -18,4 +18,10 @@ const (
 	// completion not yet polled has left an event, and the caller may wait
 	// at once.
 	StepArm StepFlags = 1
+	// StepArmSend arms the CQ that send completions go to, when a queue
+	// pair's sends and receives complete into CQs of their own (a poll
+	// group's split CQ); otherwise it arms the one CQ, as StepArm. A
+	// waiter that needs no send completion leaves it unarmed, so that
+	// the completion of a send it made does not wake it.
+	StepArmSend StepFlags = 4
 )

@@ -1,0 +1,61 @@
+package rnet
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/conntest"
+	"github.com/rnet-dev/rnet/internal/procstat"
+)
+
+// TestSimPollGroupCorkBehindParkedReader: a Read parks as its poll group's
+// leader with the CQ's send half unarmed (it needs only the peer's
+// messages); a Write then corks behind a transfer whose completion is
+// already in the CQ. The corked bytes need that completion, which left no
+// event: the leader must still be woken to take it and let them go, or
+// the peer waits for bytes that never come.
+func TestSimPollGroupCorkBehindParkedReader(t *testing.T) {
+	sn := simGroupPipes(t, 1, simGroupOptions{armedCQ: true, reapDelay: time.Hour})
+	defer sn.closeAll()
+	client, server := sn.clients[0], sn.servers[0]
+
+	reply := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 5)
+		_, err := io.ReadFull(client, buf)
+		if err == nil && string(buf) != "reply" {
+			err = io.ErrUnexpectedEOF
+		}
+		reply <- err
+	}()
+	conntest.Until(t, "the client's Read to park as its group's leader", func() bool {
+		for _, st := range procstat.Stacks() {
+			if strings.Contains(st, "pollgroup.(*Member).lead") && strings.Contains(st, "WaitReady") {
+				return true
+			}
+		}
+		return false
+	})
+	for _, b := range []string{"a", "b"} {
+		if _, err := client.Write([]byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := client.Stats(); st.CoalescedWrites == 0 && st.MessagesSent >= 2 {
+		t.Fatalf("the second Write did not cork behind the first (%+v): the test tests nothing", st)
+	}
+	// A bound far below the keepalive's 15 s, which would let the bytes go.
+	server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, 2)
+	if _, err := io.ReadFull(server, got); err != nil {
+		t.Fatalf("the server read %q of the client's two writes: %v (the corked byte never went out)", got, err)
+	}
+	if _, err := server.Write([]byte("reply")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-reply; err != nil {
+		t.Fatal(err)
+	}
+}
