@@ -168,6 +168,9 @@ func (h *Conn) Config() Config {
 // Stats returns a snapshot of the connection's counters.
 func (h *Conn) Stats() Stats {
 	s := statsOf(h.conn.Stats())
+	if d, ok := h.conn.QueuePair().(dispatcher); ok {
+		s.Dispatches = d.Dispatches()
+	}
 	runtime.KeepAlive(h)
 	return s
 }
@@ -209,6 +212,15 @@ type Stats struct {
 	// park.
 	Spins uint64
 	Parks uint64
+	// HandOffs counts the times the wait for completions passed from one
+	// of the connection's goroutines to another (a Read, Write or Close
+	// blocked behind it, or the goroutine that sends what a returned Write
+	// left), each a goroutine wakeup. Dispatches counts the times another
+	// goroutine polled the connection's completions (its poll group's
+	// leader, or another connection of the group in its own step) and
+	// woke the connection's waiter with them.
+	HandOffs   uint64
+	Dispatches uint64
 
 	// SendRingSize and RecvRingSize are the sizes of the rings now, not
 	// counters: they start at Config.IdleBufferSize, grow up to
@@ -231,6 +243,9 @@ type Stats struct {
 	// queue has receives to spare (see docs/design.md, "Poll groups").
 	CreditWindowGrowths uint64
 }
+
+// dispatcher is a queue pair in a poll group: it counts Stats.Dispatches.
+type dispatcher interface{ Dispatches() uint64 }
 
 // statsOf is s as Conn.Stats reports it.
 func statsOf(snap stream.Snapshot) Stats {
@@ -256,6 +271,7 @@ func statsOf(snap stream.Snapshot) Stats {
 		CQPolls:               snap.CQPolls,
 		Spins:                 snap.Spins,
 		Parks:                 snap.Parks,
+		HandOffs:              snap.HandOffs,
 		RingGrowths:           s.SendRingGrowths + s.RecvRingGrowths,
 		RingShrinks:           s.SendRingShrinks + s.RecvRingShrinks,
 		RegionsDeclined:       s.RegionsDeclined,

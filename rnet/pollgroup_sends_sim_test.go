@@ -59,3 +59,54 @@ func TestSimPollGroupCorkBehindParkedReader(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSimPollGroupDispatches: with both ends in one poll group, the
+// client's Read parks as the group's leader and the server's Read behind
+// it, on its own wakeup; the request's completion is polled by another
+// goroutine than the server's and handed over: Stats.Dispatches counts it.
+func TestSimPollGroupDispatches(t *testing.T) {
+	sn := simGroupPipes(t, 1, simGroupOptions{oneGroup: true, armedCQ: true})
+	defer sn.closeAll()
+	client, server := sn.clients[0], sn.servers[0]
+	// parked waits for n goroutines parked in frame.
+	parked := func(what, frame string, n int) {
+		t.Helper()
+		conntest.Until(t, what, func() bool {
+			k := 0
+			for _, st := range procstat.Stacks() {
+				if strings.Contains(st, frame) {
+					k++
+				}
+			}
+			return k >= n
+		})
+	}
+	replied := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(client, make([]byte, 1))
+		replied <- err
+	}()
+	parked("the client's Read to lead", "pollgroup.(*Member).lead", 1)
+	requested := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(server, make([]byte, 1))
+		requested <- err
+	}()
+	parked("the server's Read to follow", "pollgroup.(*Member).Wait(", 2)
+	before := server.Stats().Dispatches
+	if _, err := client.Write([]byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-requested; err != nil {
+		t.Fatal(err)
+	}
+	if d := server.Stats().Dispatches - before; d == 0 {
+		t.Fatal("the server's request came through another goroutine's poll, and Stats.Dispatches did not count it")
+	}
+	if _, err := server.Write([]byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-replied; err != nil {
+		t.Fatal(err)
+	}
+}

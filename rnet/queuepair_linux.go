@@ -74,6 +74,8 @@ func (q *verbsQP) Kick() { q.member.Kick() }
 
 func (q *verbsQP) NeedSends(need bool) { q.member.NeedSends(need) }
 
+func (q *verbsQP) Dispatches() uint64 { return q.member.Dispatches() }
+
 func (q *verbsQP) Start(h stream.EventHandler) {
 	q.startOnce.Do(func() {
 		err := setupStage(q.accepting, "attach events")

@@ -48,6 +48,7 @@ func (q *simGroupQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Sen
 func (q *simGroupQP) Wait() (bool, error) { return q.member.Wait() }
 func (q *simGroupQP) Kick()               { q.member.Kick() }
 func (q *simGroupQP) NeedSends(need bool) { q.member.NeedSends(need) }
+func (q *simGroupQP) Dispatches() uint64  { return q.member.Dispatches() }
 func (q *simGroupQP) Collected() bool     { return q.member.Collected() }
 func (q *simGroupQP) CollectAll()         { q.member.CollectAll() }
 

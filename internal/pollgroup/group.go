@@ -225,7 +225,7 @@ func (g *Group) deliverLocked(wcs []wr.Completion) {
 			g.strays++
 			continue
 		}
-		m.deliver(&wcs[i])
+		m.deliver(&wcs[i], m != g.stepper)
 	}
 	if g.srq != nil {
 		if err := g.srq.refillLocked(); err != nil {

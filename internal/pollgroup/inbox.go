@@ -11,8 +11,9 @@ import (
 // looks at.
 
 // deliver appends one completion to the inbox and wakes the waiter if the
-// inbox was empty.
-func (m *Member) deliver(wc *wr.Completion) {
+// inbox was empty; byOther says another goroutine than m's own step polled
+// it.
+func (m *Member) deliver(wc *wr.Completion, byOther bool) {
 	m.mu.Lock()
 	if m.n == len(m.inbox) && !m.growInbox() {
 		// More completions than work requests posted: the device broke
@@ -25,6 +26,9 @@ func (m *Member) deliver(wc *wr.Completion) {
 	m.inbox[(m.head+m.n)%len(m.inbox)] = *wc
 	m.n++
 	first := m.n == 1
+	if first && byOther {
+		m.dispatches++
+	}
 	m.mu.Unlock()
 	if first {
 		notify(m.wake)
@@ -76,6 +80,16 @@ func (m *Member) take(out []wr.Completion) (int, error) {
 		return 0, m.err
 	}
 	return k, nil
+}
+
+// Dispatches counts the times another goroutine (the group's leader,
+// another member's step) polled completions of m's queue pair and handed
+// them to its empty inbox, waking its waiter: the hand-overs a connection
+// with a CQ of its own would not need.
+func (m *Member) Dispatches() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dispatches
 }
 
 func (m *Member) pending() int {

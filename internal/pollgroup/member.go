@@ -56,7 +56,9 @@ func (m *Member) Step(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tri
 				m.noteCrossing()
 				if err == nil {
 					g.notePollLocked(k)
+					g.stepper = m
 					g.deliverLocked(g.buf[:k])
+					g.stepper = nil
 				}
 			}
 			g.pollMu.Unlock()

@@ -46,7 +46,10 @@ type Group struct {
 	polled  uint64
 	emptied uint64
 	members map[uint32]*Member // by queue pair number
-	strays  uint64             // completions for no member (a queue pair already gone)
+	// stepper is the member whose own Step is polling, if any: what it
+	// polls for itself is not a hand-over (see Member.Dispatches).
+	stepper *Member
+	strays  uint64 // completions for no member (a queue pair already gone)
 
 	// lmu guards the lead: the member waiting on the channel for the
 	// group, and the followers waiting for it to hand over, oldest first.
@@ -109,7 +112,10 @@ type Member struct {
 	stopped bool
 	cut     bool // cutOff ran
 	err     error
-	wake    chan struct{} // one pending wakeup for Wait
+	// dispatches counts the completions handed to an empty inbox by
+	// another goroutine's poll (see Dispatches).
+	dispatches uint64
+	wake       chan struct{} // one pending wakeup for Wait
 
 	// The followers' list links, guarded by the group's lmu.
 	prev, next *Member

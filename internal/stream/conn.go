@@ -69,6 +69,7 @@ type Conn struct {
 	polls          uint64        // crossings into C (Stats.CQPolls)
 	spins          uint64        // waits that busy-polled (Stats.Spins)
 	parks          uint64        // waits that parked (Stats.Parks)
+	handOffs       uint64        // the wait passed to a queued call or the pusher (Stats.HandOffs)
 	// The completion channel wait (see wait.go): waitOwned says someone
 	// owns it, queued counts the blocked calls parked on their channels,
 	// armed says every completion not yet polled has left an event.

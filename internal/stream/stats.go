@@ -12,16 +12,18 @@ type Snapshot struct {
 	Engine ring.Stats
 	// CQPolls counts polls of the completion queue, each one crossing
 	// into C; Spins the waits that polled in a loop, Parks the waits that
-	// parked until the completion channel or another caller woke them.
-	CQPolls, Spins, Parks      uint64
-	SendRingSize, RecvRingSize int
+	// parked until the completion channel or another caller woke them;
+	// HandOffs the times the completion wait passed to another of the
+	// connection's goroutines (a queued call, the pusher).
+	CQPolls, Spins, Parks, HandOffs uint64
+	SendRingSize, RecvRingSize      int
 }
 
 // Stats returns a snapshot of the connection's counters.
 func (c *Conn) Stats() Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Snapshot{Engine: c.eng.Stats(), CQPolls: c.polls, Spins: c.spins, Parks: c.parks}
+	s := Snapshot{Engine: c.eng.Stats(), CQPolls: c.polls, Spins: c.spins, Parks: c.parks, HandOffs: c.handOffs}
 	s.SendRingSize, s.RecvRingSize = c.eng.RingSizes()
 	return s
 }

@@ -310,6 +310,7 @@ func (c *Conn) pushIfBlockedLocked() {
 	if !c.waitOwned && !c.pushing && !c.closing && c.fatal == nil && c.eng.Blocked() {
 		c.pushing = true
 		c.readied = true
+		c.handOffs++
 		notify(c.pushWake)
 	}
 }

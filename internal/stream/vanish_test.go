@@ -108,6 +108,10 @@ func TestSimPusherHandOverToLeavingRead(t *testing.T) {
 		if _, err := a.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("Read: %v", err)
 		}
+		// The Write handed the wait to the pusher, at least.
+		if st := a.Stats(); st.HandOffs == 0 {
+			t.Fatal("Stats.HandOffs 0 after the pusher took the wait")
+		}
 		b.SetReadDeadline(time.Now().Add(10 * time.Second)) // a failure bound only
 		if _, err := io.ReadFull(b, make([]byte, len(msg))); err != nil {
 			t.Fatalf("the rest of the Write did not come: %v", err)

@@ -138,7 +138,9 @@ func (c *Conn) handOffWait() {
 	c.mu.Lock()
 	c.waitOwned = false
 	handOff := c.queued > 0
-	if !handOff {
+	if handOff {
+		c.handOffs++
+	} else {
 		c.pushIfBlockedLocked()
 	}
 	c.mu.Unlock()
@@ -198,6 +200,7 @@ func (c *Conn) pusher() {
 				// caller that receives it and leaves can start us again
 				// (see block).
 				c.pushing = false
+				c.handOffs++
 			}
 			c.mu.Unlock()
 			if handOff {
