@@ -290,25 +290,26 @@ static inline long long rnet_arm(struct ibv_cq *cq)
 }
 
 // rnet_poll_pair polls scq (if not NULL) for up to half of n, then cq for
-// the rest of out, then scq again for whatever room is left: while both
-// hold completions each gets at least half the batch, so neither a flood
-// of the peer's messages nor a burst of our sends starves the other.
+// the rest of out, then scq again for whatever room is left if its half
+// came back full: while both hold completions each gets at least half the
+// batch, so neither a flood of the peer's messages nor a burst of our
+// sends starves the other, and a poll of two empty CQs costs two looks.
 static inline int rnet_poll_pair(struct ibv_cq *cq, struct ibv_cq *scq, struct rnet_wc *out, int n)
 {
-	int s = 0, r, t;
+	int half = (n + 1) / 2, s, r, t;
 
 	if (!scq)
 		return rnet_poll_cq(cq, out, n);
-	if ((s = rnet_poll_cq(scq, out, (n + 1) / 2)) < 0)
+	if ((s = rnet_poll_cq(scq, out, half)) < 0)
 		return s;
 	if (s == n)
 		return s;
 	if ((r = rnet_poll_cq(cq, out + s, n - s)) < 0)
 		return s ? s : r;
-	if (s + r == n)
-		return n;
+	if (s < half || s + r == n)
+		return s + r;
 	if ((t = rnet_poll_cq(scq, out + s + r, n - s - r)) < 0)
-		return s + r ? s + r : t;
+		return s + r;
 	return s + r + t;
 }
 
