@@ -58,6 +58,10 @@ func TestSimPollGroupCorkBehindParkedReader(t *testing.T) {
 	if err := <-reply; err != nil {
 		t.Fatal(err)
 	}
+	// Each group has one member, which polls for itself: no hand-overs.
+	if dc, ds := client.Stats().Dispatches, server.Stats().Dispatches; dc != 0 || ds != 0 {
+		t.Fatalf("Stats.Dispatches %d (client), %d (server) in groups of one, want 0", dc, ds)
+	}
 }
 
 // TestSimPollGroupDispatches: with both ends in one poll group, the

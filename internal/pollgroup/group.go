@@ -142,9 +142,11 @@ func (g *Group) collectAll() {
 // send half while members need their sends' completions. It reports false
 // when a bounded drain left completions that may have no event: the leader
 // must then look again rather than park.
-func (g *Group) armForLeader() (parkable bool) {
+func (g *Group) armForLeader(leader *Member) (parkable bool) {
 	g.pollMu.Lock()
 	defer g.pollMu.Unlock()
+	g.stepper = leader
+	defer func() { g.stepper = nil }()
 	if g.err != nil {
 		return true
 	}
@@ -166,8 +168,9 @@ func (g *Group) armForLeader() (parkable bool) {
 // takeEvent takes the event that woke the leader, arms the CQ again (its
 // send half only if members need it: the event may have been its) and
 // hands out what it holds.
-func (g *Group) takeEvent() {
+func (g *Group) takeEvent(leader *Member) {
 	g.pollMu.Lock()
+	g.stepper = leader
 	flags := verbs.StepTakeEvent | verbs.StepArm
 	g.armed = true
 	g.sendArmed = g.wantSends > 0
@@ -175,6 +178,7 @@ func (g *Group) takeEvent() {
 		flags |= verbs.StepArmSend
 	}
 	g.drainLocked(flags)
+	g.stepper = nil
 	g.pollMu.Unlock()
 }
 
@@ -202,7 +206,10 @@ func (g *Group) needSendsLocked(m *Member, on bool) {
 		return
 	}
 	g.sendArmed = true
-	if cut, _ := g.drainLocked(verbs.StepArmSend); cut || leader.pending() > 0 {
+	g.stepper = m
+	cut, _ := g.drainLocked(verbs.StepArmSend)
+	g.stepper = nil
+	if cut || leader.pending() > 0 {
 		// The drain handed the leader send completions that came while
 		// the half was unarmed, or left some in the CQ: they left no
 		// event, and the leader waits on the channel, not on its wakeup.

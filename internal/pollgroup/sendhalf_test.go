@@ -51,7 +51,7 @@ func TestSendHalfArmedOnlyWhileNeeded(t *testing.T) {
 		if g.follow(m) != true {
 			t.Fatal("m does not lead")
 		}
-		if !g.armForLeader() {
+		if !g.armForLeader(m) {
 			t.Fatal("the leader may not park")
 		}
 	}
@@ -68,7 +68,7 @@ func TestSendHalfArmedOnlyWhileNeeded(t *testing.T) {
 	if !event() {
 		t.Fatal("a member needs its sends, and the completion of one left no event")
 	}
-	g.takeEvent()
+	g.takeEvent(m)
 	step(2)
 
 	// The send half stays armed from the last event until its next one:
@@ -76,7 +76,7 @@ func TestSendHalfArmedOnlyWhileNeeded(t *testing.T) {
 	m.NeedSends(false)
 	send(3)
 	event()
-	g.takeEvent()
+	g.takeEvent(m)
 	step(3)
 	send(4)
 	if event() {

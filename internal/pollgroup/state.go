@@ -46,8 +46,9 @@ type Group struct {
 	polled  uint64
 	emptied uint64
 	members map[uint32]*Member // by queue pair number
-	// stepper is the member whose own Step is polling, if any: what it
-	// polls for itself is not a hand-over (see Member.Dispatches).
+	// stepper is the member whose own goroutine is polling (in its Step,
+	// or leading), if any: what it polls for itself is not a hand-over
+	// (see Member.Dispatches).
 	stepper *Member
 	strays  uint64 // completions for no member (a queue pair already gone)
 

@@ -38,7 +38,7 @@ func (m *Member) lead() error {
 	g := m.g
 	defer g.handOn(m)
 	for {
-		parkable := g.armForLeader()
+		parkable := g.armForLeader(m)
 		if done, err := m.ready(); done {
 			return err
 		}
@@ -53,7 +53,7 @@ func (m *Member) lead() error {
 		err := g.cq.WaitReady()
 		switch {
 		case err == nil:
-			g.takeEvent()
+			g.takeEvent(m)
 		case errors.Is(err, ErrInterrupted):
 			// A kick, a stop or a failure: ready says which, or it
 			// was for an earlier leader.
