@@ -32,11 +32,11 @@ func (w workload) id() string { return fmt.Sprintf("%s/%d/c%d", w.name, w.size, 
 func workloads() []workload {
 	var list []workload
 	for _, size := range []int{64, 4 << 10} {
-		list = append(list, workload{"grpc-unary", size, 1, 300}, workload{"grpc-unary", size, 32, 1000})
+		list = append(list, workload{"grpc-unary", size, 1, 200}, workload{"grpc-unary", size, 32, 600})
 	}
-	list = append(list, workload{"grpc-stream", 64 << 10, 1, 200})
+	list = append(list, workload{"grpc-stream", 64 << 10, 1, 150})
 	for _, proto := range []string{"http1", "http2"} {
-		for _, s := range []struct{ size, calls int }{{1, 600}, {4 << 10, 600}, {64 << 10, 300}, {256 << 10, 100}} {
+		for _, s := range []struct{ size, calls int }{{1, 400}, {4 << 10, 400}, {64 << 10, 200}, {256 << 10, 60}} {
 			list = append(list, workload{proto, s.size, 32, s.calls})
 		}
 	}

@@ -38,6 +38,8 @@ func main() {
 	flag.StringVar(&c.gofloor, "gofloor", "", "benchmarks/gofloor's binary, for the Go runtime's floor (default: gofloor next to this program, skipped if absent; \"none\" skips it)")
 	flag.StringVar(&c.gofloorC, "gofloor-c", "", "gofloor's C twin (default: gofloor-c next to gofloor)")
 	flag.StringVar(&c.rnetCounting, "rnet-counting", "", "the rnet command built with -tags rnet_lockcount, for the locks per round trip of rnet-poll's latency tests (default: rnet-lockcount next to this program, skipped if absent; \"none\" skips it)")
+	flag.StringVar(&c.appbench, "appbench", "", "benchmarks/appbench's binary, for the applications (default: appbench next to this program, skipped if absent; \"none\" skips them)")
+	flag.StringVar(&c.appbenchRun, "appbench-run", "", "measure only the application workloads matching this regexp (appbench -run)")
 	flag.IntVar(&c.rnetBuffer, "rnet-buffer", 1<<20, "rnet's ring size in bytes (RNET_BUFFER_SIZE); the default matches rstream, which asks for 512 KiB SO_SNDBUF/SO_RCVBUF and rsocket doubles that; 0 keeps rnet's default")
 	flag.Parse()
 	if *replot != "" {
@@ -65,6 +67,14 @@ func main() {
 	case "":
 		if p := filepath.Join(filepath.Dir(exe), "rnet-lockcount"); fileExists(p) {
 			c.rnetCounting = p
+		}
+	}
+	switch c.appbench {
+	case "none":
+		c.appbench = ""
+	case "":
+		if p := filepath.Join(filepath.Dir(exe), "appbench"); fileExists(p) {
+			c.appbench = p
 		}
 	}
 	if c.gofloor != "" && c.gofloorC == "" {
