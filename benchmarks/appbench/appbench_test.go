@@ -31,7 +31,7 @@ func startServer(t *testing.T, server *transport, host string, data http.Handler
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- serveOn(server, gln, hln, data) }()
+	go func() { done <- serveOn(server, gln, hln, "", data) }()
 	t.Cleanup(func() {
 		gln.Close()
 		hln.Close()
@@ -44,10 +44,10 @@ func startServer(t *testing.T, server *transport, host string, data http.Handler
 
 // runAll runs the workloads that match only at a small scale and returns
 // their results.
-func runAll(t *testing.T, client *transport, grpcAddr, httpAddr, only string) ([]perfjson.AppResult, error) {
+func runAll(t *testing.T, client *transport, grpcAddr, httpAddr, only, perf string) ([]perfjson.AppResult, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := runClient(context.Background(), client, grpcAddr, httpAddr, 0.02, regexp.MustCompile(only), &out)
+	err := runClient(context.Background(), client, grpcAddr, httpAddr, 0.02, regexp.MustCompile(only), perf, &out)
 	var results []perfjson.AppResult
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
@@ -98,7 +98,7 @@ func checkResults(t *testing.T, results []perfjson.AppResult, transport string) 
 func TestWorkloadsOverTCP(t *testing.T) {
 	server := &transport{tcp: true}
 	g, h := startServer(t, server, "127.0.0.1", http.HandlerFunc(dataHandler))
-	results, err := runAll(t, &transport{tcp: true}, g, h, "")
+	results, err := runAll(t, &transport{tcp: true}, g, h, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,10 +115,12 @@ func TestWorkloadsOverTCP(t *testing.T) {
 func TestWorkloadsOverFabric(t *testing.T) {
 	f := rnettest.NewFabric(nil)
 	listen := func(network, addr string) (net.Listener, error) { return f.Listen(network, addr) }
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) { return f.DialContext(ctx, network, addr) }
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return f.DialContext(ctx, network, addr)
+	}
 	server := &transport{listen: listen}
 	g, h := startServer(t, server, "127.0.0.1", http.HandlerFunc(dataHandler))
-	results, err := runAll(t, &transport{dial: dial}, g, h, "")
+	results, err := runAll(t, &transport{dial: dial}, g, h, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,13 +155,13 @@ func TestCorruptBodyFails(t *testing.T) {
 		t.Run(proto, func(t *testing.T) {
 			server := &transport{tcp: true}
 			g, h := startServer(t, server, "127.0.0.1", corruptingHandler(64<<10-1))
-			_, err := runAll(t, &transport{tcp: true}, g, h, "^"+proto+"/65536/")
+			_, err := runAll(t, &transport{tcp: true}, g, h, "^"+proto+"/65536/", "")
 			if err == nil || !strings.Contains(err.Error(), "body byte 65535 of 65536") {
 				t.Fatalf("a corrupt body: %v, want the wrong byte named", err)
 			}
 			// The server still runs (the client stopped before asking it
 			// to): stop it for the cleanup.
-			cl, err := newClient(&transport{tcp: true}, g, h)
+			cl, err := newClient(&transport{tcp: true}, g, h, "")
 			if err != nil {
 				t.Fatal(err)
 			}

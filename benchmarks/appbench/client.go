@@ -49,10 +49,13 @@ type client struct {
 	grpcAddr string // the server's gRPC address; its HTTP port is the next one
 	httpAddr string
 	ctl      *grpc.ClientConn // for the server's counters, apart from the workloads
+	syscalls *syscallCounter
 }
 
-func newClient(t *transport, grpcAddr, httpAddr string) (*client, error) {
-	cl := &client{t: t, grpcAddr: grpcAddr, httpAddr: httpAddr}
+// newClient connects to the server; with perf, the path of perf, it counts
+// every system call of each workload.
+func newClient(t *transport, grpcAddr, httpAddr, perf string) (*client, error) {
+	cl := &client{t: t, grpcAddr: grpcAddr, httpAddr: httpAddr, syscalls: newSyscallCounter(perf)}
 	cc, err := cl.grpcConn()
 	if err != nil {
 		return nil, err
@@ -85,10 +88,11 @@ func (cl *client) grpcConn() (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(codecName)))
 }
 
-// serverCounters asks the server for its totals.
-func (cl *client) serverCounters(ctx context.Context) (counters, error) {
+// serverCounters asks the server for its totals at the beginning or the
+// end (which) of a workload.
+func (cl *client) serverCounters(ctx context.Context, which string) (counters, error) {
 	var c counters
-	var req, resp []byte
+	req, resp := []byte(which), []byte(nil)
 	if err := cl.ctl.Invoke(ctx, methodCounters, &req, &resp); err != nil {
 		return c, fmt.Errorf("the server's counters: %w", err)
 	}
@@ -120,11 +124,11 @@ func (cl *client) run(ctx context.Context, w workload, calls int) (perfjson.AppR
 			return res, fmt.Errorf("%s: warm-up: %w", w.id(), err)
 		}
 	}
-	srvBefore, err := cl.serverCounters(ctx)
+	srvBefore, err := cl.serverCounters(ctx, countersBegin)
 	if err != nil {
 		return res, err
 	}
-	before, err := snapshot(&cl.t.conns)
+	before, err := beginWork(&cl.t.conns, cl.syscalls)
 	if err != nil {
 		return res, err
 	}
@@ -135,13 +139,14 @@ func (cl *client) run(ctx context.Context, w workload, calls int) (perfjson.AppR
 		st, err = stream(ctx, calls)
 	}
 	if err != nil {
+		cl.syscalls.end()
 		return res, fmt.Errorf("%s: %w", w.id(), err)
 	}
-	after, err := snapshot(&cl.t.conns)
+	after, err := endWork(&cl.t.conns, cl.syscalls)
 	if err != nil {
 		return res, err
 	}
-	srvAfter, err := cl.serverCounters(ctx)
+	srvAfter, err := cl.serverCounters(ctx, countersEnd)
 	if err != nil {
 		return res, err
 	}

@@ -48,9 +48,17 @@ const (
 
 // server is what the service's handlers use.
 type server struct {
-	conns *connSet
-	stop  chan struct{} // closed by Stop
+	conns    *connSet
+	syscalls *syscallCounter
+	stop     chan struct{} // closed by Stop
 }
+
+// Requests of the Counters method: the server's totals at the beginning
+// and at the end of a workload.
+const (
+	countersBegin = "begin"
+	countersEnd   = "end"
+)
 
 // maxStreamMessages bounds what one Download asks for, so that a request
 // cannot make the server send without end.
@@ -75,8 +83,17 @@ var benchService = grpc.ServiceDesc{
 	HandlerType: (*any)(nil),
 	Methods: []grpc.MethodDesc{
 		{MethodName: "Echo", Handler: unaryHandler(func(_ *server, req []byte) ([]byte, error) { return req, nil })},
-		{MethodName: "Counters", Handler: unaryHandler(func(s *server, _ []byte) ([]byte, error) {
-			c, err := snapshot(s.conns)
+		{MethodName: "Counters", Handler: unaryHandler(func(s *server, req []byte) ([]byte, error) {
+			var c counters
+			var err error
+			switch string(req) {
+			case countersBegin:
+				c, err = beginWork(s.conns, s.syscalls)
+			case countersEnd:
+				c, err = endWork(s.conns, s.syscalls)
+			default:
+				return nil, fmt.Errorf("Counters wants %q or %q", countersBegin, countersEnd)
+			}
 			if err != nil {
 				return nil, err
 			}

@@ -38,6 +38,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	scale := fs.Float64("scale", 1, "scale every workload's calls")
 	only := fs.String("run", "", "run only the workloads whose name/size/cN matches this regexp")
 	list := fs.Bool("list", false, "list the workloads and exit")
+	perf := fs.String("perf", "", "count every system call of each workload with this perf command (perf stat -e "+perfEvent+" -p PID); none if empty")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -57,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch {
 	case *srvAddr != "" && *cliAddr == "":
-		err = serve(t, *srvAddr, http.HandlerFunc(dataHandler), func(g, h string) {
+		err = serve(t, *srvAddr, *perf, http.HandlerFunc(dataHandler), func(g, h string) {
 			fmt.Fprintf(stdout, "appbench: listening on %s (gRPC) and %s (HTTP) over %s\n", g, h, t.name())
 		})
 	case *cliAddr != "" && *srvAddr == "":
@@ -72,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "appbench: -c %q: want host:port\n", *cliAddr)
 			return 2
 		}
-		err = runClient(context.Background(), t, *cliAddr, net.JoinHostPort(host, strconv.Itoa(p+1)), *scale, re, stdout)
+		err = runClient(context.Background(), t, *cliAddr, net.JoinHostPort(host, strconv.Itoa(p+1)), *scale, re, *perf, stdout)
 	default:
 		fmt.Fprintln(stderr, "appbench: give -s ADDR or -c ADDR")
 		return 2
@@ -86,8 +87,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // runClient runs the selected workloads against the server, prints
 // one JSON line (perfjson.AppResult) per workload and stops the server.
-func runClient(ctx context.Context, t *transport, grpcAddr, httpAddr string, scale float64, only *regexp.Regexp, stdout io.Writer) error {
-	cl, err := newClient(t, grpcAddr, httpAddr)
+func runClient(ctx context.Context, t *transport, grpcAddr, httpAddr string, scale float64, only *regexp.Regexp, perf string, stdout io.Writer) error {
+	cl, err := newClient(t, grpcAddr, httpAddr, perf)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 
 // serve answers gRPC on addr and HTTP on the next port until a client calls
 // Stop; ready is told both addresses once they listen.
-func serve(t *transport, addr string, data http.Handler, ready func(grpcAddr, httpAddr string)) error {
+func serve(t *transport, addr string, perf string, data http.Handler, ready func(grpcAddr, httpAddr string)) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return err
@@ -32,12 +32,13 @@ func serve(t *transport, addr string, data http.Handler, ready func(grpcAddr, ht
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
 	ready(gln.Addr().String(), hln.Addr().String())
-	return serveOn(t, gln, hln, data)
+	return serveOn(t, gln, hln, perf, data)
 }
 
 // serveOn serves gRPC on gln and HTTP on hln until a client calls Stop.
-func serveOn(t *transport, gln, hln net.Listener, data http.Handler) error {
-	s := &server{conns: &t.conns, stop: make(chan struct{})}
+// With perf, the path of perf, it counts every system call of each workload.
+func serveOn(t *transport, gln, hln net.Listener, perf string, data http.Handler) error {
+	s := &server{conns: &t.conns, syscalls: newSyscallCounter(perf), stop: make(chan struct{})}
 	gs := grpc.NewServer()
 	gs.RegisterService(&benchService, s)
 	hs := httpServer(data)

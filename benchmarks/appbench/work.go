@@ -55,6 +55,25 @@ func snapshot(conns *connSet) (counters, error) {
 	return c, nil
 }
 
+// beginWork starts counting every system call (sc) and snapshots the
+// counters, whose count of every system call is then zero. The snapshots
+// are inside the count's window, so that every call they see it sees.
+func beginWork(conns *connSet, sc *syscallCounter) (counters, error) {
+	counting := sc.begin()
+	c, err := snapshot(conns)
+	if counting {
+		c.SyscallsAll = new(uint64)
+	}
+	return c, err
+}
+
+// endWork snapshots the counters and ends the count of every system call.
+func endWork(conns *connSet, sc *syscallCounter) (counters, error) {
+	c, err := snapshot(conns)
+	c.SyscallsAll = sc.end()
+	return c, err
+}
+
 // readProcIO returns syscr + syscw of a /proc/PID/io file.
 func readProcIO(path string) (uint64, error) {
 	f, err := os.Open(path)

@@ -113,6 +113,9 @@ func runApps(ctx context.Context, c *config, port int, tcp bool) ([]perfjson.App
 	if c.appbenchRun != "" {
 		cargs = append(cargs, "-run", c.appbenchRun)
 	}
+	if c.perf != "" {
+		sargs, cargs = append(sargs, "-perf", c.perf), append(cargs, "-perf", c.perf)
+	}
 	if tcp {
 		sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
 	}
