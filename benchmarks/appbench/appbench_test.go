@@ -80,10 +80,13 @@ func checkResults(t *testing.T, results []perfjson.AppResult, transport string) 
 		if w.name != "grpc-stream" && (r.P50Us <= 0 || r.P99Us < r.P50Us) {
 			t.Errorf("%s: p50 %v µs, p99 %v µs", w.id(), r.P50Us, r.P99Us)
 		}
-		// Every call crosses both processes: each side is woken for it.
 		for side, work := range map[string]perfjson.Work{"client": r.Client, "server": r.Server} {
-			if work.Wakeups <= 0 {
-				t.Errorf("%s: %s: no wakeups: %+v", w.id(), side, work)
+			// The runtime samples one in eight of a goroutine's wakeups:
+			// only a goroutine woken for each of at least eight calls is
+			// sure to show, as the caller and the server's reader are in
+			// a unary workload with one caller.
+			if work.Wakeups < 0 || (w.name == "grpc-unary" && w.conc == 1 && work.Wakeups == 0) {
+				t.Errorf("%s: %s: wakeups %v: %+v", w.id(), side, work.Wakeups, work)
 			}
 			if transport == "rdma" && (work.RNet["MessagesSent"] <= 0 || work.RNet["MessagesReceived"] <= 0) {
 				t.Errorf("%s: %s: no rnet messages: %v", w.id(), side, work.RNet)
