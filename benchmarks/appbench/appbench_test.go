@@ -199,17 +199,17 @@ func TestCheckPattern(t *testing.T) {
 func TestPerCallIsDelta(t *testing.T) {
 	all := func(n uint64) *uint64 { return &n }
 	before := counters{Wakeups: 100, ContextSwitches: 10, Syscalls: 1000, SyscallsAll: all(5000),
-		RNet: map[string]uint64{"CQPolls": 50}}
+		SyscallsByName: map[string]uint64{"futex": 10}, RNet: map[string]uint64{"CQPolls": 50}}
 	after := counters{Wakeups: 140, ContextSwitches: 30, Syscalls: 1100, SyscallsAll: all(5400),
-		RNet: map[string]uint64{"CQPolls": 90, "Parks": 8}}
+		SyscallsByName: map[string]uint64{"futex": 30, "ioctl": 4}, RNet: map[string]uint64{"CQPolls": 90, "Parks": 8}}
 	w := perCall(before, after, 4)
 	want := perfjson.Work{Wakeups: 10, ContextSwitches: 5, Syscalls: 25, SyscallsAll: new(float64),
-		RNet: map[string]float64{"CQPolls": 10, "Parks": 2}}
+		SyscallsByName: map[string]float64{"futex": 5, "ioctl": 1}, RNet: map[string]float64{"CQPolls": 10, "Parks": 2}}
 	*want.SyscallsAll = 100
 	if !reflect.DeepEqual(w, want) {
 		t.Errorf("perCall = %+v (all %v), want %+v (all %v)", w, *w.SyscallsAll, want, *want.SyscallsAll)
 	}
-	if w := perCall(counters{}, counters{}, 1); w.SyscallsAll != nil || w.RNet != nil {
+	if w := perCall(counters{}, counters{}, 1); w.SyscallsAll != nil || w.SyscallsByName != nil || w.RNet != nil {
 		t.Errorf("perCall without perf or rnet = %+v, want neither", w)
 	}
 }

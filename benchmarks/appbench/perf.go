@@ -17,6 +17,30 @@ import (
 // perfEvent counts every entry into a system call, whichever it is.
 const perfEvent = "raw_syscalls:sys_enter"
 
+// perfSyscalls are the system calls perf also counts one by one, where the
+// kernel has their tracepoints: those of waits and wakeups (futex,
+// epoll_pwait, nanosleep, sched_yield, ppoll), and of the device (ioctl;
+// read and write, which are also a socket's).
+var perfSyscalls = []string{"futex", "epoll_pwait", "epoll_wait", "nanosleep", "clock_nanosleep", "sched_yield",
+	"ppoll", "poll", "ioctl", "read", "write", "tgkill"}
+
+// perfEvents are the events perf counts: perfEvent, and perfSyscalls'
+// tracepoints that this kernel has (perf refuses an unknown event).
+var perfEvents = sync.OnceValue(func() []string {
+	events := []string{perfEvent}
+	for _, name := range perfSyscalls {
+		for _, dir := range []string{"/sys/kernel/tracing/events/syscalls/", "/sys/kernel/debug/tracing/events/syscalls/"} {
+			if _, err := os.Stat(dir + "sys_enter_" + name); err == nil {
+				events = append(events, perfSyscallPrefix+name)
+				break
+			}
+		}
+	}
+	return events
+})
+
+const perfSyscallPrefix = "syscalls:sys_enter_"
+
 // perfAttachTimeout bounds how long perf may take to start counting.
 const perfAttachTimeout = 30 * time.Second
 
@@ -43,7 +67,7 @@ func startPerf(perf string) (*perfCount, error) {
 	}
 	defer ackR.Close()
 	p := &perfCount{ctl: ctlW}
-	p.cmd = exec.Command(perf, "stat", "-e", perfEvent, "-x,", "-p", strconv.Itoa(os.Getpid()), "--control", "fd:3,4")
+	p.cmd = exec.Command(perf, "stat", "-e", strings.Join(perfEvents(), ","), "-x,", "-p", strconv.Itoa(os.Getpid()), "--control", "fd:3,4")
 	p.cmd.ExtraFiles = []*os.File{ctlR, ackW} // fds 3 and 4
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	err = p.cmd.Start()
@@ -72,14 +96,14 @@ func startPerf(perf string) (*perfCount, error) {
 }
 
 // stop ends the count and returns it.
-func (p *perfCount) stop() (uint64, error) {
+func (p *perfCount) stop() (syscallCount, error) {
 	defer p.ctl.Close()
 	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
-		return 0, fmt.Errorf("perf stat: %w", err)
+		return syscallCount{}, fmt.Errorf("perf stat: %w", err)
 	}
 	// perf prints its count and then dies of the interrupt, as asked.
 	if err := p.cmd.Wait(); err != nil && !interrupted(err) {
-		return 0, fmt.Errorf("perf stat: %v: %s", err, strings.TrimSpace(p.out.String()))
+		return syscallCount{}, fmt.Errorf("perf stat: %v: %s", err, strings.TrimSpace(p.out.String()))
 	}
 	return parsePerfStat(p.out.String())
 }
@@ -93,20 +117,36 @@ func interrupted(err error) bool {
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGINT
 }
 
-// parsePerfStat reads perf stat -x,'s count of perfEvent.
-func parsePerfStat(out string) (uint64, error) {
+// syscallCount is what perf counted: every system call, and some by name.
+type syscallCount struct {
+	all    uint64
+	byName map[string]uint64
+}
+
+// parsePerfStat reads perf stat -x,'s counts: perfEvent's, which it needs,
+// and those of perfSyscalls it finds.
+func parsePerfStat(out string) (syscallCount, error) {
+	c := syscallCount{byName: map[string]uint64{}}
+	found := false
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Split(line, ",")
-		if len(f) < 3 || f[2] != perfEvent {
+		if len(f) < 3 {
 			continue
 		}
 		n, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("perf stat counted %q of %s", f[0], perfEvent)
+		switch name, isSyscall := strings.CutPrefix(f[2], perfSyscallPrefix); {
+		case f[2] == perfEvent && err != nil:
+			return c, fmt.Errorf("perf stat counted %q of %s", f[0], perfEvent)
+		case f[2] == perfEvent:
+			c.all, found = n, true
+		case isSyscall && err == nil:
+			c.byName[name] = n
 		}
-		return n, nil
 	}
-	return 0, errors.New("perf stat printed no count of " + perfEvent + ": " + strings.TrimSpace(out))
+	if !found {
+		return c, errors.New("perf stat printed no count of " + perfEvent + ": " + strings.TrimSpace(out))
+	}
+	return c, nil
 }
 
 // syscallCounter counts every system call of the process between begin and
@@ -141,7 +181,7 @@ func (s *syscallCounter) begin() bool {
 }
 
 // end returns the count since begin, or nil if there is none.
-func (s *syscallCounter) end() *uint64 {
+func (s *syscallCounter) end() *syscallCount {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.running

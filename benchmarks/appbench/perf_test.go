@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -9,18 +10,20 @@ import (
 )
 
 func TestParsePerfStat(t *testing.T) {
-	n, err := parsePerfStat("29,,raw_syscalls:sys_enter,36017531,100.00,,\n")
-	if err != nil || n != 29 {
-		t.Errorf("parsePerfStat = %d, %v; want 29", n, err)
+	c, err := parsePerfStat("29,,raw_syscalls:sys_enter,36017531,100.00,,\n7,,syscalls:sys_enter_futex,36017531,100.00,,\n" +
+		"<not counted>,,syscalls:sys_enter_ioctl,0,0.00,,\n")
+	if err != nil || c.all != 29 || !maps.Equal(c.byName, map[string]uint64{"futex": 7}) {
+		t.Errorf("parsePerfStat = %+v, %v; want 29 and futex 7", c, err)
 	}
 	for _, bad := range []string{
 		"<not counted>,,raw_syscalls:sys_enter,0,0.00,,\n",
 		"<not supported>,,raw_syscalls:sys_enter,0,100.00,,\n",
+		"7,,syscalls:sys_enter_futex,36017531,100.00,,\n",
 		"event syntax error: 'raw_syscalls:sys_enter'\n",
 		"",
 	} {
-		if n, err := parsePerfStat(bad); err == nil {
-			t.Errorf("parsePerfStat(%q) = %d, want an error", bad, n)
+		if c, err := parsePerfStat(bad); err == nil {
+			t.Errorf("parsePerfStat(%q) = %+v, want an error", bad, c)
 		}
 	}
 }
@@ -48,8 +51,8 @@ func TestPerfCountsSyscalls(t *testing.T) {
 		syscall.Getppid()
 	}
 	n := sc.end()
-	if n == nil || *n < calls || *n > 10*calls {
-		t.Fatalf("counted %v system calls around %d getppid calls", n, calls)
+	if n == nil || n.all < calls || n.all > 10*calls {
+		t.Fatalf("counted %+v system calls around %d getppid calls", n, calls)
 	}
 	if sc.end() != nil {
 		t.Error("a second end returned a count")

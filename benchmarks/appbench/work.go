@@ -22,6 +22,7 @@ type counters struct {
 	ContextSwitches uint64            `json:"context_switches"`
 	Syscalls        uint64            `json:"syscalls"`
 	SyscallsAll     *uint64           `json:"syscalls_all,omitempty"` // nil when perf is not counting
+	SyscallsByName  map[string]uint64 `json:"syscalls_by_name,omitempty"`
 	RNet            map[string]uint64 `json:"rnet,omitempty"`
 }
 
@@ -62,7 +63,7 @@ func beginWork(conns *connSet, sc *syscallCounter) (counters, error) {
 	counting := sc.begin()
 	c, err := snapshot(conns)
 	if counting {
-		c.SyscallsAll = new(uint64)
+		c.SyscallsAll, c.SyscallsByName = new(uint64), map[string]uint64{}
 	}
 	return c, err
 }
@@ -70,7 +71,9 @@ func beginWork(conns *connSet, sc *syscallCounter) (counters, error) {
 // endWork snapshots the counters and ends the count of every system call.
 func endWork(conns *connSet, sc *syscallCounter) (counters, error) {
 	c, err := snapshot(conns)
-	c.SyscallsAll = sc.end()
+	if n := sc.end(); n != nil {
+		c.SyscallsAll, c.SyscallsByName = &n.all, n.byName
+	}
 	return c, err
 }
 
@@ -121,14 +124,23 @@ func perCall(before, after counters, calls int64) perfjson.Work {
 	if before.SyscallsAll != nil && after.SyscallsAll != nil {
 		v := per(*before.SyscallsAll, *after.SyscallsAll)
 		w.SyscallsAll = &v
+		w.SyscallsByName = perName(before.SyscallsByName, after.SyscallsByName, per)
 	}
-	if len(after.RNet) > 0 {
-		w.RNet = make(map[string]float64, len(after.RNet))
-		for k, v := range after.RNet {
-			w.RNet[k] = per(before.RNet[k], v) // a connection opened since counts from zero
-		}
-	}
+	// A connection opened since the first snapshot counts from zero.
+	w.RNet = perName(before.RNet, after.RNet, per)
 	return w
+}
+
+// perName is per over the names of after; nil if it has none.
+func perName(before, after map[string]uint64, per func(a, b uint64) float64) map[string]float64 {
+	if len(after) == 0 {
+		return nil
+	}
+	m := make(map[string]float64, len(after))
+	for k, v := range after {
+		m[k] = per(before[k], v)
+	}
+	return m
 }
 
 // connSet holds a process's rnet connections, closed ones included, so that

@@ -20,8 +20,8 @@ import (
 // TCP), workload, size and figure, with kinds "app:WORKLOAD:FIGURE":
 // WORKLOAD is appbench's workload and its callers ("grpc-unary-c32"),
 // FIGURE one of appFigures or SIDE/WORK, where SIDE is client or server and
-// WORK wakeups, context-switches, syscalls, syscalls-all or rnet/FIELD, a
-// counter of rnet.Stats.
+// WORK wakeups, context-switches, syscalls, syscalls-all, syscall/NAME (one
+// system call by name) or rnet/FIELD, a counter of rnet.Stats.
 const appKindPrefix = "app:"
 
 // Application figures of a workload.
@@ -39,6 +39,7 @@ const (
 	WorkSyscalls    = "syscalls"
 	WorkSyscallsAll = "syscalls-all"
 	workRNetPrefix  = "rnet/"
+	workCallPrefix  = "syscall/" // one system call by name, counted by perf
 )
 
 // appKind is the kind of a figure of the workload wl.
@@ -73,6 +74,9 @@ func appFigures(r perfjson.AppResult) map[string]float64 {
 		vals[appKind(wl, side+"/"+WorkSyscalls)] = w.Syscalls
 		if w.SyscallsAll != nil {
 			vals[appKind(wl, side+"/"+WorkSyscallsAll)] = *w.SyscallsAll
+		}
+		for k, v := range w.SyscallsByName {
+			vals[appKind(wl, side+"/"+workCallPrefix+k)] = v
 		}
 		for k, v := range w.RNet {
 			vals[appKind(wl, side+"/"+workRNetPrefix+k)] = v

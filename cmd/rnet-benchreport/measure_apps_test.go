@@ -18,7 +18,7 @@ func appLine(transport, workload string, conc int, p50, callsPerSec, syscalls fl
 	}
 	return fmt.Sprintf(`{"test":"app","transport":%q,"workload":%q,"size":64,"concurrency":%d,"calls":300,"seconds":1.5,`+
 		`"calls_per_s":%g,"MBps":0.02,"p50_us":%g,"p99_us":%g,`+
-		`"client":{"wakeups":9,"context_switches":4,"syscalls":%g%s},"server":{"wakeups":7,"context_switches":3,"syscalls":%g,"syscalls_all":20}}`,
+		`"client":{"wakeups":9,"context_switches":4,"syscalls":%g%s},"server":{"wakeups":7,"context_switches":3,"syscalls":%g,"syscalls_all":20,"syscalls_by_name":{"futex":6,"ioctl":0}}}`,
 		transport, workload, conc, callsPerSec, p50, 2*p50, syscalls, rnetCounters, syscalls+1)
 }
 
@@ -73,7 +73,7 @@ func TestMeasureApps(t *testing.T) {
 		{RNet, "app:http1-c32:calls/s", 8000}, {TCP, "app:http1-c32:p99", 800},
 		{RNet, "app:grpc-unary-c1:client/syscalls", 3}, {TCP, "app:http1-c32:server/syscalls", 7},
 		{RNet, "app:grpc-unary-c1:server/syscalls-all", 20}, {RNet, "app:http1-c32:client/rnet/CQPolls", 6},
-		{TCP, "app:http1-c32:client/wakeups", 9}, {RNet, "app:http1-c32:server/context-switches", 3},
+		{TCP, "app:http1-c32:client/wakeups", 9}, {TCP, "app:grpc-unary-c1:server/syscall/futex", 6}, {RNet, "app:http1-c32:server/context-switches", 3},
 	} {
 		if got := r.work(want.transport, want.kind, 64); got != want.v {
 			t.Errorf("%s %s = %v, want %v", want.transport, want.kind, got, want.v)
@@ -103,13 +103,14 @@ func TestMeasureApps(t *testing.T) {
 		{"grpc-unary-c1", "64", "syscalls", "3.00", "4.00", "4.00", "5.00"},
 		{"grpc-unary-c1", "64", "syscalls-all", "-", "-", "20.0", "20.0"},
 		{"http1-c32", "64", "rnet/CQPolls", "6.00", "-", "-", "-"},
+		{"http1-c32", "64", "syscall/futex", "-", "-", "6.00", "6.00"},
 		{"http1-c32", "64", "rnet/Parks", "2.00", "-", "-", "-"},
 	} {
 		if !slices.ContainsFunc(rows, func(row []string) bool { return slices.Equal(row, want) }) {
 			t.Errorf("no work row %q in %q", want, rows)
 		}
 	}
-	if strings.Contains(out, "rnet/Spins") || strings.Contains(out, "rnet/BytesSent") {
+	if strings.Contains(out, "rnet/Spins") || strings.Contains(out, "rnet/BytesSent") || strings.Contains(out, "syscall/ioctl") {
 		t.Errorf("work table shows counters that are zero or absent:\n%s", out)
 	}
 }

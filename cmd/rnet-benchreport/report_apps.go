@@ -97,16 +97,20 @@ func (r *Report) writeAppWork(w io.Writer) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nWork per call, applications (medians; per unary call, streamed message or HTTP request; wakeups: goroutines made to run; context-switches: OS threads'; syscalls: read/write system calls; syscalls-all: every system call (perf); rnet/X: rnet.Stats's X over the process's connections)\n")
+	fmt.Fprintf(w, "\nWork per call, applications (medians; per unary call, streamed message or HTTP request; wakeups: goroutines made to run; context-switches: OS threads'; syscalls: read/write system calls; syscalls-all: every system call (perf); syscall/X: system call X (perf); rnet/X: rnet.Stats's X over the process's connections)\n")
 	table := [][]string{{"workload", "size", "figure", "rnet-client", "tcp-client", "rnet-server", "tcp-server"}}
+	calls := r.syscallNames()
 	for _, row := range rows {
 		figures := slices.Clone(workFigures)
+		for _, name := range calls {
+			figures = append(figures, workCallPrefix+name)
+		}
 		for _, f := range rnetCounters() {
 			figures = append(figures, workRNetPrefix+f)
 		}
 		for _, f := range figures {
 			vals := []float64{r.app(RNet, row, "client/"+f), r.app(TCP, row, "client/"+f), r.app(RNet, row, "server/"+f), r.app(TCP, row, "server/"+f)}
-			if !anyShown(vals, strings.HasPrefix(f, workRNetPrefix)) {
+			if !anyShown(vals, !slices.Contains(workFigures, f)) {
 				continue
 			}
 			line := []string{row.workload, bytesize.Short(int64(row.size)), f}
@@ -119,8 +123,25 @@ func (r *Report) writeAppWork(w io.Writer) {
 	writeLeft(w, table)
 }
 
+// syscallNames are the system calls perf counted by name, sorted.
+func (r *Report) syscallNames() []string {
+	var names []string
+	for _, s := range r.Extra {
+		_, figure, ok := parseAppKind(s.Kind)
+		if !ok {
+			continue
+		}
+		_, work, _ := strings.Cut(figure, "/")
+		if name, ok := strings.CutPrefix(work, workCallPrefix); ok && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
 // anyShown reports whether a row of values is worth a line: one is known,
-// and for rnet's counters also not zero.
+// and, with skipZero (rnet's counters, system calls by name), not zero.
 func anyShown(vals []float64, skipZero bool) bool {
 	for _, v := range vals {
 		if !math.IsNaN(v) && (!skipZero || v != 0) {

@@ -129,6 +129,9 @@ type Work struct {
 	// SyscallsAll counts every system call (perf's raw_syscalls:sys_enter
 	// tracepoint), when perf could be attached to the process.
 	SyscallsAll *float64 `json:"syscalls_all,omitempty"`
+	// SyscallsByName counts some system calls one by one (futex,
+	// epoll_pwait, nanosleep, ioctl, ...), by name, beside SyscallsAll.
+	SyscallsByName map[string]float64 `json:"syscalls_by_name,omitempty"`
 	// RNet is every counter of rnet.Stats summed over the process's rnet
 	// connections, by field name; absent over TCP.
 	RNet map[string]float64 `json:"rnet,omitempty"`
