@@ -118,7 +118,9 @@ demo: build-deps
 # ratios and writes $(BENCH_OUT)/bench.json, bench.txt and bench.svg. Each run also measures
 # the Go runtime's floor without RDMA (benchmarks/gofloor, see bench-floor below), and then
 # rnet-poll's latency tests once more with rnet-lockcount (cmd/rnet built with the rnet_lockcount
-# tag) as the client, for its crossings into C and locks per round trip. BENCH_SCALE scales the
+# tag) as the client, for its crossings into C and locks per round trip, and the applications
+# (benchmarks/appbench: gRPC and HTTP over rnet and TCP, with each process's work per call;
+# BENCH_ARGS=-appbench-run REGEXP picks workloads, -appbench none skips them). BENCH_SCALE scales the
 # bytes and iterations of every test. Natively with RNET_NATIVE=1 (pass addresses and
 # devices through BENCH_ARGS, e.g. -server 192.168.1.10 -client 192.168.1.11 -sdev mlx5_0
 # -cdev mlx5_1 -gid 3). `make bench-go` runs the go test benchmarks in the guest.
@@ -144,6 +146,7 @@ bench: build-deps
 	# A module of its own (its plots need gonum/plot, which the core module does not require).
 	$(GO) -C cmd/rnet-benchreport build -o $(abspath $(BENCH_BIN))/rnet-benchreport .
 	$(GO) -C benchmarks build -o $(abspath $(BENCH_BIN))/gofloor ./gofloor
+	$(GO) -C benchmarks build -o $(abspath $(BENCH_BIN))/appbench ./appbench
 	$(CC) -O2 -Wall -o $(BENCH_BIN)/gofloor-c benchmarks/gofloor/c/floor.c
 	@if [ "$(RNET_NATIVE)" = 1 ]; then \
 	  $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -rnet-counting $(BENCH_BIN)/rnet-lockcount -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \

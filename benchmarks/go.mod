@@ -4,7 +4,7 @@ go 1.25.0
 
 require github.com/rnet-dev/rnet v0.0.0-00010101000000-000000000000
 
-require google.golang.org/grpc v1.70.0 // indirect
+require google.golang.org/grpc v1.70.0
 
 // Development and CI build against the core module in this checkout; a
 // release tags the core first and requires that tag here.
@@ -13,6 +13,7 @@ replace github.com/rnet-dev/rnet => ..
 require github.com/rnet-dev/rnet/internal/benchkit v0.0.0-00010101000000-000000000000
 
 require (
+	github.com/rnet-dev/rnet/rnet/rnetgrpc v0.0.0-00010101000000-000000000000
 	golang.org/x/net v0.35.0 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 	golang.org/x/text v0.22.0 // indirect
@@ -21,3 +22,5 @@ require (
 )
 
 replace github.com/rnet-dev/rnet/internal/benchkit => ../internal/benchkit
+
+replace github.com/rnet-dev/rnet/rnet/rnetgrpc => ../rnet/rnetgrpc

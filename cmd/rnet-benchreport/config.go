@@ -14,6 +14,9 @@ type config struct {
 	gofloor        string // benchmarks/gofloor, or "" to skip the floor
 	gofloorC       string // its C twin
 	rnetCounting   string // rnet built with -tags rnet_lockcount, or "" to count no locks
+	appbench       string // benchmarks/appbench, or "" to measure no applications
+	appbenchRun    string // appbench -run: the workloads to measure, "" for all
+	perf           string // perf, for appbench's count of every system call, or ""
 }
 
 func (c *config) scaled(n, min int) int {

@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 )
 
@@ -38,6 +39,9 @@ func main() {
 	flag.StringVar(&c.gofloor, "gofloor", "", "benchmarks/gofloor's binary, for the Go runtime's floor (default: gofloor next to this program, skipped if absent; \"none\" skips it)")
 	flag.StringVar(&c.gofloorC, "gofloor-c", "", "gofloor's C twin (default: gofloor-c next to gofloor)")
 	flag.StringVar(&c.rnetCounting, "rnet-counting", "", "the rnet command built with -tags rnet_lockcount, for the locks per round trip of rnet-poll's latency tests (default: rnet-lockcount next to this program, skipped if absent; \"none\" skips it)")
+	flag.StringVar(&c.appbench, "appbench", "", "benchmarks/appbench's binary, for the applications (default: appbench next to this program, skipped if absent; \"none\" skips them)")
+	flag.StringVar(&c.appbenchRun, "appbench-run", "", "measure only the application workloads matching this regexp (appbench -run)")
+	flag.StringVar(&c.perf, "perf", "", "perf, with which appbench counts every system call of each workload (default: perf on PATH, skipped if absent; \"none\" skips it)")
 	flag.IntVar(&c.rnetBuffer, "rnet-buffer", 1<<20, "rnet's ring size in bytes (RNET_BUFFER_SIZE); the default matches rstream, which asks for 512 KiB SO_SNDBUF/SO_RCVBUF and rsocket doubles that; 0 keeps rnet's default")
 	flag.Parse()
 	if *replot != "" {
@@ -66,6 +70,20 @@ func main() {
 		if p := filepath.Join(filepath.Dir(exe), "rnet-lockcount"); fileExists(p) {
 			c.rnetCounting = p
 		}
+	}
+	switch c.appbench {
+	case "none":
+		c.appbench = ""
+	case "":
+		if p := filepath.Join(filepath.Dir(exe), "appbench"); fileExists(p) {
+			c.appbench = p
+		}
+	}
+	switch c.perf {
+	case "none":
+		c.perf = ""
+	case "":
+		c.perf, _ = exec.LookPath("perf")
 	}
 	if c.gofloor != "" && c.gofloorC == "" {
 		c.gofloorC = filepath.Join(filepath.Dir(c.gofloor), "gofloor-c")

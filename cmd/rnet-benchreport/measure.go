@@ -67,6 +67,9 @@ func measure(c *config) (*Report, error) {
 	if c.rnetCounting != "" {
 		r.Notes = append(r.Notes, "work per round trip: rnet ping's crossings into C (cgo) in rnet-poll's timed tests; then, once per run after the latency tests, rnet-poll's latency test again with the client built with -tags rnet_lockcount (the server as before), for the client process's crossings and mutexes taken (locks) per round trip; the counting slows it, so no time is taken from it")
 	}
+	if c.appbench != "" {
+		r.Notes = append(r.Notes, "applications: benchmarks/appbench, server and client processes on the same addresses, over rnet (its default Config, gRPC through rnetgrpc) and over TCP, alternating, once per run after the latency tests; gRPC unary echo (one ClientConn, 1 or 32 callers), gRPC server streaming, HTTP/1.1 and HTTP/2 (h2c) GETs with every body byte checked, 32 clients. Work per call: each process's count over the workload divided by its calls (messages for the stream, requests for HTTP): wakeups of goroutines (runtime/metrics /sched/latencies:seconds, sampled 1 in 8 and scaled), thread context switches (getrusage), read/write system calls (/proc/self/io), and rnet.Stats's counters summed over the process's connections")
+	}
 	if out, err := exec.Command("uname", "-r").Output(); err == nil {
 		r.Kernel = strings.TrimSpace(string(out))
 	}
@@ -163,6 +166,13 @@ func measure(c *config) (*Report, error) {
 					}
 					fmt.Fprintf(os.Stderr, "   %-13s %5s: %s (%.1f s)\n", t.transport, bytesize.Short(int64(size)), strings.Join(parts, ", "), time.Since(start).Seconds())
 				}
+			}
+		}
+		if c.appbench != "" {
+			// rnet and TCP alternate, each run starting with the next.
+			for _, transport := range rotated([]string{RNet, TCP}, run-1) {
+				port += 2 // gRPC and HTTP
+				measureApps(r, c, port, transport, series)
 			}
 		}
 		if c.gofloor != "" {

@@ -65,6 +65,9 @@ var tripKinds = []string{CgoPerTrip, LocksPerTrip}
 
 // unitOf is the unit of a kind of figure and what one run's value of it is.
 func unitOf(kind string) (unit, statistic string) {
+	if _, figure, ok := parseAppKind(kind); ok {
+		return appUnit(figure)
+	}
 	switch kind {
 	case Throughput:
 		return "MB/s", "one run's throughput"
@@ -213,6 +216,8 @@ func (r *Report) WriteTable(w io.Writer) {
 		})
 	}
 	r.writeTripWork(w)
+	r.writeApps(w)
+	r.writeAppWork(w)
 	var fails []string
 	for _, s := range append(append([]*Series(nil), r.Series...), r.Extra...) {
 		if s.Failures > 0 {

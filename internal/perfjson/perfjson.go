@@ -92,3 +92,47 @@ type PingResult struct {
 	// the rnet_lockcount tag, whose counting makes its times no measure.
 	LocksPerTrip *float64 `json:"locks_per_round_trip,omitempty"`
 }
+
+// AppResult is one workload of benchmarks/appbench's client, one JSON line:
+// a gRPC or HTTP workload over rnet or TCP, with both processes' work per
+// call (a call is a unary call, a streamed message or an HTTP request).
+type AppResult struct {
+	Test        string  `json:"test"`      // "app"
+	Transport   string  `json:"transport"` // "rdma" or "tcp"
+	Workload    string  `json:"workload"`  // grpc-unary, grpc-stream, http1, http2
+	Size        int     `json:"size"`      // bytes of each message or response body
+	Concurrency int     `json:"concurrency"`
+	Calls       int64   `json:"calls"`
+	Seconds     float64 `json:"seconds"`
+	CallsPerSec float64 `json:"calls_per_s"`
+	MBps        float64 `json:"MBps"` // 10^6 bytes/s of payload, one way
+	// Latencies of single calls; absent for a stream, whose messages are
+	// not answered one by one.
+	P50Us  float64 `json:"p50_us,omitempty"`
+	P99Us  float64 `json:"p99_us,omitempty"`
+	Client Work    `json:"client"`
+	Server Work    `json:"server"`
+}
+
+// Work is what one process did over a workload, divided by its calls.
+type Work struct {
+	// Wakeups are the goroutines made to run (runtime/metrics
+	// /sched/latencies:seconds counts each move from runnable to running).
+	Wakeups float64 `json:"wakeups"`
+	// ContextSwitches are the OS threads' switches, voluntary and not
+	// (getrusage RUSAGE_SELF ru_nvcsw + ru_nivcsw).
+	ContextSwitches float64 `json:"context_switches"`
+	// Syscalls are the read and write system calls of /proc/self/io
+	// (syscr + syscw): reads and writes of sockets, of the device's
+	// doorbells and of completion channels, but not epoll or futex calls.
+	Syscalls float64 `json:"syscalls"`
+	// SyscallsAll counts every system call (perf's raw_syscalls:sys_enter
+	// tracepoint), when perf could be attached to the process.
+	SyscallsAll *float64 `json:"syscalls_all,omitempty"`
+	// SyscallsByName counts some system calls one by one (futex,
+	// epoll_pwait, nanosleep, ioctl, ...), by name, beside SyscallsAll.
+	SyscallsByName map[string]float64 `json:"syscalls_by_name,omitempty"`
+	// RNet is every counter of rnet.Stats summed over the process's rnet
+	// connections, by field name; absent over TCP.
+	RNet map[string]float64 `json:"rnet,omitempty"`
+}
