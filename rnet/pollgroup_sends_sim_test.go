@@ -3,11 +3,15 @@ package rnet
 import (
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/conntest"
+	"github.com/rnet-dev/rnet/internal/pollgroup"
 	"github.com/rnet-dev/rnet/internal/procstat"
+	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // TestSimPollGroupCorkBehindParkedReader: a Read parks as its poll group's
@@ -20,6 +24,16 @@ func TestSimPollGroupCorkBehindParkedReader(t *testing.T) {
 	sn := simGroupPipes(t, 1, simGroupOptions{armedCQ: true, reapDelay: time.Hour})
 	defer sn.closeAll()
 	client, server := sn.clients[0], sn.servers[0]
+	// The premise: once the Read is parked, a poll that arms the send half
+	// hands out a completion (the first Write's), for the corked bytes.
+	var armedAndFound atomic.Bool
+	t.Cleanup(pollgroup.SetTestHooks(&pollgroup.Hooks{
+		Polled: func(_ *pollgroup.Group, flags verbs.StepFlags, found []wr.Completion) {
+			if flags&verbs.StepArmSend != 0 && len(found) > 0 {
+				armedAndFound.Store(true)
+			}
+		},
+	}))
 
 	reply := make(chan error, 1)
 	go func() {
@@ -43,9 +57,6 @@ func TestSimPollGroupCorkBehindParkedReader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := client.Stats(); st.CoalescedWrites == 0 && st.MessagesSent >= 2 {
-		t.Fatalf("the second Write did not cork behind the first (%+v): the test tests nothing", st)
-	}
 	// A bound far below the keepalive's 15 s, which would let the bytes go.
 	server.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got := make([]byte, 2)
@@ -57,6 +68,9 @@ func TestSimPollGroupCorkBehindParkedReader(t *testing.T) {
 	}
 	if err := <-reply; err != nil {
 		t.Fatal(err)
+	}
+	if !armedAndFound.Load() {
+		t.Fatal("no poll armed the send half and found the first Write's completion: the test tests nothing")
 	}
 	// Each group has one member, which polls for itself: no hand-overs.
 	if dc, ds := client.Stats().Dispatches, server.Stats().Dispatches; dc != 0 || ds != 0 {
@@ -112,5 +126,49 @@ func TestSimPollGroupDispatches(t *testing.T) {
 	}
 	if err := <-replied; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSimPollGroupSendDoesNotWakeReader: a Read parked for its peer's
+// answer needs no send completion, so the completion of the request its
+// connection then sends raises no event on the group's CQ: the reader is
+// not woken for nothing, and the answer wakes it.
+func TestSimPollGroupSendDoesNotWakeReader(t *testing.T) {
+	sn := simGroupPipes(t, 1, simGroupOptions{armedCQ: true})
+	defer sn.closeAll()
+	client, server := sn.clients[0], sn.servers[0]
+	answered := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(client, make([]byte, 1))
+		answered <- err
+	}()
+	conntest.Until(t, "the client's Read to park as its group's leader", func() bool {
+		for _, st := range procstat.Stacks() {
+			if strings.Contains(st, "pollgroup.(*Member).lead") && strings.Contains(st, "WaitReady") {
+				return true
+			}
+		}
+		return false
+	})
+	before := sn.clientCQ.CQ.Signals()
+	if _, err := client.Write([]byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(server, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// The request has landed, and its send completion is in the client's
+	// CQ (the fabric completes a send as it lands it).
+	if n := sn.clientCQ.CQ.Signals() - before; n != 0 {
+		t.Fatalf("the request's send completion raised %d events for the parked reader, want none", n)
+	}
+	if _, err := server.Write([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-answered; err != nil {
+		t.Fatal(err)
+	}
+	if n := sn.clientCQ.CQ.Signals() - before; n != 1 {
+		t.Fatalf("the answer raised %d events, want 1", n)
 	}
 }

@@ -187,7 +187,7 @@ func (g *Group) takeEvent(leader *Member) {
 // if a leader may be parked: a leader yet to park arms it itself. Called
 // with pollMu held.
 func (g *Group) needSendsLocked(m *Member, on bool) {
-	if m.needSends == on || on && m.leaving {
+	if m.needSends == on || on && m.gone {
 		return
 	}
 	m.needSends = on
@@ -276,6 +276,7 @@ func (g *Group) leave(m *Member, destroyQP func() error) error {
 		err = destroyQP()
 	}
 	g.needSendsLocked(m, false)
+	m.gone = true
 	if m.attached {
 		m.leaving, m.leftAt = true, g.markLocked()
 		g.collectPastLocked(m.leftAt)

@@ -94,8 +94,10 @@ type Member struct {
 	onCutOff func()
 	leaving  bool
 	leftAt   cqMark
-	// needSends says m counts in the group's wantSends; under pollMu.
+	// needSends says m counts in the group's wantSends, and gone that m
+	// has left and never counts again; both under pollMu.
 	needSends bool
+	gone      bool
 
 	// With a shared receive queue: the receives m claimed (under the
 	// group's mu), and the ones its engine posted and its queue pair has

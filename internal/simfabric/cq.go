@@ -57,7 +57,12 @@ func (q *CQ) Polled() uint64 {
 	return q.polled
 }
 
+// Signals returns how many notifications the CQ has raised (see Notify):
+// with CQOptions.Armed, one per arm that a completion met.
+func (q *CQ) Signals() uint64 { return q.signals.Load() }
+
 func (q *CQ) signal() {
+	q.signals.Add(1)
 	select {
 	case q.notify <- struct{}{}:
 	default:

@@ -207,6 +207,8 @@ type CQ struct {
 	armedS bool               // under f.mu; SplitArm only: armed for send completions
 	notify chan struct{}
 	polled uint64 // completions returned, under f.mu
+	// signals counts the notifications raised (see Signals).
+	signals atomic.Uint64
 }
 
 // sharedEntry is one completion in a shared CQ, with the endpoint it

@@ -47,6 +47,9 @@ import (
 // than find its condition already true.
 func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan struct{}) (parked bool) {
 	c.mu.Lock()
+	// Whatever the caller waits for, the owner's wait must let the
+	// completions it needs wake it.
+	c.updateSendsNeededLocked()
 	if c.waitOwned {
 		// Look again under the lock that signalLocked holds: from here on
 		// a change is signalled to us, since queued is no longer 0.

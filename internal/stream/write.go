@@ -71,6 +71,9 @@ func (c *Conn) writeInParts(b []byte) (int, error) {
 			return written, c.opError("write", err)
 		}
 		c.writing.Store(true)
+		// Room comes back with send completions: a Write that finds none
+		// must have them wake whoever waits, before it waits itself.
+		c.updateSendsNeededLocked()
 		n, mode, err := c.putLocked(b[written:])
 		if n > 0 {
 			c.stepLocked(mode, 0)

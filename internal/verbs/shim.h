@@ -304,12 +304,14 @@ static inline int rnet_poll_pair(struct ibv_cq *cq, struct ibv_cq *scq, struct r
 		return s;
 	if (s == n)
 		return s;
+	// A failed poll fails the whole CQ (and with it every queue pair on
+	// it): report it, rather than a short count that would read as "empty".
 	if ((r = rnet_poll_cq(cq, out + s, n - s)) < 0)
-		return s ? s : r;
+		return r;
 	if (s < half || s + r == n)
 		return s + r;
 	if ((t = rnet_poll_cq(scq, out + s + r, n - s - r)) < 0)
-		return s + r;
+		return t;
 	return s + r + t;
 }
 
