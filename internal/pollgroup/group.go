@@ -183,36 +183,37 @@ func (g *Group) takeEvent(leader *Member) {
 }
 
 // needSendsLocked counts m in or out of the members that need their
-// sends' completions. Counting in arms the send half, unless it is armed,
-// if a leader may be parked: a leader yet to park arms it itself. Called
-// with pollMu held.
+// sends' completions, and makes those wake m's waiter or no longer.
+// Counting in arms the send half, unless it is armed, if a leader may be
+// parked (a leader yet to park arms it itself), and wakes the leader if
+// that drain left it something to look at: completions that came while the
+// half was unarmed left no event, and the leader waits on the channel, not
+// on its wakeup. Called with pollMu held.
 func (g *Group) needSendsLocked(m *Member, on bool) {
 	if m.needSends == on || on && m.gone {
 		return
 	}
 	m.needSends = on
+	m.wakeOnSends(on)
 	if !on {
 		g.wantSends--
 		return
 	}
 	g.wantSends++
-	if g.sendArmed || g.err != nil {
-		return
-	}
 	g.lmu.Lock()
 	leader := g.leader
 	g.lmu.Unlock()
-	if leader == nil {
+	if leader == nil || g.err != nil {
 		return
 	}
-	g.sendArmed = true
-	g.stepper = m
-	cut, _ := g.drainLocked(verbs.StepArmSend)
-	g.stepper = nil
-	if cut || leader.pending() > 0 {
-		// The drain handed the leader send completions that came while
-		// the half was unarmed, or left some in the CQ: they left no
-		// event, and the leader waits on the channel, not on its wakeup.
+	cut := false
+	if !g.sendArmed {
+		g.sendArmed = true
+		g.stepper = m
+		cut, _ = g.drainLocked(verbs.StepArmSend)
+		g.stepper = nil
+	}
+	if cut || leader.wakeful() {
 		g.cq.Interrupt()
 	}
 }

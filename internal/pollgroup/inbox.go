@@ -4,15 +4,18 @@ import (
 	"errors"
 	"net"
 
+	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // A member's inbox: the completions handed to it, and what its waiter
 // looks at.
 
-// deliver appends one completion to the inbox and wakes the waiter if the
-// inbox was empty; byOther says another goroutine than m's own step polled
-// it.
+// deliver appends one completion to the inbox and wakes the waiter if it
+// is the first since the inbox was last emptied that the waiter needs: a
+// receive (the peer's message), an error, or a send's completion while m
+// needs those (see Member.NeedSends). byOther says another goroutine than
+// m's own polled it.
 func (m *Member) deliver(wc *wr.Completion, byOther bool) {
 	m.mu.Lock()
 	if m.n == len(m.inbox) && !m.growInbox() {
@@ -25,7 +28,11 @@ func (m *Member) deliver(wc *wr.Completion, byOther bool) {
 	}
 	m.inbox[(m.head+m.n)%len(m.inbox)] = *wc
 	m.n++
-	first := m.n == 1
+	wakes := wc.ID&ring.RecvIDFlag != 0 || wc.Status != wr.WCSuccess || m.sendsWake
+	first := wakes && !m.waking
+	if wakes {
+		m.waking = true
+	}
 	if first && byOther {
 		m.dispatches++
 	}
@@ -76,6 +83,9 @@ func (m *Member) take(out []wr.Completion) (int, error) {
 		m.n--
 		k++
 	}
+	if m.n == 0 {
+		m.waking = false
+	}
 	if k == 0 && m.err != nil {
 		return 0, m.err
 	}
@@ -92,6 +102,13 @@ func (m *Member) Dispatches() uint64 {
 	return m.dispatches
 }
 
+// wakeful reports whether m's inbox holds a completion its waiter needs.
+func (m *Member) wakeful() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.waking
+}
+
 func (m *Member) pending() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -105,11 +122,29 @@ func (m *Member) ready() (bool, error) {
 	if m.stopped {
 		return true, net.ErrClosed
 	}
-	if m.n > 0 || m.kicked || m.err != nil {
+	if m.waking || m.kicked || m.err != nil {
 		m.kicked = false
 		return true, nil
 	}
 	return false, nil
+}
+
+// wakeOnSends makes the completions of m's sends wake its waiter, or no
+// longer; turned on, it wakes the waiter at once if the inbox holds some.
+// It reports whether the inbox now holds completions the waiter needs.
+func (m *Member) wakeOnSends(on bool) (waking bool) {
+	m.mu.Lock()
+	m.sendsWake = on
+	wake := on && m.n > 0 && !m.waking
+	if wake {
+		m.waking = true
+	}
+	waking = m.waking
+	m.mu.Unlock()
+	if wake {
+		notify(m.wake)
+	}
+	return waking
 }
 
 // handedSince reports, once, whether a completion was handed to m (or a

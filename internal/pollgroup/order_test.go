@@ -42,6 +42,8 @@ func TestPollGroupMemberOrder(t *testing.T) {
 	}
 	for _, e := range ends {
 		e.m.Attach(simqp.GroupEndpoint{Endpoint: e.ep, CQ: cq.CQ}, nil)
+		// The senders wait for their sends' completions too.
+		e.m.NeedSends(true)
 	}
 	// run steps e until it has taken msgs completions, posting what next
 	// allows, and checks each with check.

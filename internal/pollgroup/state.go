@@ -115,8 +115,13 @@ type Member struct {
 	stopped bool
 	cut     bool // cutOff ran
 	err     error
-	// dispatches counts the completions handed to an empty inbox by
-	// another goroutine's poll (see Dispatches).
+	// waking says the inbox holds a completion the waiter needs (see
+	// deliver), and sendsWake that the completions of sends are such
+	// (m needs them: see Member.NeedSends).
+	waking    bool
+	sendsWake bool
+	// dispatches counts the wakeups of m's waiter by completions another
+	// goroutine polled (see Dispatches).
 	dispatches uint64
 	wake       chan struct{} // one pending wakeup for Wait
 

@@ -2,8 +2,9 @@ package pollgroup
 
 import "errors"
 
-// Wait parks the goroutine until a completion is handed to m or Kick is
-// called: in the netpoller on the group's channel if no other member is
+// Wait parks the goroutine until a completion m needs is handed to it (a
+// receive, an error, or a send's while m needs those: see NeedSends) or
+// Kick is called: in the netpoller on the group's channel if no other member is
 // waiting there (m leads), else on m's own wakeup. After Stop it returns
 // net.ErrClosed. It has one caller at a time.
 func (m *Member) Wait() (parked bool, err error) {
