@@ -123,17 +123,12 @@ func runApps(ctx context.Context, c *config, port int, tcp bool) ([]perfjson.App
 	if tcp {
 		sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
 	}
-	srv, err := startServer(ctx, c, "listening on", nil, sargs...)
+	var out string
+	err := serveWhile(ctx, c, "listening on", nil, sargs, func(*proc) (err error) {
+		out, err = runClient(ctx, c, nil, cargs...)
+		return err
+	})
 	if err != nil {
-		return nil, err
-	}
-	out, err := runClient(ctx, c, nil, cargs...)
-	if err != nil {
-		srv.kill()
-		srv.wait()
-		return nil, err
-	}
-	if err := srv.wait(); err != nil {
 		return nil, err
 	}
 	return parseApps(out)

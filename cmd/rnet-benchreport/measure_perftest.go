@@ -12,18 +12,13 @@ import (
 // returns the fields of the result line (the one after the "#bytes" header).
 func perftest(ctx context.Context, c *config, tool string, port int, extra ...string) ([]string, error) {
 	common := append([]string{"-x", strconv.Itoa(c.gid), "-F", "-p", strconv.Itoa(port)}, extra...)
-	srv, err := startServer(ctx, c, "", nil, append([]string{tool, "-d", c.sdev}, common...)...)
+	var out string
+	err := serveWhile(ctx, c, "", nil, append([]string{tool, "-d", c.sdev}, common...), func(*proc) (err error) {
+		out, err = clientRetrying(ctx, c, func(o string) bool { _, err := parsePerftest(o); return err == nil },
+			nil, append(append([]string{tool, "-d", c.cdev}, common...), c.server)...)
+		return err
+	})
 	if err != nil {
-		return nil, err
-	}
-	out, err := clientRetrying(ctx, c, func(o string) bool { _, err := parsePerftest(o); return err == nil },
-		nil, append(append([]string{tool, "-d", c.cdev}, common...), c.server)...)
-	if err != nil {
-		srv.kill()
-		srv.wait()
-		return nil, err
-	}
-	if err := srv.wait(); err != nil {
 		return nil, err
 	}
 	return parsePerftest(out)

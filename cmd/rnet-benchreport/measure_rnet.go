@@ -20,17 +20,13 @@ func rnetPerf(tcp bool, env ...string) measurer {
 		if tcp {
 			sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
 		}
-		srv, err := startServer(ctx, c, "listening on", env, sargs...)
+		var out string
+		var syscalls float64
+		err := serveWhile(ctx, c, "listening on", env, sargs, func(*proc) (err error) {
+			out, syscalls, err = runClientCounted(ctx, c, env, cargs...)
+			return err
+		})
 		if err != nil {
-			return nil, err
-		}
-		out, syscalls, err := runClientCounted(ctx, c, env, cargs...)
-		if err != nil {
-			srv.kill()
-			srv.wait()
-			return nil, err
-		}
-		if err := srv.wait(); err != nil {
 			return nil, err
 		}
 		var res perfjson.PerfResult
@@ -94,17 +90,12 @@ func runPing(ctx context.Context, c *config, clientCmd string, tcp bool, env []s
 	if tcp {
 		sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
 	}
-	srv, err := startServer(ctx, c, "listening on", env, sargs...)
+	var out string
+	err := serveWhile(ctx, c, "listening on", env, sargs, func(*proc) (err error) {
+		out, err = runClient(ctx, c, env, cargs...)
+		return err
+	})
 	if err != nil {
-		return res, err
-	}
-	out, err := runClient(ctx, c, env, cargs...)
-	if err != nil {
-		srv.kill()
-		srv.wait()
-		return res, err
-	}
-	if err := srv.wait(); err != nil {
 		return res, err
 	}
 	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {

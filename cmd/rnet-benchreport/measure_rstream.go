@@ -18,18 +18,14 @@ func rstream(ctx context.Context, c *config, port, size, count, iters int, extra
 // (see runClientCounted).
 func rstreamCounted(ctx context.Context, c *config, port, size, count, iters int, extra ...string) (float64, float64, error) {
 	args := append([]string{"-p", strconv.Itoa(port), "-S", strconv.Itoa(size), "-C", strconv.Itoa(count), "-I", strconv.Itoa(iters)}, extra...)
-	srv, err := startServer(ctx, c, "", nil, append([]string{"rstream", "-b", c.server}, args...)...)
+	var out string
+	var syscalls float64
+	err := serveWhile(ctx, c, "", nil, append([]string{"rstream", "-b", c.server}, args...), func(srv *proc) (err error) {
+		out, syscalls, err = clientRetryingCounted(ctx, c, func(o string) bool { _, err := parseRstream(o); return err == nil },
+			srv.running, append([]string{"rstream", "-s", c.server, "-b", c.client}, args...)...)
+		return err
+	})
 	if err != nil {
-		return 0, 0, err
-	}
-	out, syscalls, err := clientRetryingCounted(ctx, c, func(o string) bool { _, err := parseRstream(o); return err == nil },
-		srv.running, append([]string{"rstream", "-s", c.server, "-b", c.client}, args...)...)
-	if err != nil {
-		srv.kill()
-		srv.wait()
-		return 0, 0, err
-	}
-	if err := srv.wait(); err != nil {
 		return 0, 0, err
 	}
 	us, err := parseRstream(out)

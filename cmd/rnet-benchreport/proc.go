@@ -20,6 +20,22 @@ type proc struct {
 	done chan error
 }
 
+// serveWhile starts the server argv (see startServer), runs client while it
+// serves and then waits for the server to exit; if client fails, it kills
+// the server and returns client's error.
+func serveWhile(ctx context.Context, c *config, ready string, env []string, argv []string, client func(srv *proc) error) error {
+	srv, err := startServer(ctx, c, ready, env, argv...)
+	if err != nil {
+		return err
+	}
+	if err := client(srv); err != nil {
+		srv.kill()
+		srv.wait()
+		return err
+	}
+	return srv.wait()
+}
+
 // startServer starts argv and, if ready is not empty, waits until a line of
 // its stdout contains ready.
 func startServer(ctx context.Context, c *config, ready string, env []string, argv ...string) (*proc, error) {
