@@ -26,6 +26,8 @@ need_cmd rping rdmacm-utils
 need_cmd rstream rdmacm-utils
 need_cmd ib_write_bw perftest
 need_cmd ibv_devinfo ibverbs-utils
+# make bench's applications count every system call with perf stat (appbench's device test too)
+need_cmd perf linux-perf
 # interop tests: libc programs run under librspreload against rnet
 need_cmd socat socat
 need_cmd curl curl
