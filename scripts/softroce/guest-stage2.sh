@@ -38,6 +38,8 @@ cwd=$(cat $out/cwd)
 if [ -n "$cwd" ] && [ "$cwd" != / ]; then
   mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576,cache=mmap rnetcwd "$cwd" || log "mounting the working directory failed"
 fi
+# One host of the two-host lab: its own network and a command loop instead of one command.
+[ -f $out/host ] && . "$(dirname "$0")/guest-host.sh"
 wire=$(cat $out/wire); mtu=$(cat $out/mtu); want=$(cat $out/devices)
 hostname rnet-guest
 ip link set lo up

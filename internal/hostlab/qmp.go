@@ -1,0 +1,78 @@
+package hostlab
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// qmp is a connection to a qemu's machine protocol socket, for commands
+// that act on a running guest (set_link).
+type qmp struct {
+	mu   sync.Mutex // serialises commands
+	conn net.Conn
+	rd   *bufio.Reader
+}
+
+func dialQMP(path string) (*qmp, error) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	q := &qmp{conn: c, rd: bufio.NewReader(c)}
+	if _, err := q.reply(); err != nil { // the greeting
+		c.Close()
+		return nil, err
+	}
+	if err := q.execute("qmp_capabilities", nil); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// execute runs one command and returns its error reply as an error.
+func (q *qmp) execute(cmd string, args map[string]any) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	req := map[string]any{"execute": cmd}
+	if args != nil {
+		req["arguments"] = args
+	}
+	b, _ := json.Marshal(req)
+	q.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	defer q.conn.SetDeadline(time.Time{})
+	if _, err := q.conn.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("hostlab: QMP %s: %w", cmd, err)
+	}
+	for {
+		m, err := q.reply()
+		if err != nil {
+			return fmt.Errorf("hostlab: QMP %s: %w", cmd, err)
+		}
+		if _, ok := m["event"]; ok {
+			continue
+		}
+		if e, ok := m["error"]; ok {
+			return fmt.Errorf("hostlab: QMP %s: %v", cmd, e)
+		}
+		return nil
+	}
+}
+
+func (q *qmp) reply() (map[string]any, error) {
+	line, err := q.rd.ReadBytes('\n')
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(line, &m); err != nil {
+		return nil, fmt.Errorf("reply %q: %w", line, err)
+	}
+	return m, nil
+}
+
+func (q *qmp) close() { q.conn.Close() }
