@@ -31,8 +31,8 @@ DEVICE_PKGS = $(foreach m,$(MODULES),$(call device_pkgs,$(m)))
 # $(call device_test,ARGS): `go test ARGS PKGS` in every module that has device packages.
 device_test = $(foreach m,$(MODULES),$(if $(call device_pkgs,$(m)),$(GO) -C $(m) test $(1) $(call device_pkgs,$(m))$(newline)))
 
-.PHONY: test test-host fuzz lab-selftest lab-smoke test-device test-native lab-shell build-deps
-test: test-host fuzz lab-selftest lab-smoke test-device
+.PHONY: test test-host fuzz lab-selftest lab-smoke test-device test-hosts test-native lab-shell build-deps
+test: test-host fuzz lab-selftest lab-smoke test-device test-hosts
 
 # The cgo packages need libibverbs-dev and librdmacm-dev on the host: install them (as
 # root) or say which are missing, before the C compiler fails on a missing header.
@@ -87,6 +87,19 @@ test-device:
 	$(call device_test,-race -count=1 -p 1 -timeout 20m $(SHORT) -exec $(VM))
 	# Allocation counts mean something only without the race detector.
 	$(GO) test -count=1 -run '$(NORACE_TESTS)' -exec $(VM) ./internal/cm
+endif
+
+# make test-hosts: the two-host tier (docs/lab.md, "Two hosts"). Its tests boot host A and
+# host B (internal/hostlab), two guests of one CPU each joined by a virtual wire, and run
+# rnet between them under power-off, freeze, wire cuts and reboots. They run on this
+# machine, not in a guest, one package at a time; with RNET_NATIVE=1 there is no lab to boot.
+ifeq ($(RNET_NATIVE),1)
+test-hosts:
+	@echo "RNET_NATIVE=1: the two-host tier needs the lab's guests; skipped"
+else
+test-hosts: build-deps
+	RNET_HOSTS=1 $(GO) test -count=1 -timeout 10m ./internal/hostlab
+	RNET_HOSTS=1 $(GO) -C internal/twohosts test -race -count=1 -timeout 40m .
 endif
 
 # An interactive-less shell command in the lab, e.g. make lab-shell CMD='ibv_devinfo -v'
