@@ -98,7 +98,7 @@ test-hosts:
 	@echo "RNET_NATIVE=1: the two-host tier needs the lab's guests; skipped"
 else
 test-hosts: build-deps
-	RNET_HOSTS=1 $(GO) test -count=1 -timeout 10m ./internal/hostlab
+	RNET_HOSTS=1 $(GO) test -race -count=1 -timeout 10m ./internal/hostlab
 	RNET_HOSTS=1 $(GO) -C internal/twohosts test -race -count=1 -timeout 40m .
 endif
 

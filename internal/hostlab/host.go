@@ -33,7 +33,7 @@ type Host struct {
 	exited chan struct{} // closed when qemu has exited
 	ctl    net.Conn      // the guest's rnet.ctl port
 	qmp    *qmp
-	jobs   map[int]*Job
+	jobs   map[int]*Job // this boot's jobs still running
 	nextID int
 	boots  int
 }
@@ -90,7 +90,12 @@ func (h *Host) boot(ctx context.Context) error {
 	qmpPath := filepath.Join(run, "qmp.sock")
 	args := h.qemuArgs(run, ctlPath, qmpPath)
 	cmd := exec.Command("qemu-system-x86_64", args...)
-	cmd.Stdout, cmd.Stderr = h.logFile(run, "qemu.log"), h.logFile(run, "qemu.log")
+	qlog, err := os.Create(filepath.Join(run, "qemu.log"))
+	if err != nil {
+		return err
+	}
+	defer qlog.Close() // qemu has its own copy
+	cmd.Stdout, cmd.Stderr = qlog, qlog
 	// Its own process group, so that a SIGSTOP for the guest stops no one else.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -99,7 +104,8 @@ func (h *Host) boot(ctx context.Context) error {
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	h.mu.Lock()
-	h.run, h.qemu, h.exited, h.jobs = run, cmd, exited, map[int]*Job{}
+	jobs := map[int]*Job{}
+	h.run, h.qemu, h.exited, h.jobs = run, cmd, exited, jobs
 	h.boots++
 	h.mu.Unlock()
 	fmt.Fprintf(h.lab.cfg.Log, "hostlab: host %s booting (qemu pid %d, files in %s)\n", h.Name, cmd.Process.Pid, run)
@@ -117,7 +123,7 @@ func (h *Host) boot(ctx context.Context) error {
 		return h.bootFailed(ctx, "qemu did not open the control port")
 	}
 	ready := make(chan string, 1)
-	go h.readCtl(conn, exited, ready)
+	go h.readCtl(conn, exited, ready, jobs)
 	select {
 	case line := <-ready:
 		if line != "ready" {
@@ -170,14 +176,6 @@ func (h *Host) qemuArgs(run, ctlPath, qmpPath string) []string {
 	return args
 }
 
-func (h *Host) logFile(run, name string) *os.File {
-	f, err := os.OpenFile(filepath.Join(run, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil
-	}
-	return f
-}
-
 // bootFailed powers the guest off and returns an error with the tail of its
 // logs.
 func (h *Host) bootFailed(ctx context.Context, why string) error {
@@ -204,8 +202,8 @@ func (h *Host) bootFailed(ctx context.Context, why string) error {
 }
 
 // readCtl reads the guest's messages until qemu exits: the first is sent to
-// ready, the rest go to their jobs.
-func (h *Host) readCtl(conn net.Conn, exited chan struct{}, ready chan<- string) {
+// ready, the rest go to their jobs, which are this boot's.
+func (h *Host) readCtl(conn net.Conn, exited chan struct{}, ready chan<- string, jobs map[int]*Job) {
 	sc := bufio.NewScanner(conn)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	first := true
@@ -223,7 +221,7 @@ func (h *Host) readCtl(conn net.Conn, exited chan struct{}, ready chan<- string)
 			continue
 		}
 		h.mu.Lock()
-		j := h.jobs[id]
+		j := jobs[id]
 		h.mu.Unlock()
 		if j == nil {
 			continue
@@ -234,7 +232,7 @@ func (h *Host) readCtl(conn net.Conn, exited chan struct{}, ready chan<- string)
 		case "exit":
 			code, _ := strconv.Atoi(arg)
 			h.mu.Lock()
-			delete(h.jobs, id)
+			delete(jobs, id)
 			h.mu.Unlock()
 			j.finish(code, nil)
 		}
@@ -242,10 +240,13 @@ func (h *Host) readCtl(conn net.Conn, exited chan struct{}, ready chan<- string)
 	conn.Close()
 	<-exited
 	h.mu.Lock()
-	jobs := h.jobs
-	h.jobs = map[int]*Job{}
+	var lost []*Job
+	for id, j := range jobs {
+		lost = append(lost, j)
+		delete(jobs, id)
+	}
 	h.mu.Unlock()
-	for _, j := range jobs {
+	for _, j := range lost {
 		j.finish(-1, ErrPoweredOff)
 	}
 }

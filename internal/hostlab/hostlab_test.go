@@ -2,6 +2,7 @@ package hostlab
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -54,5 +55,89 @@ func TestHostsSeeEachOther(t *testing.T) {
 	}
 	if fwd, _ := l.Wire(0).Counts(); fwd == 0 {
 		t.Fatal("the relay forwarded nothing: the ping did not cross the wire")
+	}
+}
+
+// probe tries a TCP connect from h to its peer's port 9 (nothing listens) and
+// reports whether an answer (a refusal) came within limit.
+func probe(t *testing.T, h *Host, limit string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := h.Run(ctx, nil, "bash", "-c", `timeout `+limit+` bash -c "exec 3<>/dev/tcp/$RNET_PEER_ADDR0/9" 2>&1; echo "rc=$?"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case strings.Contains(out, "Connection refused"):
+		return true
+	case strings.Contains(out, "rc=124"):
+		return false
+	}
+	t.Fatalf("host %s's probe printed %q", h.Name, out)
+	return false
+}
+
+// TestFaults does each fault to a running lab and checks what the hosts see:
+// a cut wire and a frozen host answer nothing, a restored wire and a thawed
+// host answer again, a downed link shows in the guest's carrier, a powered-off
+// host's jobs end with ErrPoweredOff, and a rebooted host runs jobs again.
+func TestFaults(t *testing.T) {
+	needLab(t)
+	l := bootLab(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if !probe(t, l.A, "20") {
+		t.Fatal("no answer from B over an intact wire")
+	}
+
+	l.Wire(0).Cut()
+	if probe(t, l.A, "3") {
+		t.Fatal("B answered across a cut wire")
+	}
+	l.Wire(0).Restore()
+	if !probe(t, l.A, "20") {
+		t.Fatal("no answer from B after the wire was restored")
+	}
+
+	l.B.Freeze()
+	if probe(t, l.A, "3") {
+		t.Fatal("a frozen B answered")
+	}
+	l.B.Thaw()
+	if !probe(t, l.A, "20") {
+		t.Fatal("no answer from B after the thaw")
+	}
+
+	if err := l.A.LinkDown(0); err != nil {
+		t.Fatal(err)
+	}
+	out, err := l.A.Run(ctx, nil, "rdma", "link", "show", "rxe0/1")
+	if err != nil || !strings.Contains(out, "state DOWN") {
+		t.Fatalf("after LinkDown, host a's rxe0 port is not down: %v\n%s", err, out)
+	}
+	if err := l.A.LinkUp(0); err != nil {
+		t.Fatal(err)
+	}
+	if !probe(t, l.A, "20") {
+		t.Fatal("no answer from B after LinkUp")
+	}
+
+	job, err := l.B.Start(nil, nil, "sleep", "600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.B.PowerOff()
+	if err := job.Wait(ctx); !errors.Is(err, ErrPoweredOff) {
+		t.Fatalf("a powered-off host's job ended with %v, want ErrPoweredOff", err)
+	}
+	if _, err := l.B.Start(nil, nil, "true"); err == nil {
+		t.Fatal("a powered-off host started a job")
+	}
+	if err := l.B.Reboot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !probe(t, l.A, "20") {
+		t.Fatal("no answer from B after its reboot")
 	}
 }

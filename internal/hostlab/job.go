@@ -3,6 +3,7 @@ package hostlab
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +19,7 @@ type Job struct {
 	host *Host
 	id   int
 	argv []string
+	ctl  net.Conn // the control port of the boot it runs in
 
 	mu      sync.Mutex // guards the fields below
 	out     strings.Builder
@@ -47,7 +49,7 @@ func (h *Host) Start(env []string, onLine func(line string), argv ...string) (*J
 		return nil, fmt.Errorf("hostlab: host %s is not running", h.Name)
 	}
 	h.nextID++
-	j := &Job{host: h, id: h.nextID, argv: argv, done: make(chan struct{}), lines: onLine}
+	j := &Job{host: h, id: h.nextID, argv: argv, ctl: h.ctl, done: make(chan struct{}), lines: onLine}
 	var script strings.Builder
 	for _, e := range env {
 		name, value, ok := strings.Cut(e, "=")
@@ -137,12 +139,14 @@ func (j *Job) WaitFor(ctx context.Context, substr string) (string, error) {
 // Signal sends sig to the command.
 func (j *Job) Signal(sig syscall.Signal) error {
 	h := j.host
-	h.mu.Lock()
+	h.mu.Lock() // one writer on the control port at a time
 	defer h.mu.Unlock()
-	if h.ctl == nil {
-		return fmt.Errorf("hostlab: host %s is not running", h.Name)
+	select {
+	case <-j.done:
+		return nil
+	default:
 	}
-	_, err := fmt.Fprintf(h.ctl, "signal %d %s\n", j.id, unix.SignalName(sig))
+	_, err := fmt.Fprintf(j.ctl, "signal %d %s\n", j.id, unix.SignalName(sig))
 	return err
 }
 
