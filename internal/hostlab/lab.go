@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"time"
 )
 
@@ -192,10 +193,22 @@ func (c *Config) fill() error {
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
+	c.Log = &lockedWriter{w: c.Log} // both hosts boot and log at once
 	if runtime.GOOS != "linux" {
 		return errors.New("hostlab: the lab runs on Linux hosts only")
 	}
 	return nil
+}
+
+type lockedWriter struct {
+	mu sync.Mutex // serialises writes to w
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // scriptsDir is scripts/softroce in the repository holding this package.
