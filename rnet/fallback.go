@@ -131,7 +131,14 @@ const defaultTCPFallbackMemory = 30 * time.Second
 // "tcp4" or "tcp6" for "rdma", "rdma4" or "rdma6") and returns a *TCPConn
 // that says why. A dial that the context ends, an invalid Config or an
 // address that does not resolve fails without falling back.
+//
+// It has net.Dialer.DialContext's signature and takes its networks too:
+// "tcp", "tcp4" and "tcp6" mean "rdma", "rdma4" and "rdma6", so that it
+// drops in where code dials TCP, as http.Transport's DialContext does.
 func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Conn, error) {
+	if rdmaNet, ok := RDMANetwork(network); ok {
+		network = rdmaNet
+	}
 	if !d.TCPFallback {
 		c, err := d.DialContext(ctx, network, address)
 		if err != nil {
@@ -184,6 +191,21 @@ func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Con
 }
 
 var tcpNetworks = map[string]string{"rdma": "tcp", "rdma4": "tcp4", "rdma6": "tcp6"}
+
+// RDMANetwork returns the RDMA network that stands for network where a
+// dial of TCP is asked for: "rdma" for "tcp" or "rdma", "rdma4" for "tcp4"
+// or "rdma4", "rdma6" for "tcp6" or "rdma6"; false for any other.
+func RDMANetwork(network string) (string, bool) {
+	switch network {
+	case "tcp", "rdma":
+		return "rdma", true
+	case "tcp4", "rdma4":
+		return "rdma4", true
+	case "tcp6", "rdma6":
+		return "rdma6", true
+	}
+	return "", false
+}
 
 // dialRDMA is DialConn's RDMA attempt.
 func (d *Dialer) dialRDMA(ctx context.Context, network, address string) (*Conn, error) {

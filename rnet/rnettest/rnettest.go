@@ -171,9 +171,30 @@ func (f *Fabric) freePort(ip netip.Addr) (netip.AddrPort, error) {
 	return netip.AddrPort{}, fmt.Errorf("rnettest: every port from %d up is listened on: close Listeners", firstEphemeralPort)
 }
 
+// DialConn dials the process-wide Fabric; see Fabric.DialConn.
+func DialConn(ctx context.Context, network, address string) (net.Conn, error) {
+	return defaultFabric().DialConn(ctx, network, address)
+}
+
 // Dial connects to address in f; see DialContext.
 func (f *Fabric) Dial(network, address string) (*rnet.Conn, error) {
 	return f.DialContext(context.Background(), network, address)
+}
+
+// DialConn is DialContext returning a net.Conn, with net.Dialer's
+// DialContext signature and networks ("tcp", "tcp4" and "tcp6" stand for
+// "rdma", "rdma4" and "rdma6"), so that it is the whole of a dialer for
+// http.Transport's DialContext, and, with the address's network bound, for
+// gRPC's WithContextDialer.
+func (f *Fabric) DialConn(ctx context.Context, network, address string) (net.Conn, error) {
+	if rdmaNet, ok := rnet.RDMANetwork(network); ok {
+		network = rdmaNet
+	}
+	c, err := f.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err // not a nil *rnet.Conn in a non-nil net.Conn
+	}
+	return c, nil
 }
 
 // DialContext connects to a Listener at address in f. The connection is

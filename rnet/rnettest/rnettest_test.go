@@ -340,3 +340,39 @@ func TestBacklogFull(t *testing.T) {
 		t.Fatalf("Read from a queued connection its listener closed = %v, want io.EOF", err)
 	}
 }
+
+// TestDialConn: DialConn takes net.Dialer's networks, returns a working
+// net.Conn, and on failure a nil interface, not a nil *rnet.Conn in one.
+func TestDialConn(t *testing.T) {
+	f := rnettest.NewFabric(nil)
+	ln, err := f.Listen("rdma", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, network := range []string{"tcp", "tcp4", "rdma"} {
+		c, err := f.DialConn(context.Background(), network, ln.Addr().String())
+		if err != nil {
+			t.Fatalf("DialConn(%q): %v", network, err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := c.(*rnet.Conn); !ok {
+			t.Errorf("DialConn(%q) returned a %T, want *rnet.Conn", network, c)
+		}
+		c.Close()
+		s.Close()
+	}
+	c, err := f.DialConn(context.Background(), "tcp", "127.0.0.1:1")
+	if err == nil || c != nil {
+		t.Fatalf("DialConn to nothing = %#v, %v; want a nil net.Conn and an error", c, err)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("DialConn to nothing: %v; want ECONNREFUSED", err)
+	}
+	if _, err := f.DialConn(context.Background(), "udp", ln.Addr().String()); err == nil {
+		t.Error("DialConn(\"udp\") succeeded")
+	}
+}
