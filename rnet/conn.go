@@ -177,30 +177,30 @@ func (h *Conn) Stats() Stats {
 
 // Stats counts what a connection did. Every counter only grows.
 type Stats struct {
-	BytesWritten     uint64 // accepted by Write
-	BytesRead        uint64 // returned by Read
-	BytesSent        uint64 // carried by RDMA writes to the peer
-	BytesReceived    uint64 // written into our receive ring by the peer
-	MessagesSent     uint64 // data transfers (RDMA writes with immediate)
-	MessagesReceived uint64
-	InlineSends      uint64 // transfers small enough to travel inside the work request
+	BytesWritten     uint64 `json:"bytes_written"`  // accepted by Write
+	BytesRead        uint64 `json:"bytes_read"`     // returned by Read
+	BytesSent        uint64 `json:"bytes_sent"`     // carried by RDMA writes to the peer
+	BytesReceived    uint64 `json:"bytes_received"` // written into our receive ring by the peer
+	MessagesSent     uint64 `json:"messages_sent"`  // data transfers (RDMA writes with immediate)
+	MessagesReceived uint64 `json:"messages_received"`
+	InlineSends      uint64 `json:"inline_sends"` // transfers small enough to travel inside the work request
 	// CoalescedWrites counts Writes whose bytes went out in one transfer
 	// with bytes of an earlier Write (see Config.NoDelay).
-	CoalescedWrites uint64
+	CoalescedWrites uint64 `json:"coalesced_writes"`
 
-	CreditUpdatesSent     uint64
-	CreditUpdatesReceived uint64
-	KeepalivesSent        uint64
+	CreditUpdatesSent     uint64 `json:"credit_updates_sent"`
+	CreditUpdatesReceived uint64 `json:"credit_updates_received"`
+	KeepalivesSent        uint64 `json:"keepalives_sent"`
 
 	// Stalls count the times data was waiting but could not go out.
-	CreditStalls uint64 // the peer had granted no more messages
-	BufferStalls uint64 // the peer had granted no more receive-ring space
-	QueueStalls  uint64 // the send queue was full
+	CreditStalls uint64 `json:"credit_stalls"` // the peer had granted no more messages
+	BufferStalls uint64 `json:"buffer_stalls"` // the peer had granted no more receive-ring space
+	QueueStalls  uint64 `json:"queue_stalls"`  // the send queue was full
 
-	SendCompletions  uint64
-	RecvCompletions  uint64
-	ErrorCompletions uint64 // completions with an error status
-	CQPolls          uint64 // polls of the completion queue (each one crossing into C)
+	SendCompletions  uint64 `json:"send_completions"`
+	RecvCompletions  uint64 `json:"recv_completions"`
+	ErrorCompletions uint64 `json:"error_completions"` // completions with an error status
+	CQPolls          uint64 `json:"cq_polls"`          // polls of the completion queue (each one crossing into C)
 
 	// How Reads, Writes and Close waited (see Config.BusyPoll): Spins
 	// counts waits that polled the CQ in a loop, Parks the times a waiting
@@ -210,8 +210,8 @@ type Stats struct {
 	// post first) and a wakeup through the netpoller, a spin one crossing
 	// per round. A wait that finds the channel already signalled is no
 	// park.
-	Spins uint64
-	Parks uint64
+	Spins uint64 `json:"spins"`
+	Parks uint64 `json:"parks"`
 	// HandOffs counts the times the wait for completions passed from one
 	// of the connection's goroutines to another (a Read, Write or Close
 	// blocked behind it, or the goroutine that sends what a returned Write
@@ -219,29 +219,29 @@ type Stats struct {
 	// goroutine polled the connection's completions (its poll group's
 	// leader, or another connection of the group in its own step) and
 	// woke the connection's waiter with them.
-	HandOffs   uint64
-	Dispatches uint64
+	HandOffs   uint64 `json:"hand_offs"`
+	Dispatches uint64 `json:"dispatches"`
 
 	// SendRingSize and RecvRingSize are the sizes of the rings now, not
 	// counters: they start at Config.IdleBufferSize, grow up to
 	// SendBufferSize and RecvBufferSize while the connection is busy, and
 	// shrink back once it is quiet.
-	SendRingSize int
-	RecvRingSize int
+	SendRingSize int `json:"send_ring_size"`
+	RecvRingSize int `json:"recv_ring_size"`
 	// RingGrowths and RingShrinks count the moves of either ring to a
 	// larger or a smaller region.
-	RingGrowths uint64
-	RingShrinks uint64
+	RingGrowths uint64 `json:"ring_growths"`
+	RingShrinks uint64 `json:"ring_shrinks"`
 	// RegionsDeclined counts the larger or smaller regions that could not
 	// be registered (the locked-memory limit, say): the ring stayed as it
 	// was, and the connection went on.
-	RegionsDeclined uint64
+	RegionsDeclined uint64 `json:"regions_declined"`
 	// CreditWindowGrowths counts the times the credit window (the
 	// messages the peer may send ahead of our reading) grew. Only a
 	// connection that takes its receives from its poll group's shared
 	// receive queue starts with a small window and grows it, while the
 	// queue has receives to spare (see docs/design.md, "Poll groups").
-	CreditWindowGrowths uint64
+	CreditWindowGrowths uint64 `json:"credit_window_growths"`
 }
 
 // dispatcher is a queue pair in a poll group: it counts Stats.Dispatches.

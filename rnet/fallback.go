@@ -63,11 +63,44 @@ var fallbackReasons = [...]string{
 	FallbackPeerTCP:    "peer connected over TCP",
 }
 
+// fallbackReasonNames are the reasons as MarshalText writes them: short,
+// stable, snake_case, for metric labels and JSON.
+var fallbackReasonNames = [...]string{
+	FallbackNoDevice:   "no_device",
+	FallbackNoRoute:    "no_route",
+	FallbackRefused:    "refused",
+	FallbackTimeout:    "timeout",
+	FallbackRemembered: "remembered",
+	FallbackRDMAError:  "rdma_error",
+	FallbackPeerTCP:    "peer_tcp",
+}
+
 func (r FallbackReason) String() string {
 	if r > 0 && int(r) < len(fallbackReasons) {
 		return fallbackReasons[r]
 	}
 	return "FallbackReason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// MarshalText names the reason for a metric label or a JSON key:
+// "no_device", "no_route", "refused", "timeout", "remembered",
+// "rdma_error" or "peer_tcp".
+func (r FallbackReason) MarshalText() ([]byte, error) {
+	if r > 0 && int(r) < len(fallbackReasonNames) {
+		return []byte(fallbackReasonNames[r]), nil
+	}
+	return nil, errors.New("rnet: no FallbackReason " + strconv.Itoa(int(r)))
+}
+
+// UnmarshalText takes a name MarshalText writes.
+func (r *FallbackReason) UnmarshalText(text []byte) error {
+	for i, name := range fallbackReasonNames {
+		if i > 0 && name == string(text) {
+			*r = FallbackReason(i)
+			return nil
+		}
+	}
+	return errors.New("rnet: no FallbackReason named " + strconv.Quote(string(text)))
 }
 
 // TCPConn is a connection made over TCP where RDMA could not be used: by a
@@ -99,16 +132,15 @@ func Transport(c net.Conn) string {
 // FallbackStats counts the connections DialConn with TCPFallback made,
 // process-wide: over RDMA, and over TCP by the reason for falling back.
 type FallbackStats struct {
-	RDMA uint64
-	TCP  [FallbackPeerTCP + 1]uint64 // indexed by FallbackReason; [0] unused
+	RDMA uint64                    `json:"rdma"`
+	TCP  map[FallbackReason]uint64 `json:"tcp"` // every reason a dial can have, zero or not
 }
 
 // DialFallbackStats returns the process's FallbackStats so far.
 func DialFallbackStats() FallbackStats {
-	var s FallbackStats
-	s.RDMA = dialCounts[0].Load()
-	for i := 1; i < len(s.TCP); i++ {
-		s.TCP[i] = dialCounts[i].Load()
+	s := FallbackStats{RDMA: dialCounts[0].Load(), TCP: make(map[FallbackReason]uint64, FallbackRDMAError)}
+	for r := FallbackNoDevice; r <= FallbackRDMAError; r++ {
+		s.TCP[r] = dialCounts[r].Load()
 	}
 	return s
 }

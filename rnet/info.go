@@ -14,53 +14,60 @@ import (
 type ConnInfo struct {
 	// Transport is "RoCE", "InfiniBand" or "iWARP", or "simulated" for
 	// a connection over the test fabric, which has no device.
-	Transport string
-	Device    string // the RDMA device, e.g. "mlx5_0" or "rxe0"
-	Port      int    // the device port, from 1
+	Transport string `json:"transport"`
+	Device    string `json:"device"` // the RDMA device, e.g. "mlx5_0" or "rxe0"
+	Port      int    `json:"port"`   // the device port, from 1
+	// QPNumber and RemoteQPNumber are this end's queue pair number and its
+	// peer's, as `rdma resource show qp` lists them (lqpn and rqpn); 0
+	// over the test fabric.
+	QPNumber       uint32 `json:"qp_number"`
+	RemoteQPNumber uint32 `json:"remote_qp_number"`
 	// GIDIndex is the source GID's index in the port's GID table (the
 	// show_gids column), and GID that entry; on RoCE the GID stands for
 	// the local IP address and the index picks RoCE v1 or v2.
-	GIDIndex int
-	GID      netip.Addr
+	GIDIndex int        `json:"gid_index"`
+	GID      netip.Addr `json:"gid"`
 	// PathMTU is the largest packet payload on the path, in bytes (256 to
 	// 4096), as the connection manager chose it from the two ports'; 0
 	// on iWARP, which has none of its own.
-	PathMTU int
+	PathMTU int `json:"path_mtu"`
 	// TrafficClass is the TOS byte of the packets' IP header on RoCE (the
 	// GRH traffic class on InfiniBand), and ServiceLevel the priority the
 	// kernel derived from it (on InfiniBand, the path record's). See
 	// Config.TrafficClass.
-	TrafficClass int
-	ServiceLevel int
+	TrafficClass int `json:"traffic_class"`
+	ServiceLevel int `json:"service_level"`
 	// AckTimeout is the queue pair's local ACK timeout, 0 if it has none
 	// (iWARP); RetryCount and RNRRetryCount the resends its transport
 	// makes. See Config.AckTimeout, RetryCount and RNRRetryCount.
-	AckTimeout    time.Duration
-	RetryCount    int
-	RNRRetryCount int
+	AckTimeout    time.Duration `json:"ack_timeout_ns"`
+	RetryCount    int           `json:"retry_count"`
+	RNRRetryCount int           `json:"rnr_retry_count"`
 	// MaxInlineData is the most the device copies into a work request,
 	// and InlineThreshold the largest transfer rnet sends that way (0:
 	// none).
-	MaxInlineData   int
-	InlineThreshold int
+	MaxInlineData   int `json:"max_inline_data"`
+	InlineThreshold int `json:"inline_threshold"`
 	// SendRingSize and RecvRingSize are the rings' sizes now, and
 	// SendBufferSize and RecvBufferSize the most they grow to (see
 	// Config.IdleBufferSize).
-	SendRingSize, SendBufferSize int
-	RecvRingSize, RecvBufferSize int
+	SendRingSize   int `json:"send_ring_size"`
+	SendBufferSize int `json:"send_buffer_size"`
+	RecvRingSize   int `json:"recv_ring_size"`
+	RecvBufferSize int `json:"recv_buffer_size"`
 	// SendQueueSize is the send queue's depth; CreditWindow the messages
 	// the peer may send ahead of our reading now, and RecvQueueSize the
 	// most it grows to.
-	SendQueueSize int
-	CreditWindow  int
-	RecvQueueSize int
+	SendQueueSize int `json:"send_queue_size"`
+	CreditWindow  int `json:"credit_window"`
+	RecvQueueSize int `json:"recv_queue_size"`
 	// SharedRecvQueue says the connection takes its receives from its
 	// poll group's shared receive queue (see docs/design.md, "Poll
 	// groups").
-	SharedRecvQueue bool
+	SharedRecvQueue bool `json:"shared_recv_queue"`
 	// NoDelay says autocorking is off: each Write is posted at once (see
 	// Config.NoDelay).
-	NoDelay bool
+	NoDelay bool `json:"no_delay"`
 }
 
 // pathReporter is a queue pair that can say where it sends; the test

@@ -3,8 +3,11 @@
 package rnet
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
+	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,6 +67,12 @@ func TestRXEFabricSettings(t *testing.T) {
 					t.Errorf("%s: Info %+v is not what the device reports (%+v, %+v)", end.name, info, path, attrs)
 				}
 			}
+			ci, _ := c.Info()
+			si, _ := s.Info()
+			if ci.QPNumber == 0 || ci.RemoteQPNumber != si.QPNumber || si.RemoteQPNumber != ci.QPNumber {
+				t.Errorf("QP numbers: client %d to %d, server %d to %d; want each end's remote to be the other's", ci.QPNumber, ci.RemoteQPNumber, si.QPNumber, si.RemoteQPNumber)
+			}
+			checkListedQP(t, ci)
 			if tc.dial != nil && tc.dial.AckTimeout != 0 {
 				if a := qpAttrs(t, c); a.AckTimeout != 12 { // 10 ms needs 4.096 µs × 2^12
 					t.Errorf("client ACK timeout exponent %d, want 12", a.AckTimeout)
@@ -117,4 +126,31 @@ func TestIWARPTrafficClass(t *testing.T) {
 	if _, err := io.ReadFull(s, make([]byte, 3)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkListedQP checks that `rdma resource show qp` lists info's queue pair
+// with its peer's number, as an operator would look it up.
+func checkListedQP(t *testing.T, info ConnInfo) {
+	t.Helper()
+	out, err := exec.Command("rdma", "-j", "resource", "show", "qp", "lqpn", strconv.Itoa(int(info.QPNumber))).Output()
+	if err != nil {
+		t.Fatalf("rdma resource show qp: %v", err)
+	}
+	var qps []struct {
+		Device string `json:"ifname"`
+		LQPN   uint32 `json:"lqpn"`
+		RQPN   uint32 `json:"rqpn"`
+	}
+	if err := json.Unmarshal(out, &qps); err != nil {
+		t.Fatalf("rdma resource show qp: %v in %s", err, out)
+	}
+	for _, q := range qps {
+		if q.LQPN == info.QPNumber && q.Device == info.Device {
+			if q.RQPN != info.RemoteQPNumber {
+				t.Errorf("rdma lists QP %d on %s with rqpn %d; Info says %d", q.LQPN, q.Device, q.RQPN, info.RemoteQPNumber)
+			}
+			return
+		}
+	}
+	t.Errorf("rdma resource show qp does not list QP %d on %s: %s", info.QPNumber, info.Device, out)
 }

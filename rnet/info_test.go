@@ -1,8 +1,10 @@
 package rnet
 
 import (
+	"encoding/json"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -34,5 +36,46 @@ func TestSimInfo(t *testing.T) {
 	c.Close()
 	if _, err := c.Info(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Info after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestInfoAndStatsJSON: ConnInfo, Stats and FallbackStats marshal with
+// snake_case keys, a FallbackReason as its label name, and back.
+func TestInfoAndStatsJSON(t *testing.T) {
+	for _, v := range []any{ConnInfo{QPNumber: 7, PathMTU: 1024}, Stats{CQPolls: 3}, FallbackStats{RDMA: 1, TCP: map[FallbackReason]uint64{FallbackNoRoute: 2}}} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys map[string]any
+		if err := json.Unmarshal(b, &keys); err != nil {
+			t.Fatal(err)
+		}
+		for k := range keys {
+			if strings.ToLower(k) != k || strings.Contains(k, "-") {
+				t.Errorf("%T: key %q is not snake_case", v, k)
+			}
+		}
+	}
+	b, _ := json.Marshal(FallbackStats{RDMA: 1, TCP: map[FallbackReason]uint64{FallbackNoRoute: 2, FallbackPeerTCP: 3}})
+	if want := `{"rdma":1,"tcp":{"no_route":2,"peer_tcp":3}}`; string(b) != want {
+		t.Errorf("FallbackStats = %s, want %s", b, want)
+	}
+	var back FallbackStats
+	if err := json.Unmarshal(b, &back); err != nil || back.TCP[FallbackPeerTCP] != 3 || back.TCP[FallbackNoRoute] != 2 {
+		t.Errorf("round trip: %+v, %v", back, err)
+	}
+	for r := FallbackNoDevice; r <= FallbackPeerTCP; r++ {
+		text, err := r.MarshalText()
+		var got FallbackReason
+		if err != nil || got.UnmarshalText(text) != nil || got != r {
+			t.Errorf("%v: MarshalText %q, %v; back %v", r, text, err, got)
+		}
+	}
+	if _, err := FallbackReason(0).MarshalText(); err == nil {
+		t.Error("FallbackReason(0) marshalled")
+	}
+	if s := DialFallbackStats(); len(s.TCP) != int(FallbackRDMAError) {
+		t.Errorf("DialFallbackStats has %d reasons, want every reason a dial can have (%d)", len(s.TCP), FallbackRDMAError)
 	}
 }

@@ -245,6 +245,7 @@ func (q *verbsQP) path(info *ConnInfo) error {
 		return err
 	}
 	info.Port, info.PathMTU, info.GIDIndex = p.Port, p.PathMTU, p.GIDIndex
+	info.QPNumber, info.RemoteQPNumber = q.qp.Num(), p.DestQPNum
 	info.ServiceLevel = int(p.ServiceLevel)
 	if p.GlobalRoute {
 		info.TrafficClass = int(p.TrafficClass)

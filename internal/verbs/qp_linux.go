@@ -122,7 +122,7 @@ func (qp *QP) Path() (QPPath, error) {
 	}
 	var attr C.struct_ibv_qp_attr
 	var init C.struct_ibv_qp_init_attr
-	mask := C.IBV_QP_PORT | C.IBV_QP_PATH_MTU | C.IBV_QP_AV
+	mask := C.IBV_QP_PORT | C.IBV_QP_PATH_MTU | C.IBV_QP_AV | C.IBV_QP_DEST_QPN
 	CountCgoCall()
 	if r, err := C.ibv_query_qp(qp.c, &attr, C.int(mask), &init); r != 0 {
 		return QPPath{}, &Error{Op: "ibv_query_qp", Device: qp.dev, Errno: retErrno(r, err)}
@@ -135,6 +135,7 @@ func (qp *QP) Path() (QPPath, error) {
 		HopLimit:     uint8(attr.ah_attr.grh.hop_limit),
 		ServiceLevel: uint8(attr.ah_attr.sl),
 		GlobalRoute:  attr.ah_attr.is_global != 0,
+		DestQPNum:    uint32(attr.dest_qp_num),
 	}, nil
 }
 

@@ -319,4 +319,6 @@ type QPPath struct {
 	HopLimit     uint8
 	ServiceLevel uint8 // the InfiniBand service level (on RoCE, the priority the kernel derived from the TOS)
 	GlobalRoute  bool  // the QP sends with a global route header (always on RoCE)
+	// DestQPNum is the peer's QP number, which this QP sends to.
+	DestQPNum uint32
 }
