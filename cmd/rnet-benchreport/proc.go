@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -39,6 +40,7 @@ func serveWhile(ctx context.Context, c *config, ready string, env []string, argv
 // startServer starts argv and, if ready is not empty, waits until a line of
 // its stdout contains ready.
 func startServer(ctx context.Context, c *config, ready string, env []string, argv ...string) (*proc, error) {
+	env, argv = serverCommand(c, env, argv)
 	p := &proc{cmd: command(ctx, env, argv), done: make(chan error, 1)}
 	if c.verbose {
 		fmt.Fprintln(os.Stderr, "   $", strings.Join(append(env, argv...), " "), "&")
@@ -98,6 +100,27 @@ func (p *proc) kill() {
 	}
 }
 
+// remoteEnv are the variables of this process's environment that a server
+// started through -server-exec gets too: rnet's Config (see cmd/rnet),
+// which a server on another host would not otherwise see.
+var remoteEnv = []string{"RNET_BUFFER_SIZE", "RNET_BUSY_POLL", "RNET_BUSY_POLL_LIMIT", "RNET_ACK_TIMEOUT"}
+
+// serverCommand is how a server's argv with env runs: as it is, or with
+// -server-exec, as the arguments of that command, after remoteEnv's and
+// env's NAME=value entries (as env(1) and a remote shell take them).
+func serverCommand(c *config, env, argv []string) ([]string, []string) {
+	if len(c.serverExec) == 0 {
+		return env, argv
+	}
+	remote := slices.Clone(c.serverExec)
+	for _, name := range remoteEnv {
+		if v, ok := os.LookupEnv(name); ok {
+			remote = append(remote, name+"="+v)
+		}
+	}
+	return nil, slices.Concat(remote, env, argv)
+}
+
 // command is argv with env added to this process's environment.
 func command(ctx context.Context, env, argv []string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -123,7 +146,9 @@ func runClientCounted(ctx context.Context, c *config, env []string, argv ...stri
 	cmd := command(ctx, env, argv)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	segsBefore := tcpSegments()
 	syscalls, err := runCounted(cmd)
+	c.clientTCPSegments = tcpSegments() - segsBefore
 	if c.verbose {
 		fmt.Fprint(os.Stderr, out.String())
 	}
