@@ -19,10 +19,11 @@ type config struct {
 	perf           string   // perf, for appbench's count of every system call, or ""
 	serverExec     []string // a command that runs its arguments on the server's host, or nil to run servers here
 
-	// clientTCPSegments is how many TCP segments this host sent and
-	// received while the last client ran (NaN where that cannot be read):
-	// in an RDMA test, the control path's traffic during the measurement.
-	// Set by runClientCounted, read by measure after each test.
+	// clientTCPSegments is, with serverExec, how many TCP segments this
+	// host sent and received from the last client's start to its last line
+	// of output, its result (NaN where that cannot be read): in an RDMA
+	// test, the control path's traffic during the measurement. Set by
+	// runClientCounted, read by measure after each test.
 	clientTCPSegments float64
 }
 

@@ -146,9 +146,15 @@ func runClientCounted(ctx context.Context, c *config, env []string, argv ...stri
 	cmd := command(ctx, env, argv)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	segsBefore := tcpSegments()
+	var lines *segmentsAtLines
+	if len(c.serverExec) > 0 {
+		lines = &segmentsAtLines{out: &out, before: tcpSegments(), atLast: math.NaN()}
+		cmd.Stdout, cmd.Stderr = lines, lines
+	}
 	syscalls, err := runCounted(cmd)
-	c.clientTCPSegments = tcpSegments() - segsBefore
+	if lines != nil {
+		c.clientTCPSegments = lines.atLast - lines.before
+	}
 	if c.verbose {
 		fmt.Fprint(os.Stderr, out.String())
 	}
@@ -200,4 +206,24 @@ func refused(out string) bool {
 		}
 	}
 	return false
+}
+
+// segmentsAtLines keeps a client's output and, at the end of each line it
+// prints, notes this host's TCP segment count (tcpSegments). The clients
+// print their result as their last line, when their timed part is over, so
+// the count at the last line less the count before the client started is
+// the TCP traffic while it measured: the server's own report and exit,
+// which the end of the measurement causes, come after it (or race it).
+// exec calls Write from one goroutine, and Wait returns after its last.
+type segmentsAtLines struct {
+	out            *bytes.Buffer
+	before, atLast float64
+}
+
+func (l *segmentsAtLines) Write(p []byte) (int, error) {
+	n, err := l.out.Write(p)
+	if bytes.IndexByte(p, '\n') >= 0 {
+		l.atLast = tcpSegments()
+	}
+	return n, err
 }

@@ -61,8 +61,9 @@ const (
 )
 
 // ControlSegments is, with -server-exec, the TCP segments in and out of the
-// client's host while an RDMA test's client ran: the control path's traffic
-// during the measurement, which should be none (kept in Extra).
+// client's host from an RDMA test's client's start to its result line: the
+// control path's traffic during the measurement, which should be none (kept
+// in Extra).
 const ControlSegments = "control-tcp-segments"
 
 // tripKinds are the per-round-trip figures.
@@ -83,7 +84,7 @@ func unitOf(kind string) (unit, statistic string) {
 	case CgoPerTrip, LocksPerTrip:
 		return "per round trip", "one run's count over its round trips"
 	case ControlSegments:
-		return "segments", "TCP segments in and out of the client's host while one run's client ran"
+		return "segments", "TCP segments in and out of the client's host from one run's client's start to its result"
 	}
 	return "per message", "one run's count over its messages"
 }
@@ -327,6 +328,6 @@ func (r *Report) writeControl(w io.Writer) {
 	if tests == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nControl path (-server-exec) during the RDMA clients' runs: %d of %d client runs saw no TCP segment on the client's host; %.0f segments in all, at most %.0f in one run\n",
+	fmt.Fprintf(w, "\nControl path (-server-exec) during the RDMA measurements: %d of %d client runs saw no TCP segment on the client's host before their result; %.0f segments in all, at most %.0f in one run\n",
 		quiet, tests, total, most)
 }

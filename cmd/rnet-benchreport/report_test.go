@@ -374,7 +374,7 @@ func TestControlLine(t *testing.T) {
 		&Series{Transport: RStream, Kind: ControlSegments, Size: 1 << 20, Runs: []float64{0, 6}})
 	b.Reset()
 	r.WriteTable(&b)
-	if want := title + " during the RDMA clients' runs: 3 of 4 client runs saw no TCP segment on the client's host; 6 segments in all, at most 6 in one run"; !strings.Contains(b.String(), want) {
+	if want := title + " during the RDMA measurements: 3 of 4 client runs saw no TCP segment on the client's host before their result; 6 segments in all, at most 6 in one run"; !strings.Contains(b.String(), want) {
 		t.Errorf("table lacks %q:\n%s", want, b.String())
 	}
 }
