@@ -167,6 +167,29 @@ bench: build-deps
 	  RNET_VM_APPEND="$(BENCH_VM_APPEND)" $(VM) $(BENCH_BIN)/rnet-benchreport -rnet $(BENCH_BIN)/rnet -rnet-counting $(BENCH_BIN)/rnet-lockcount -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS); \
 	fi
 
+# make bench-hosts: make bench's measurements across the two-host lab (issue 41; docs/lab.md,
+# "Two hosts"): every client on host A (rxe0 10.80.0.1), every server on host B (rxe0
+# 10.80.0.2), two guests of one CPU each whose qemus send to each other directly (no relay),
+# booted once with BENCH_VM_APPEND. rnet-benchreport -hosts boots them from this machine,
+# starts an exec server on B and runs itself on A, which starts each server on B through it
+# (-server-exec); the same bench.json, bench.txt and bench.svg, into bench-results/hosts unless
+# BENCH_OUT is given on the command line (it must be inside the current directory). BENCH_RUNS,
+# BENCH_SCALE and BENCH_ARGS as for bench; no Go floor (each host has one CPU).
+.PHONY: bench-hosts
+bench-hosts: BENCH_OUT = bench-results/hosts
+ifeq ($(RNET_NATIVE),1)
+bench-hosts:
+	@echo "RNET_NATIVE=1: bench-hosts needs the lab's guests; on two real hosts run rnet-benchreport with -server-exec (docs/benchmarks.md)"
+else
+bench-hosts: build-deps
+	@mkdir -p $(BENCH_BIN) $(BENCH_OUT)
+	$(GO) build -o $(BENCH_BIN)/rnet ./cmd/rnet
+	$(GO) build -tags rnet_lockcount -o $(BENCH_BIN)/rnet-lockcount ./cmd/rnet
+	$(GO) -C cmd/rnet-benchreport build -o $(abspath $(BENCH_BIN))/rnet-benchreport .
+	$(GO) -C benchmarks build -o $(abspath $(BENCH_BIN))/appbench ./appbench
+	$(BENCH_BIN)/rnet-benchreport -hosts -hosts-append "$(BENCH_VM_APPEND)" -rnet $(BENCH_BIN)/rnet -rnet-counting $(BENCH_BIN)/rnet-lockcount -runs $(BENCH_RUNS) -scale $(BENCH_SCALE) -out $(BENCH_OUT) $(BENCH_ARGS)
+endif
+
 # make bench-scale: issue 28's many-connections benchmark (scripts/bench-scale.sh). A
 # server (`rnet scale -s`, rxe1 10.77.0.2) and a client (`rnet scale -c`, from rxe0
 # 10.77.0.1) in one guest: the client opens BENCH_SCALE_CONNS connections (16 dials in

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -60,4 +61,52 @@ func procSyscalls(pid int) (float64, error) {
 		return math.NaN(), fmt.Errorf("/proc/%d/io: no syscr and syscw", pid)
 	}
 	return float64(n), sc.Err()
+}
+
+// tcpSegments is how many TCP segments this host has received and sent
+// (InSegs + OutSegs of /proc/net/snmp), or NaN if that cannot be read.
+func tcpSegments() float64 {
+	b, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		return math.NaN()
+	}
+	n, err := snmpTCPSegments(string(b))
+	if err != nil {
+		return math.NaN()
+	}
+	return n
+}
+
+// snmpTCPSegments reads InSegs + OutSegs from /proc/net/snmp's text: a
+// "Tcp:" line of names followed by a "Tcp:" line of values.
+func snmpTCPSegments(snmp string) (float64, error) {
+	var names []string
+	for _, line := range strings.Split(snmp, "\n") {
+		fields, ok := strings.CutPrefix(line, "Tcp: ")
+		if !ok {
+			continue
+		}
+		if names == nil {
+			names = strings.Fields(fields)
+			continue
+		}
+		values := strings.Fields(fields)
+		var sum float64
+		found := 0
+		for i, name := range names {
+			if (name == "InSegs" || name == "OutSegs") && i < len(values) {
+				v, err := strconv.ParseUint(values[i], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("/proc/net/snmp Tcp %s %q: %w", name, values[i], err)
+				}
+				sum += float64(v)
+				found++
+			}
+		}
+		if found != 2 {
+			return 0, errors.New("/proc/net/snmp: no Tcp InSegs and OutSegs")
+		}
+		return sum, nil
+	}
+	return 0, errors.New("/proc/net/snmp: no Tcp lines")
 }

@@ -10,6 +10,11 @@
 // rnet's and TCP's figures come from the rnet command (rnet perf, rnet ping
 // and their -tcp baselines), so they are what a user reproduces by hand.
 //
+// With -server-exec the servers run on another host and the clients here;
+// -hosts does that across the two-host lab (`make bench-hosts`):
+//
+//	rnet-benchreport -hosts -rnet ./rnet -runs 3 -out bench-results/hosts
+//
 // It is a module of its own (go.mod beside this file), so that gonum/plot,
 // which draws its SVG, is not among the core module's requirements.
 package main
@@ -17,9 +22,11 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 func main() {
@@ -43,7 +50,27 @@ func main() {
 	flag.StringVar(&c.appbenchRun, "appbench-run", "", "measure only the application workloads matching this regexp (appbench -run)")
 	flag.StringVar(&c.perf, "perf", "", "perf, with which appbench counts every system call of each workload (default: perf on PATH, skipped if absent; \"none\" skips it)")
 	flag.IntVar(&c.rnetBuffer, "rnet-buffer", 1<<20, "rnet's ring size in bytes (RNET_BUFFER_SIZE); the default matches rstream, which asks for 512 KiB SO_SNDBUF/SO_RCVBUF and rsocket doubles that; 0 keeps rnet's default")
+	serverExec := flag.String("server-exec", "", "run every server through this command, which runs its arguments (NAME=value entries, then the command) on the server's host: \"rnet-benchreport -exec-on ADDR\" or \"ssh HOST\"; the clients run here")
+	execListen := flag.String("exec-listen", "", "be an exec server on this address (HOST:PORT) for -exec-on, and measure nothing; it runs whatever it is sent, so listen on a private network only")
+	execAddr := flag.String("exec-on", "", "run the arguments (NAME=value entries, then a command) on the exec server at this address, print their output and exit with their exit code")
+	hosts := flag.Bool("hosts", false, "boot the two-host lab (internal/hostlab: host A and host B, one CPU each, joined directly by their wire), run the servers on B through an exec server and this program with the other flags on A")
+	hostsAppend := flag.String("hosts-append", "tsc=reliable clocksource=tsc", "with -hosts, the guests' extra kernel arguments")
 	flag.Parse()
+	switch {
+	case *execListen != "":
+		err := serveExec(*execListen, func(a net.Addr) { fmt.Println("exec server listening on", a) })
+		fmt.Fprintln(os.Stderr, "rnet-benchreport:", err)
+		os.Exit(1)
+	case *execAddr != "":
+		os.Exit(execOnMain(*execAddr, flag.Args()))
+	case *hosts:
+		if err := runHosts(*hostsAppend, c.port-1); err != nil {
+			fmt.Fprintln(os.Stderr, "rnet-benchreport:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	c.serverExec = strings.Fields(*serverExec)
 	if *replot != "" {
 		if err := replotFile(*replot); err != nil {
 			fmt.Fprintln(os.Stderr, "rnet-benchreport:", err)

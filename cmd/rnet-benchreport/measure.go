@@ -67,6 +67,9 @@ func measure(c *config) (*Report, error) {
 	if c.rnetCounting != "" {
 		r.Notes = append(r.Notes, "work per round trip: rnet ping's crossings into C (cgo) in rnet-poll's timed tests; then, once per run after the latency tests, rnet-poll's latency test again with the client built with -tags rnet_lockcount (the server as before), for the client process's crossings and mutexes taken (locks) per round trip; the counting slows it, so no time is taken from it")
 	}
+	if len(c.serverExec) > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("servers run on the server's host through %q (-server-exec), clients here; the control path's traffic during a measurement: the TCP segments this host sent and received from each RDMA client's start to its result line (rnet, rstream; ib_write exchanges its QPs over TCP), kept as %s", strings.Join(c.serverExec, " "), ControlSegments))
+	}
 	if c.appbench != "" {
 		r.Notes = append(r.Notes, "applications: benchmarks/appbench, server and client processes on the same addresses, over rnet (its default Config, gRPC through rnetgrpc) and over TCP, alternating, once per run after the latency tests; gRPC unary echo (one ClientConn, 1 or 32 callers), gRPC server streaming, HTTP/1.1 and HTTP/2 (h2c) GETs with every body byte checked, 32 clients. Work per call: each process's count over the workload divided by its calls (messages for the stream, requests for HTTP): wakeups of goroutines (runtime/metrics /sched/latencies:seconds, sampled 1 in 8 and scaled), thread context switches (getrusage), read/write system calls (/proc/self/io), and rnet.Stats's counters summed over the process's connections")
 	}
@@ -133,8 +136,12 @@ func measure(c *config) (*Report, error) {
 					port++
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 					start := time.Now()
+					c.clientTCPSegments = math.NaN()
 					vals, err := t.run(ctx, c, port, size)
 					cancel()
+					if err == nil && len(c.serverExec) > 0 && controlled(t.transport) {
+						vals[ControlSegments] = c.clientTCPSegments
+					}
 					for _, k := range []string{Throughput, Latency, LatencyP50} {
 						v, ok := vals[k]
 						if ok && err == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v <= 0) {
@@ -151,7 +158,7 @@ func measure(c *config) (*Report, error) {
 						continue
 					}
 					var parts []string
-					for _, k := range slices.Concat([]string{Throughput, Latency, LatencyP50}, workKinds, tripKinds) {
+					for _, k := range slices.Concat([]string{Throughput, Latency, LatencyP50}, workKinds, tripKinds, []string{ControlSegments}) {
 						v, ok := vals[k]
 						if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
 							continue // a work figure that could not be counted
@@ -200,6 +207,11 @@ func measure(c *config) (*Report, error) {
 	}
 	return r, nil
 }
+
+// controlled reports whether a transport's client moves nothing over TCP, so
+// that every TCP segment while it runs is the control path's (-server-exec):
+// ib_write's tools exchange their QPs over TCP, and tcp is TCP.
+func controlled(transport string) bool { return transport != Verbs && transport != TCP }
 
 // rotated returns list starting at its k-th element (modulo its length),
 // wrapping around.

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -39,6 +40,7 @@ func serveWhile(ctx context.Context, c *config, ready string, env []string, argv
 // startServer starts argv and, if ready is not empty, waits until a line of
 // its stdout contains ready.
 func startServer(ctx context.Context, c *config, ready string, env []string, argv ...string) (*proc, error) {
+	env, argv = serverCommand(c, env, argv)
 	p := &proc{cmd: command(ctx, env, argv), done: make(chan error, 1)}
 	if c.verbose {
 		fmt.Fprintln(os.Stderr, "   $", strings.Join(append(env, argv...), " "), "&")
@@ -98,6 +100,27 @@ func (p *proc) kill() {
 	}
 }
 
+// remoteEnv are the variables of this process's environment that a server
+// started through -server-exec gets too: rnet's Config (see cmd/rnet),
+// which a server on another host would not otherwise see.
+var remoteEnv = []string{"RNET_BUFFER_SIZE", "RNET_BUSY_POLL", "RNET_BUSY_POLL_LIMIT", "RNET_ACK_TIMEOUT"}
+
+// serverCommand is how a server's argv with env runs: as it is, or with
+// -server-exec, as the arguments of that command, after remoteEnv's and
+// env's NAME=value entries (as env(1) and a remote shell take them).
+func serverCommand(c *config, env, argv []string) ([]string, []string) {
+	if len(c.serverExec) == 0 {
+		return env, argv
+	}
+	remote := slices.Clone(c.serverExec)
+	for _, name := range remoteEnv {
+		if v, ok := os.LookupEnv(name); ok {
+			remote = append(remote, name+"="+v)
+		}
+	}
+	return nil, slices.Concat(remote, env, argv)
+}
+
 // command is argv with env added to this process's environment.
 func command(ctx context.Context, env, argv []string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -123,7 +146,15 @@ func runClientCounted(ctx context.Context, c *config, env []string, argv ...stri
 	cmd := command(ctx, env, argv)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	var lines *segmentsAtLines
+	if len(c.serverExec) > 0 {
+		lines = &segmentsAtLines{out: &out, before: tcpSegments(), atLast: math.NaN()}
+		cmd.Stdout, cmd.Stderr = lines, lines
+	}
 	syscalls, err := runCounted(cmd)
+	if lines != nil {
+		c.clientTCPSegments = lines.atLast - lines.before
+	}
 	if c.verbose {
 		fmt.Fprint(os.Stderr, out.String())
 	}
@@ -175,4 +206,24 @@ func refused(out string) bool {
 		}
 	}
 	return false
+}
+
+// segmentsAtLines keeps a client's output and, at the end of each line it
+// prints, notes this host's TCP segment count (tcpSegments). The clients
+// print their result as their last line, when their timed part is over, so
+// the count at the last line less the count before the client started is
+// the TCP traffic while it measured: the server's own report and exit,
+// which the end of the measurement causes, come after it (or race it).
+// exec calls Write from one goroutine, and Wait returns after its last.
+type segmentsAtLines struct {
+	out            *bytes.Buffer
+	before, atLast float64
+}
+
+func (l *segmentsAtLines) Write(p []byte) (int, error) {
+	n, err := l.out.Write(p)
+	if bytes.IndexByte(p, '\n') >= 0 {
+		l.atLast = tcpSegments()
+	}
+	return n, err
 }

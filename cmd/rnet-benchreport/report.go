@@ -60,6 +60,12 @@ const (
 	LocksPerTrip = "locks-per-round-trip"
 )
 
+// ControlSegments is, with -server-exec, the TCP segments in and out of the
+// client's host from an RDMA test's client's start to its result line: the
+// control path's traffic during the measurement, which should be none (kept
+// in Extra).
+const ControlSegments = "control-tcp-segments"
+
 // tripKinds are the per-round-trip figures.
 var tripKinds = []string{CgoPerTrip, LocksPerTrip}
 
@@ -77,6 +83,8 @@ func unitOf(kind string) (unit, statistic string) {
 		return "µs", "one run's median round trip"
 	case CgoPerTrip, LocksPerTrip:
 		return "per round trip", "one run's count over its round trips"
+	case ControlSegments:
+		return "segments", "TCP segments in and out of the client's host from one run's client's start to its result"
 	}
 	return "per message", "one run's count over its messages"
 }
@@ -216,6 +224,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		})
 	}
 	r.writeTripWork(w)
+	r.writeControl(w)
 	r.writeApps(w)
 	r.writeAppWork(w)
 	var fails []string
@@ -296,4 +305,29 @@ func (r *Report) writeTripWork(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nClient work per round trip, latency tests (rnet-poll; cgo: crossings into C in the timed runs; counting-cgo and locks: crossings and mutexes taken in the same test built with -tags rnet_lockcount, whose times are not used)\n")
 	table(w, append([][]string{{"size", "cgo", "", "counting-cgo", "locks", "locks/cgo"}}, rows...))
+}
+
+// writeControl sums up the control path's traffic during the RDMA tests
+// (ControlSegments), if the report has it.
+func (r *Report) writeControl(w io.Writer) {
+	var tests, quiet int
+	var total, most float64
+	for _, e := range r.Extra {
+		if e.Kind != ControlSegments {
+			continue
+		}
+		for _, v := range e.Runs {
+			tests++
+			total += v
+			most = max(most, v)
+			if v == 0 {
+				quiet++
+			}
+		}
+	}
+	if tests == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nControl path (-server-exec) during the RDMA measurements: %d of %d client runs saw no TCP segment on the client's host before their result; %.0f segments in all, at most %.0f in one run\n",
+		quiet, tests, total, most)
 }

@@ -357,3 +357,24 @@ func TestUnitOf(t *testing.T) {
 		}
 	}
 }
+
+// TestControlLine: with the control path's segments in Extra, the table
+// says how many client runs saw none, the sum and the most; without them it
+// says nothing.
+func TestControlLine(t *testing.T) {
+	const title = "Control path (-server-exec)"
+	var b strings.Builder
+	sample().WriteTable(&b)
+	if strings.Contains(b.String(), title) {
+		t.Errorf("control line without its figures:\n%s", b.String())
+	}
+	r := sample()
+	r.Extra = append(r.Extra,
+		&Series{Transport: RNet, Kind: ControlSegments, Size: 64, Runs: []float64{0, 0}},
+		&Series{Transport: RStream, Kind: ControlSegments, Size: 1 << 20, Runs: []float64{0, 6}})
+	b.Reset()
+	r.WriteTable(&b)
+	if want := title + " during the RDMA measurements: 3 of 4 client runs saw no TCP segment on the client's host before their result; 6 segments in all, at most 6 in one run"; !strings.Contains(b.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, b.String())
+	}
+}
