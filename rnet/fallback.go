@@ -66,6 +66,7 @@ var fallbackReasons = [...]string{
 // fallbackReasonNames are the reasons as MarshalText writes them: short,
 // stable, snake_case, for metric labels and JSON.
 var fallbackReasonNames = [...]string{
+	0:                  "none",
 	FallbackNoDevice:   "no_device",
 	FallbackNoRoute:    "no_route",
 	FallbackRefused:    "refused",
@@ -84,9 +85,10 @@ func (r FallbackReason) String() string {
 
 // MarshalText names the reason for a metric label or a JSON key:
 // "no_device", "no_route", "refused", "timeout", "remembered",
-// "rdma_error" or "peer_tcp".
+// "rdma_error" or "peer_tcp"; the zero FallbackReason, no fallback, is
+// "none".
 func (r FallbackReason) MarshalText() ([]byte, error) {
-	if r > 0 && int(r) < len(fallbackReasonNames) {
+	if r >= 0 && int(r) < len(fallbackReasonNames) {
 		return []byte(fallbackReasonNames[r]), nil
 	}
 	return nil, errors.New("rnet: no FallbackReason " + strconv.Itoa(int(r)))
@@ -95,7 +97,7 @@ func (r FallbackReason) MarshalText() ([]byte, error) {
 // UnmarshalText takes a name MarshalText writes.
 func (r *FallbackReason) UnmarshalText(text []byte) error {
 	for i, name := range fallbackReasonNames {
-		if i > 0 && name == string(text) {
+		if name == string(text) {
 			*r = FallbackReason(i)
 			return nil
 		}

@@ -19,7 +19,8 @@ type ConnInfo struct {
 	Port      int    `json:"port"`   // the device port, from 1
 	// QPNumber and RemoteQPNumber are this end's queue pair number and its
 	// peer's, as `rdma resource show qp` lists them (lqpn and rqpn); 0
-	// over the test fabric.
+	// over the test fabric, and RemoteQPNumber 0 on iWARP, whose devices
+	// do not report it.
 	QPNumber       uint32 `json:"qp_number"`
 	RemoteQPNumber uint32 `json:"remote_qp_number"`
 	// GIDIndex is the source GID's index in the port's GID table (the

@@ -72,8 +72,11 @@ func TestInfoAndStatsJSON(t *testing.T) {
 			t.Errorf("%v: MarshalText %q, %v; back %v", r, text, err, got)
 		}
 	}
-	if _, err := FallbackReason(0).MarshalText(); err == nil {
-		t.Error("FallbackReason(0) marshalled")
+	if text, err := FallbackReason(0).MarshalText(); string(text) != "none" || err != nil {
+		t.Errorf("FallbackReason(0).MarshalText() = %q, %v; want none", text, err)
+	}
+	if _, err := FallbackReason(99).MarshalText(); err == nil {
+		t.Error("FallbackReason(99) marshalled")
 	}
 	if s := DialFallbackStats(); len(s.TCP) != int(FallbackRDMAError) {
 		t.Errorf("DialFallbackStats has %d reasons, want every reason a dial can have (%d)", len(s.TCP), FallbackRDMAError)

@@ -143,6 +143,9 @@ func runExec(req execRequest, fw *frameWriter, gone io.Reader) int {
 	}()
 	err = cmd.Wait()
 	close(exited)
+	// What the command left behind in its group dies with it, or it would
+	// hold the output open and the exit frame back.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-copied // every byte of output goes before the exit frame
 	if err == nil {
 		return 0

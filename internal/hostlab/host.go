@@ -35,7 +35,7 @@ type Host struct {
 	qmp    *qmp
 	jobs   map[int]*Job // this boot's jobs still running
 	nextID int
-	boots  int
+	frozen bool // stopped by Freeze: QMP does not answer
 }
 
 func newHost(l *Lab, index int, ports [][2]int) *Host {
@@ -67,6 +67,9 @@ func (h *Host) boot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	h.mu.Lock()
+	h.run = run // for removeFiles, whatever fails next
+	h.mu.Unlock()
 	if err := os.Mkdir(filepath.Join(run, "jobs"), 0o755); err != nil {
 		return err
 	}
@@ -96,8 +99,9 @@ func (h *Host) boot(ctx context.Context) error {
 	}
 	defer qlog.Close() // qemu has its own copy
 	cmd.Stdout, cmd.Stderr = qlog, qlog
-	// Its own process group, so that a SIGSTOP for the guest stops no one else.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so that a SIGSTOP for the guest stops no one
+	// else; killed with us, so that a test binary that dies leaves no guest.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("hostlab: host %s: starting qemu: %w", h.Name, err)
 	}
@@ -105,8 +109,7 @@ func (h *Host) boot(ctx context.Context) error {
 	go func() { cmd.Wait(); close(exited) }()
 	h.mu.Lock()
 	jobs := map[int]*Job{}
-	h.run, h.qemu, h.exited, h.jobs = run, cmd, exited, jobs
-	h.boots++
+	h.run, h.qemu, h.exited, h.jobs, h.frozen = run, cmd, exited, jobs, false
 	h.mu.Unlock()
 	fmt.Fprintf(h.lab.cfg.Log, "hostlab: host %s booting (qemu pid %d, files in %s)\n", h.Name, cmd.Process.Pid, run)
 
@@ -129,6 +132,8 @@ func (h *Host) boot(ctx context.Context) error {
 		if line != "ready" {
 			return h.bootFailed(ctx, strings.TrimPrefix(line, "failed "))
 		}
+	case <-exited:
+		return h.bootFailed(ctx, "the guest powered off before it was ready")
 	case <-ctx.Done():
 		return h.bootFailed(ctx, "no ready within "+cfg.BootTimeout.String())
 	}
@@ -184,7 +189,7 @@ func (h *Host) bootFailed(ctx context.Context, why string) error {
 	run := h.run
 	h.mu.Unlock()
 	var tail strings.Builder
-	for _, f := range []string{"qemu.log", "guest.log", "console.log"} {
+	for _, f := range []string{"setup-failed", "qemu.log", "guest.log", "console.log"} {
 		b, _ := os.ReadFile(filepath.Join(run, f))
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		if len(lines) > 15 {
@@ -198,7 +203,7 @@ func (h *Host) bootFailed(ctx context.Context, why string) error {
 	if ctx.Err() != nil && !strings.Contains(why, "within") {
 		why += " (" + ctx.Err().Error() + ")"
 	}
-	return fmt.Errorf("hostlab: host %s did not come up: %s (logs in %s)", h.Name, why, run)
+	return fmt.Errorf("hostlab: host %s did not come up: %s (its logs are in %s until the lab closes; RNET_LAB_KEEP=1 keeps them)", h.Name, why, run)
 }
 
 // readCtl reads the guest's messages until qemu exits: the first is sent to
@@ -256,12 +261,16 @@ func (h *Host) readCtl(conn net.Conn, exited chan struct{}, ready chan<- string,
 func (h *Host) PowerOff() error {
 	h.mu.Lock()
 	cmd, exited, q := h.qemu, h.exited, h.qmp
-	h.qmp, h.ctl = nil, nil
+	h.qmp, h.ctl, h.qemu = nil, nil, nil
 	h.mu.Unlock()
 	if cmd == nil {
 		return nil
 	}
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-exited: // reaped: its pid may be another process's now
+	default:
+		cmd.Process.Kill() // qemu has no children; a stopped one dies too
+	}
 	<-exited
 	if q != nil {
 		q.close()
@@ -269,22 +278,27 @@ func (h *Host) PowerOff() error {
 	return nil
 }
 
-// Freeze stops the host's qemu (SIGSTOP): its CPUs, clock, devices and NICs
-// stop, as in a long pause or a live migration's last phase. Packets sent to
-// it meanwhile wait in its socket's buffer and, past that, are lost.
-func (h *Host) Freeze() error { return h.signalQemu(syscall.SIGSTOP) }
+// Freeze stops the host's qemu (SIGSTOP): its CPUs, devices and NICs stop,
+// as in a long pause or a live migration's last phase; at the thaw its clock
+// leaps forward by the pause. Packets sent to it meanwhile wait in its
+// socket's buffer and, past that, are lost.
+func (h *Host) Freeze() error { return h.signalQemu(syscall.SIGSTOP, true) }
 
 // Thaw resumes a frozen host.
-func (h *Host) Thaw() error { return h.signalQemu(syscall.SIGCONT) }
+func (h *Host) Thaw() error { return h.signalQemu(syscall.SIGCONT, false) }
 
-func (h *Host) signalQemu(sig syscall.Signal) error {
+func (h *Host) signalQemu(sig syscall.Signal, frozen bool) error {
 	h.mu.Lock()
-	cmd := h.qemu
-	h.mu.Unlock()
-	if cmd == nil {
+	defer h.mu.Unlock()
+	if h.qemu == nil {
 		return fmt.Errorf("hostlab: host %s is not running", h.Name)
 	}
-	return syscall.Kill(-cmd.Process.Pid, sig)
+	// Signal sends to the process, not a pid that may have been reused.
+	if err := h.qemu.Process.Signal(sig); err != nil {
+		return fmt.Errorf("hostlab: host %s: %w", h.Name, err)
+	}
+	h.frozen = frozen
+	return nil
 }
 
 // Reboot powers the host off and boots it again; its wires and addresses
@@ -304,10 +318,13 @@ func (h *Host) LinkUp(i int) error { return h.setLink(i, true) }
 
 func (h *Host) setLink(i int, up bool) error {
 	h.mu.Lock()
-	q := h.qmp
+	q, frozen := h.qmp, h.frozen
 	h.mu.Unlock()
 	if q == nil {
 		return fmt.Errorf("hostlab: host %s is not running", h.Name)
+	}
+	if frozen {
+		return fmt.Errorf("hostlab: host %s is frozen: its qemu answers no command until Thaw", h.Name)
 	}
 	return q.execute("set_link", map[string]any{"name": fmt.Sprintf("w%d", i), "up": up})
 }

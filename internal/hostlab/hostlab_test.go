@@ -91,34 +91,40 @@ func TestFaults(t *testing.T) {
 		t.Fatal("no answer from B over an intact wire")
 	}
 
-	l.Wire(0).Cut()
+	must(t, l.Wire(0).Cut())
 	if probe(t, l.A, "3") {
 		t.Fatal("B answered across a cut wire")
 	}
-	l.Wire(0).Restore()
+	must(t, l.Wire(0).Restore())
 	if !probe(t, l.A, "20") {
 		t.Fatal("no answer from B after the wire was restored")
 	}
 
-	l.B.Freeze()
+	must(t, l.B.Freeze())
 	if probe(t, l.A, "3") {
 		t.Fatal("a frozen B answered")
 	}
-	l.B.Thaw()
+	if err := l.B.LinkDown(0); err == nil {
+		t.Fatal("LinkDown on a frozen host did not fail")
+	}
+	must(t, l.B.Thaw())
 	if !probe(t, l.A, "20") {
 		t.Fatal("no answer from B after the thaw")
 	}
 
-	if err := l.A.LinkDown(0); err != nil {
-		t.Fatal(err)
+	// The guest learns of the carrier through its link watch, a while after
+	// set_link returns: wait for the port's state there, within a bound.
+	portState := func(state string) {
+		t.Helper()
+		out, err := l.A.Run(ctx, nil, "bash", "-c", `for i in $(seq 200); do rdma link show rxe0/1 | grep -q "state `+state+`" && exit 0; sleep 0.1; done; rdma link show rxe0/1; exit 1`)
+		if err != nil {
+			t.Fatalf("host a's rxe0 port did not become %s within 20 s: %v\n%s", state, err, out)
+		}
 	}
-	out, err := l.A.Run(ctx, nil, "rdma", "link", "show", "rxe0/1")
-	if err != nil || !strings.Contains(out, "state DOWN") {
-		t.Fatalf("after LinkDown, host a's rxe0 port is not down: %v\n%s", err, out)
-	}
-	if err := l.A.LinkUp(0); err != nil {
-		t.Fatal(err)
-	}
+	must(t, l.A.LinkDown(0))
+	portState("DOWN")
+	must(t, l.A.LinkUp(0))
+	portState("ACTIVE")
 	if !probe(t, l.A, "20") {
 		t.Fatal("no answer from B after LinkUp")
 	}
@@ -139,5 +145,12 @@ func TestFaults(t *testing.T) {
 	}
 	if !probe(t, l.A, "20") {
 		t.Fatal("no answer from B after its reboot")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

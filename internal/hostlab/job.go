@@ -10,9 +10,15 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// controlWriteTimeout bounds a write to a host's control port, which a
+// frozen host does not drain, so that it cannot hold the host's lock for
+// good.
+const controlWriteTimeout = 10 * time.Second
 
 // Job is a command running on a host.
 type Job struct {
@@ -37,8 +43,9 @@ type lineWaiter struct {
 
 // Start starts argv on the host, in the lab's directory, with env (NAME=value
 // entries) added to the host's environment. Its output (stdout and stderr
-// merged) is kept, line by line; onLine, if not nil, also receives each line
-// as it comes.
+// merged) is kept, line by line, each cut to 3000 bytes; onLine, if not nil,
+// also receives each line as it comes, on the goroutine that reads all the
+// host's jobs, so it must not block.
 func (h *Host) Start(env []string, onLine func(line string), argv ...string) (*Job, error) {
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("hostlab: host %s: no command", h.Name)
@@ -67,6 +74,7 @@ func (h *Host) Start(env []string, onLine func(line string), argv ...string) (*J
 		return nil, err
 	}
 	h.jobs[j.id] = j
+	h.ctl.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
 	if _, err := fmt.Fprintf(h.ctl, "run %d\n", j.id); err != nil {
 		delete(h.jobs, j.id)
 		return nil, fmt.Errorf("hostlab: host %s: sending the command: %w", h.Name, err)
@@ -146,6 +154,7 @@ func (j *Job) Signal(sig syscall.Signal) error {
 		return nil
 	default:
 	}
+	j.ctl.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
 	_, err := fmt.Fprintf(j.ctl, "signal %d %s\n", j.id, unix.SignalName(sig))
 	return err
 }

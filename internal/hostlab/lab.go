@@ -122,8 +122,16 @@ func Boot(ctx context.Context, cfg Config) (*Lab, error) {
 	l.A = newHost(l, 0, ports)
 	l.B = newHost(l, 1, ports)
 	errs := make(chan error, 2)
+	bootCtx, cancel := context.WithCancel(ctx) // one host failing stops the other's boot
+	defer cancel()
 	for _, h := range []*Host{l.A, l.B} {
-		go func() { errs <- h.boot(ctx) }()
+		go func() {
+			err := h.boot(bootCtx)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
 	}
 	err = errors.Join(<-errs, <-errs)
 	if err != nil {

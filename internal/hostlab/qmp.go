@@ -13,6 +13,7 @@ import (
 // that act on a running guest (set_link).
 type qmp struct {
 	mu   sync.Mutex // serialises commands
+	seq  int
 	conn net.Conn
 	rd   *bufio.Reader
 }
@@ -34,11 +35,15 @@ func dialQMP(path string) (*qmp, error) {
 	return q, nil
 }
 
-// execute runs one command and returns its error reply as an error.
+// execute runs one command and returns its error reply as an error. Each
+// command carries an id and only the reply with it counts, so that a reply
+// that came late for an earlier command is not taken for this one's.
 func (q *qmp) execute(cmd string, args map[string]any) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	req := map[string]any{"execute": cmd}
+	q.seq++
+	id := q.seq
+	req := map[string]any{"execute": cmd, "id": id}
 	if args != nil {
 		req["arguments"] = args
 	}
@@ -53,8 +58,8 @@ func (q *qmp) execute(cmd string, args map[string]any) error {
 		if err != nil {
 			return fmt.Errorf("hostlab: QMP %s: %w", cmd, err)
 		}
-		if _, ok := m["event"]; ok {
-			continue
+		if got, ok := m["id"].(float64); !ok || int(got) != id {
+			continue // an event, or a late reply
 		}
 		if e, ok := m["error"]; ok {
 			return fmt.Errorf("hostlab: QMP %s: %v", cmd, e)

@@ -16,14 +16,14 @@ type Wire struct {
 	socks  [2]*net.UDPConn // socks[h] faces host h: receives what h sends, sends what h receives
 	peers  [2]*net.UDPAddr // each host's qemu end
 
+	queues [2]chan frame // frames per direction, in order, for deliver
+
 	mu    sync.Mutex // guards the fields below
 	cut   bool
 	delay time.Duration
 	loss  float64
 	// Counts of frames the relay forwarded and dropped (cut or lost).
 	forwarded, dropped uint64
-	queues             [2]chan frame // delayed frames per direction, in order
-	closed             bool
 }
 
 type frame struct {

@@ -60,16 +60,24 @@ ulimit -n 1048576
 export RNET_GUEST=1 RNET_HOST=$name
 mkdir -p /run/jobs
 echo ready >&3
+# Each job runs in a session of its own (signals reach all its processes) without the
+# control port. Its lines go out cut to 3000 bytes: one write each, so that the lines of
+# jobs running at once never interleave within a line.
+export LC_ALL=C
 while IFS=' ' read -r op id arg <&3; do
   case "$op" in
   run)
     (
-      bash -c "echo \$\$ > /run/jobs/$id.pid; exec bash $out/jobs/$id" </dev/null 2>&1 |
-        while IFS= read -r line; do printf 'out %s %s\n' "$id" "$line"; done >&3
+      setsid bash -c "echo \$\$ > /run/jobs/$id.pid; exec bash $out/jobs/$id" </dev/null 2>&1 3>&- |
+        while IFS= read -r line || [ -n "$line" ]; do printf 'out %s %s\n' "$id" "${line:0:3000}"; done >&3
       echo "exit $id ${PIPESTATUS[0]}" >&3
     ) &
     ;;
-  signal) kill -s "$arg" "$(cat "/run/jobs/$id.pid" 2>/dev/null)" 2>/dev/null ;;
+  signal)
+    # A signal may come before the job has written its pid.
+    for _ in $(seq 50); do [ -s "/run/jobs/$id.pid" ] && break; sleep 0.1; done
+    kill -s "$arg" -- "-$(cat "/run/jobs/$id.pid" 2>/dev/null)" 2>/dev/null
+    ;;
   esac
 done
 log "control port closed"
