@@ -1,0 +1,274 @@
+package twohosts
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/pollgroup"
+	"github.com/rnet-dev/rnet/internal/procstat"
+	"github.com/rnet-dev/rnet/rnet"
+)
+
+// faultClient is the checked-stream client (see stream_test.go).
+func faultClient() int {
+	addr, n, expect := os.Getenv("FAULT_ADDR"), envInt("FAULT_CONNS", 100), os.Getenv("FAULT_EXPECT")
+	if expect != "survive" && expect != "end" {
+		fmt.Printf("FAULT_EXPECT is %q; want survive or end\n", expect)
+		return 2
+	}
+	marks := make(chan os.Signal, 1)
+	signal.Notify(marks, syscall.SIGUSR1)
+	d := &rnet.Dialer{Config: faultConfig(), Timeout: time.Minute}
+
+	// One connection first, so that what the process keeps for its life
+	// (the device's context, the connection manager's channel) is in the
+	// baseline and only what the connections hold is compared.
+	if w, err := d.Dial("rdma", addr); err != nil {
+		fmt.Println("warm-up dial failed:", err)
+		return 1
+	} else {
+		w.Close()
+	}
+	base := takeResources()
+	fmt.Println("baseline", base)
+
+	streams, err := dialAll(d, addr, n)
+	if err != nil {
+		fmt.Println("dial failed:", err)
+		return 1
+	}
+	shared, mtuLo, mtuHi := 0, 1<<30, 0
+	for _, s := range streams {
+		info, err := s.c.Info()
+		if err != nil {
+			fmt.Println("info failed:", err)
+			return 1
+		}
+		if info.SharedRecvQueue {
+			shared++
+		}
+		mtuLo, mtuHi = min(mtuLo, info.PathMTU), max(mtuHi, info.PathMTU)
+	}
+	fmt.Printf("connected %d groups=%d shared=%d pathmtu=%d-%d\n", len(streams), pollgroup.Count(), shared, mtuLo, mtuHi)
+
+	var readers sync.WaitGroup
+	for _, s := range streams {
+		readers.Add(1)
+		go s.write()
+		go func() { defer readers.Done(); s.read() }()
+	}
+	allRead := make(chan struct{})
+	go func() { readers.Wait(); close(allRead) }()
+
+	tick := time.NewTicker(100 * time.Millisecond) // progress reports and the survivors' check
+	steady, moved, diagnosed := false, false, false
+	diagAfter := envDuration("FAULT_DIAG_AFTER", time.Minute)
+	var markAt time.Time
+	var snap []uint64
+	lastReport := time.Now()
+wait:
+	for {
+		select {
+		case <-allRead:
+			break wait
+		case <-marks:
+			markAt = time.Now()
+			snap = make([]uint64, len(streams))
+			for i, s := range streams {
+				snap[i] = s.checked.Load()
+			}
+			fmt.Println("marked")
+		case <-tick.C:
+		}
+		least, total := uint64(1<<63), uint64(0)
+		for i, s := range streams {
+			c := s.checked.Load()
+			total += c
+			if snap != nil {
+				c -= snap[i]
+			}
+			least = min(least, c)
+		}
+		if !diagnosed && !markAt.IsZero() && time.Since(markAt) > diagAfter {
+			diagnosed = true
+			diagnose(streams)
+		}
+		if time.Since(lastReport) >= time.Second {
+			fmt.Printf("progress bytes=%d\n", total)
+			lastReport = time.Now()
+		}
+		if !steady && least >= steadyBytes {
+			steady = true
+			fmt.Printf("steady bytes=%d\n", total)
+		}
+		// A survivor that moved on, or a connection that failed where all
+		// should survive, ends the run: every writer finishes its stream.
+		if expect == "survive" && !moved && (snap != nil && least >= moveOnBytes || streams[0].failures.Load() > 0) {
+			moved = true
+			fmt.Printf("moved-on bytes=%d failed=%d\n", total, streams[0].failures.Load())
+			for _, s := range streams {
+				s.stop.Store(true)
+			}
+		}
+	}
+	tick.Stop()
+
+	clean, failed := 0, 0
+	var maxSinceMark, maxSinceLast time.Duration
+	for _, s := range streams {
+		<-s.writeDone
+		last := time.Unix(0, s.last.Load())
+		sinceMark := time.Duration(0)
+		if !markAt.IsZero() {
+			sinceMark = s.endAt.Sub(markAt)
+		}
+		sinceLast := s.endAt.Sub(last)
+		maxSinceMark, maxSinceLast = max(maxSinceMark, sinceMark), max(maxSinceLast, sinceLast)
+		if s.endErr == nil {
+			clean++
+		} else {
+			failed++
+		}
+		fmt.Printf("ended %d sincemark=%v sincelast=%v bytes=%d peergone=%t err=%v\n", s.id,
+			sinceMark.Round(time.Millisecond), sinceLast.Round(time.Millisecond), s.checked.Load(),
+			errors.Is(s.endErr, rnet.ErrPeerGone), s.endErr)
+	}
+	fmt.Printf("all-ended clean=%d failed=%d maxsincemark=%v maxsincelast=%v\n", clean, failed,
+		maxSinceMark.Round(time.Millisecond), maxSinceLast.Round(time.Millisecond))
+
+	for _, s := range streams {
+		s.c.Close()
+	}
+	released := waitReleased(base)
+	ok := released == ""
+	if ok {
+		fmt.Println("released ok", takeResources())
+	} else {
+		fmt.Println("released leak", released)
+	}
+	switch {
+	case expect == "survive" && failed > 0, expect == "end" && clean > 0, !ok:
+		fmt.Println("client-done failed")
+		return 1
+	}
+	fmt.Println("client-done ok")
+	return 0
+}
+
+// dialAll dials n connections, a few at a time as a pool of clients would.
+func dialAll(d *rnet.Dialer, addr string, n int) ([]*stream, error) {
+	streams := make([]*stream, n)
+	failures := new(atomic.Int64)
+	errs := make(chan error, n)
+	slots := make(chan struct{}, 8)
+	for i := range n {
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots }()
+			c, err := d.Dial("rdma", addr)
+			if err != nil {
+				errs <- fmt.Errorf("connection %d: %w", i, err)
+				return
+			}
+			streams[i] = &stream{id: i, c: c, writeDone: make(chan struct{}), failures: failures}
+			streams[i].last.Store(time.Now().UnixNano())
+			errs <- nil
+		}()
+	}
+	var err error
+	for range n {
+		err = errors.Join(err, <-errs)
+	}
+	if err != nil {
+		for _, s := range streams {
+			if s != nil {
+				s.c.Close()
+			}
+		}
+		return nil, err
+	}
+	return streams, nil
+}
+
+// resources is what the client process holds that its connections add to.
+type resources struct {
+	fds        int
+	goroutines map[string]bool
+	qps        int // queue pairs of this process, by `rdma resource show qp`
+}
+
+func (r resources) String() string {
+	return fmt.Sprintf("fds=%d goroutines=%d qps=%d", r.fds, len(r.goroutines), r.qps)
+}
+
+func takeResources() resources {
+	r := resources{fds: -1, qps: -1, goroutines: procstat.GoroutineIDs()}
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		r.fds = len(ents)
+	}
+	if out, err := exec.Command("rdma", "resource", "show", "qp").Output(); err == nil {
+		r.qps = strings.Count(string(out), fmt.Sprintf(" pid %d ", os.Getpid()))
+	}
+	return r
+}
+
+// waitReleased waits up to 20 s for the process to hold what it held at
+// base, and says what it still holds beyond it ("" once it holds nothing
+// more): the kernel destroys some objects after the call that releases
+// them has returned.
+func waitReleased(base resources) string {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		now := takeResources()
+		fresh := procstat.NewGoroutines(base.goroutines)
+		var diff []string
+		if now.fds != base.fds {
+			diff = append(diff, fmt.Sprintf("fds %d, baseline %d", now.fds, base.fds))
+		}
+		if now.qps != base.qps {
+			diff = append(diff, fmt.Sprintf("qps %d, baseline %d", now.qps, base.qps))
+		}
+		if len(fresh) > 0 {
+			diff = append(diff, fmt.Sprintf("%d goroutines beyond the baseline, the first:\n%s", len(fresh), fresh[0]))
+		}
+		if len(diff) == 0 {
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return strings.Join(diff, "; ")
+		}
+		time.Sleep(50 * time.Millisecond) // between readings of a real condition
+	}
+}
+
+// diagnose prints what the connections that have not ended are doing: the
+// first few's counters and every goroutine's stack.
+func diagnose(streams []*stream) {
+	shown := 0
+	for _, s := range streams {
+		if s.failures == nil || shown >= 3 {
+			break
+		}
+		select {
+		case <-s.writeDone:
+			continue
+		default:
+		}
+		st := s.c.Stats()
+		fmt.Printf("diag %d written=%d checked=%d stats=%+v\n", s.id, s.written.Load(), s.checked.Load(), st)
+		shown++
+	}
+	for _, st := range procstat.Stacks() {
+		for _, l := range strings.Split(st, "\n") {
+			fmt.Println("diag-stack", l)
+		}
+	}
+}

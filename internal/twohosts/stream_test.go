@@ -1,0 +1,280 @@
+package twohosts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rnet-dev/rnet/rnet"
+)
+
+// The checked-stream workload of the fault tests. The client on host A
+// dials many connections to the server on host B, writes each one an
+// offset-derived stream and verifies the echo, so a byte lost, duplicated or
+// reordered in either direction shows as a mismatch at its offset. Both
+// print one machine-readable line per event, which the host tests wait for.
+//
+// The client's environment:
+//
+//	FAULT_ADDR       the server's address, host:port
+//	FAULT_CONNS      how many connections (besides a warm-up one)
+//	FAULT_KEEPALIVE  Config.KeepAlive of every connection
+//	FAULT_EXPECT     "survive": on SIGUSR1 (the fault is over), let every
+//	                 connection move on, then finish each cleanly and
+//	                 check every byte came back;
+//	                 "end": on SIGUSR1 (the fault has begun), take the time
+//	                 and stream until every connection has failed
+//
+// Its lines: "baseline ...", "connected N groups=G shared=S pathmtu=M",
+// "steady bytes=B", "progress bytes=B", "marked", one "ended I ..." per
+// connection, "all-ended clean=C failed=F maxsincemark=D maxsincelast=D",
+// "released ok|leak ..." and "client-done ok|failed".
+func init() {
+	roles["fault-server"] = faultServer
+	roles["fault-client"] = faultClient
+	roles["fault-dial"] = faultDial
+}
+
+// streamChunk is the size of each Write; a multiple of 8, the pattern's
+// word.
+const streamChunk = 16 << 10
+
+// moveOnBytes is how far every connection must get past the mark before a
+// surviving run calls its streams going again.
+const moveOnBytes = 64 << 10
+
+// steadyBytes is what every connection must have had echoed before the
+// client reports a steady stream and a fault may be injected.
+const steadyBytes = 64 << 10
+
+// fillPattern writes stream id's bytes from offset off into b: each 8-byte
+// word at an aligned offset o holds o mixed with the stream's salt, so every
+// word of every stream is distinct.
+func fillPattern(b []byte, id int, off uint64) {
+	salt := uint64(id+1) * 0x9e3779b97f4a7c15
+	var w [8]byte
+	for i := 0; i < len(b); {
+		o := off + uint64(i)
+		base := o &^ 7
+		v := base ^ salt
+		for k := range w {
+			w[k] = byte(v >> (8 * k))
+		}
+		n := copy(b[i:], w[o-base:])
+		i += n
+	}
+}
+
+// envDuration reads a duration from the environment, or def.
+func envDuration(name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+func faultConfig() *rnet.Config {
+	return &rnet.Config{KeepAlive: envDuration("FAULT_KEEPALIVE", 2*time.Second)}
+}
+
+// faultServer echoes every connection on $RNET_HOST_ADDR0:$FAULT_PORT and
+// prints each one's end; after FAULT_SERVER_CONNS ends (if set) it exits.
+func faultServer() int {
+	addr := net.JoinHostPort(os.Getenv("RNET_HOST_ADDR0"), strconv.Itoa(envInt("FAULT_PORT", 7471)))
+	lc := rnet.ListenConfig{Config: faultConfig()}
+	ln, err := lc.Listen(context.Background(), "rdma", addr)
+	if err != nil {
+		fmt.Println("listen failed:", err)
+		return 1
+	}
+	fmt.Println("listening", ln.Addr())
+	want := envInt("FAULT_SERVER_CONNS", 0)
+	var clean, failed atomic.Int64
+	ended := make(chan struct{}, 1<<16)
+	go func() {
+		for id := 0; ; id++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				mtu := 0
+				if info, err := c.(*rnet.Conn).Info(); err == nil {
+					mtu = info.PathMTU
+				}
+				n, last, err := echo(c)
+				c.Close()
+				if err == nil {
+					clean.Add(1)
+				} else {
+					failed.Add(1)
+				}
+				fmt.Printf("server-ended %d bytes=%d sincelast=%v pathmtu=%d peergone=%t err=%v\n",
+					id, n, time.Since(last).Round(time.Millisecond), mtu, errors.Is(err, rnet.ErrPeerGone), err)
+				ended <- struct{}{}
+			}()
+		}
+	}()
+	for i := 0; want == 0 || i < want; i++ {
+		<-ended
+	}
+	ln.Close()
+	fmt.Printf("server-done clean=%d failed=%d\n", clean.Load(), failed.Load())
+	return 0
+}
+
+// echo writes back what it reads until io.EOF, then closes its write side;
+// it returns the bytes echoed, when it last read some and the error that
+// ended it, nil for a clean end.
+func echo(c net.Conn) (int64, time.Time, error) {
+	buf := make([]byte, 32<<10)
+	var total int64
+	last := time.Now()
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			last = time.Now()
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return total, last, werr
+			}
+			total += int64(n)
+		}
+		if err == io.EOF {
+			return total, last, c.(interface{ CloseWrite() error }).CloseWrite()
+		}
+		if err != nil {
+			return total, last, err
+		}
+	}
+}
+
+// faultDial dials FAULT_ADDR once, within FAULT_DIAL_TIMEOUT, and prints
+// the outcome: "dial-ok" with the checked echo of one chunk, or
+// "dial-failed elapsed=D timeout=T err=E".
+func faultDial() int {
+	d := rnet.Dialer{Config: faultConfig(), Timeout: envDuration("FAULT_DIAL_TIMEOUT", time.Minute)}
+	start := time.Now()
+	c, err := d.Dial("rdma", os.Getenv("FAULT_ADDR"))
+	if err != nil {
+		var ne net.Error
+		timeout := errors.As(err, &ne) && ne.Timeout()
+		fmt.Printf("dial-failed elapsed=%v timeout=%t err=%v\n", time.Since(start).Round(time.Millisecond), timeout, err)
+		return 0
+	}
+	defer c.Close()
+	out := make([]byte, streamChunk)
+	fillPattern(out, 0, 0)
+	in := make([]byte, len(out))
+	if _, err := c.Write(out); err != nil {
+		fmt.Println("dial-ok but write failed:", err)
+		return 1
+	}
+	if _, err := io.ReadFull(c, in); err != nil || !bytes.Equal(in, out) {
+		fmt.Println("dial-ok but the echo failed:", err)
+		return 1
+	}
+	fmt.Printf("dial-ok elapsed=%v\n", time.Since(start).Round(time.Millisecond))
+	return 0
+}
+
+// stream is one connection of the client.
+type stream struct {
+	id      int
+	c       *rnet.Conn
+	written atomic.Uint64 // bytes written; final once writeDone is closed
+	checked atomic.Uint64 // bytes echoed and found right
+	last    atomic.Int64  // when bytes last came back, unix ns
+
+	writeDone chan struct{}
+	stop      atomic.Bool // the writer stops after its current chunk
+
+	failures *atomic.Int64 // the client's connections that failed so far
+
+	endOnce sync.Once
+	endAt   time.Time
+	endErr  error // nil for a clean end
+}
+
+// fail records how the connection ended (err nil for a clean end) and
+// when, the first time it is called.
+func (s *stream) fail(err error) {
+	s.endOnce.Do(func() {
+		s.endAt, s.endErr = time.Now(), err
+		if err != nil {
+			s.failures.Add(1)
+		}
+	})
+}
+
+func (s *stream) write() {
+	defer close(s.writeDone)
+	buf := make([]byte, streamChunk)
+	for !s.stop.Load() {
+		off := s.written.Load()
+		fillPattern(buf, s.id, off)
+		if _, err := s.c.Write(buf); err != nil {
+			s.fail(fmt.Errorf("write at %d: %w", off, err))
+			return
+		}
+		s.written.Add(uint64(len(buf)))
+	}
+	if err := s.c.CloseWrite(); err != nil {
+		s.fail(fmt.Errorf("close write: %w", err))
+	}
+}
+
+// read verifies the echo until io.EOF or an error; at io.EOF the echo must
+// be exactly what was written.
+func (s *stream) read() {
+	buf := make([]byte, 32<<10)
+	want := make([]byte, len(buf))
+	for {
+		n, err := s.c.Read(buf)
+		if n > 0 {
+			off := s.checked.Load()
+			fillPattern(want[:n], s.id, off)
+			if !bytes.Equal(buf[:n], want[:n]) {
+				i := 0
+				for buf[i] == want[i] {
+					i++
+				}
+				s.fail(fmt.Errorf("echo differs at offset %d: got %#x, want %#x", off+uint64(i), buf[i], want[i]))
+				return
+			}
+			s.checked.Add(uint64(n))
+			s.last.Store(time.Now().UnixNano())
+		}
+		if err == io.EOF {
+			<-s.writeDone
+			if got, sent := s.checked.Load(), s.written.Load(); got != sent {
+				s.fail(fmt.Errorf("io.EOF after %d bytes echoed of %d written", got, sent))
+			} else {
+				s.fail(nil)
+			}
+			return
+		}
+		if err != nil {
+			s.fail(fmt.Errorf("read at %d: %w", s.checked.Load(), err))
+			return
+		}
+	}
+}
