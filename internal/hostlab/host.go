@@ -99,9 +99,7 @@ func (h *Host) boot(ctx context.Context) error {
 	}
 	defer qlog.Close() // qemu has its own copy
 	cmd.Stdout, cmd.Stderr = qlog, qlog
-	// Its own process group, so that a SIGSTOP for the guest stops no one
-	// else; killed with us, so that a test binary that dies leaves no guest.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = qemuProcAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("hostlab: host %s: starting qemu: %w", h.Name, err)
 	}

@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 package twohosts
 
 import (
@@ -16,6 +18,9 @@ import (
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/rnet"
 )
+
+// The client counts poll groups, which only a device build has.
+func init() { roles["fault-client"] = faultClient }
 
 // faultClient is the checked-stream client (see stream_test.go).
 func faultClient() int {

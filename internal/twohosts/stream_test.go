@@ -39,7 +39,6 @@ import (
 // "released ok|leak ..." and "client-done ok|failed".
 func init() {
 	roles["fault-server"] = faultServer
-	roles["fault-client"] = faultClient
 	roles["fault-dial"] = faultDial
 }
 

@@ -17,14 +17,12 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rnet-dev/rnet/internal/hostlab"
 )
 
 func main() {
-	_, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS)
-	interactive := err == nil
+	fi, err := os.Stdin.Stat()
+	interactive := err == nil && fi.Mode()&os.ModeCharDevice != 0 // a terminal
 	os.Exit(run(os.Args[1:], os.Stdin, interactive, os.Stdout, os.Stderr))
 }
 

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package hostlab
+
+import "syscall"
+
+func qemuProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
