@@ -217,16 +217,7 @@ func TestPowerOffEndsConnections(t *testing.T) {
 	if err := s.client.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	endCtx, endCancel := context.WithTimeout(ctx, detectionBound+90*time.Second)
-	defer endCancel()
-	line := waitLine(t, endCtx, s.client, "all-ended ")
-	took := time.Since(off)
-	t.Logf("power-off: the last of %d connections ended %v after it (%s)", faultConns, took.Round(time.Millisecond), line)
-	if took > detectionBound+emulationSlack {
-		t.Errorf("the connections took %v to end; the bound is %v (4 keepalive periods of %v) and %v for the emulation",
-			took, detectionBound, faultKeepAlive, emulationSlack)
-	}
-	checkAllFailed(t, "client", s.client, "ended ", faultConns)
+	awaitAllFailed(t, ctx, s, off, "power-off")
 	checkReleased(t, ctx, s.client)
 	if err := s.client.Wait(ctx); err != nil {
 		t.Fatal(err)
@@ -248,6 +239,23 @@ func TestPowerOffEndsConnections(t *testing.T) {
 	if !strings.Contains(dial[0], "does not answer") {
 		t.Errorf("the dial's error does not say the host does not answer: %s", dial[0])
 	}
+}
+
+// awaitAllFailed waits for every connection of the client of s to end
+// after a fault that began at start, and checks that each failed and that
+// the last did so within the keepalive bound.
+func awaitAllFailed(t *testing.T, ctx context.Context, s streams, start time.Time, fault string) {
+	t.Helper()
+	endCtx, endCancel := context.WithTimeout(ctx, detectionBound+90*time.Second)
+	defer endCancel()
+	line := waitLine(t, endCtx, s.client, "all-ended ")
+	took := time.Since(start)
+	t.Logf("%s: the last of A's %d connections ended %v after it began (%s)", fault, faultConns, took.Round(time.Millisecond), line)
+	if took > detectionBound+emulationSlack {
+		t.Errorf("A's connections took %v to end; the bound is %v (4 keepalive periods of %v) and %v for the emulation",
+			took, detectionBound, faultKeepAlive, emulationSlack)
+	}
+	checkAllFailed(t, "client", s.client, "ended ", faultConns)
 }
 
 // dialBound is how soon a dial to a host that is gone must fail.
@@ -317,15 +325,7 @@ func TestFreezeLongEndsCleanly(t *testing.T) {
 	if err := s.client.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	endCtx, endCancel := context.WithTimeout(ctx, detectionBound+90*time.Second)
-	defer endCancel()
-	line := waitLine(t, endCtx, s.client, "all-ended ")
-	took := time.Since(frozen)
-	t.Logf("freeze: the last of A's %d connections ended %v into it (%s)", faultConns, took.Round(time.Millisecond), line)
-	if took > detectionBound+emulationSlack {
-		t.Errorf("A's connections took %v to end; the bound is %v and %v for the emulation", took, detectionBound, emulationSlack)
-	}
-	checkAllFailed(t, "client", s.client, "ended ", faultConns)
+	awaitAllFailed(t, ctx, s, frozen, "freeze")
 	thawed := time.Now()
 	if err := l.B.Thaw(); err != nil {
 		t.Fatal(err)
@@ -334,8 +334,10 @@ func TestFreezeLongEndsCleanly(t *testing.T) {
 	if err := s.client.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	line = waitLine(t, endCtx, s.server, "server-done ")
-	took = time.Since(thawed)
+	endCtx, endCancel := context.WithTimeout(ctx, detectionBound+90*time.Second)
+	defer endCancel()
+	line := waitLine(t, endCtx, s.server, "server-done ")
+	took := time.Since(thawed)
 	t.Logf("thaw: the last of B's connections ended %v after it (%s)", took.Round(time.Millisecond), line)
 	if took > detectionBound+emulationSlack {
 		t.Errorf("B's connections took %v after the thaw to end; the bound is %v and %v for the emulation", took, detectionBound, emulationSlack)
