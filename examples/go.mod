@@ -10,7 +10,10 @@ require google.golang.org/grpc v1.70.0
 // release tags the core first and requires that tag here.
 replace github.com/rnet-dev/rnet => ..
 
-require github.com/rnet-dev/rnet/rnet/rnetgrpc v0.0.0-00010101000000-000000000000
+require (
+	github.com/hashicorp/yamux v0.1.2
+	github.com/rnet-dev/rnet/rnet/rnetgrpc v0.0.0-00010101000000-000000000000
+)
 
 require (
 	golang.org/x/net v0.35.0 // indirect
