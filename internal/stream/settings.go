@@ -28,4 +28,7 @@ type Settings struct {
 	// Linger bounds how long Close waits for the peer to take what was
 	// written; 0 means Close does not wait.
 	Linger time.Duration
+	// Observer, if not nil, hears of the connection's opening, its peer
+	// vanishing and its close.
+	Observer Observer
 }
