@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rnet-dev/rnet/internal/simqp"
 )
@@ -25,17 +26,20 @@ import (
 
 // records is a slog.Handler that keeps every record it is given.
 type records struct {
-	mu   sync.Mutex
-	list []slog.Record
-	cond sync.Cond // signalled on every record, with mu
+	mu      sync.Mutex
+	list    []slog.Record
+	changed chan struct{} // signalled on every record, once made by await
 }
 
 func (r *records) Enabled(context.Context, slog.Level) bool { return true }
 func (r *records) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	r.list = append(r.list, rec.Clone())
-	if r.cond.L != nil {
-		r.cond.Broadcast()
+	if r.changed != nil {
+		select {
+		case r.changed <- struct{}{}:
+		default:
+		}
 	}
 	r.mu.Unlock()
 	return nil
@@ -44,13 +48,20 @@ func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *records) WithGroup(string) slog.Handler      { return r }
 
 // await waits for n records with message msg.
-func (r *records) await(msg string, n int) {
+func (r *records) await(t *testing.T, msg string, n int) {
+	t.Helper()
 	r.mu.Lock()
-	if r.cond.L == nil {
-		r.cond.L = &r.mu
+	if r.changed == nil {
+		r.changed = make(chan struct{}, 1)
 	}
 	for r.countLocked(msg) < n {
-		r.cond.Wait()
+		r.mu.Unlock()
+		select {
+		case <-r.changed:
+		case <-time.After(time.Minute): // a hang detector only
+			t.Fatalf("no %d records %q within a minute: %v", n, msg, r.all(""))
+		}
+		r.mu.Lock()
 	}
 	r.mu.Unlock()
 }
@@ -71,8 +82,8 @@ func (r *records) all(msg string) []map[string]string {
 	defer r.mu.Unlock()
 	var list []map[string]string
 	for _, rec := range r.list {
-		if rec.Message == msg {
-			attrs := map[string]string{}
+		if msg == "" || rec.Message == msg {
+			attrs := map[string]string{"msg": rec.Message}
 			rec.Attrs(func(a slog.Attr) bool {
 				attrs[a.Key] = a.Value.String()
 				return true
@@ -232,7 +243,7 @@ func TestPeerGoneCountedAndLogged(t *testing.T) {
 		t.Fatalf("Read from the vanished peer: %v, want ErrPeerGone", err)
 	}
 	// Counted, then logged, as each end handles its transport event.
-	recs.await("rnet: peer gone", 2)
+	recs.await(t, "rnet: peer gone", 2)
 	if got := ReadMetrics().Counters.PeersGone - before; got != 2 {
 		t.Errorf("PeersGone grew by %d, want 2", got)
 	}
