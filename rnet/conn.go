@@ -292,5 +292,6 @@ func (s *settings) streamSettings() stream.Settings {
 		KeepAlive:        s.keepAlive,
 		Linger:           s.linger,
 		Observer:         connObserver{logFor(s.logger)},
+		RingResized:      logFor(s.logger).ringResizedFunc(),
 	}
 }

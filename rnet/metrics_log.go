@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/stream"
 )
 
@@ -22,6 +23,8 @@ const (
 	logKeyReason    = "reason"    // a short snake_case cause, as the metrics name it
 	logKeyError     = "error"     // the error, as text
 	logKeyTransport = "transport" // "rdma" or "tcp"
+	logKeyRing      = "ring"      // "send" or "receive"
+	logKeySize      = "size"      // a ring's new size, in bytes
 )
 
 // logger writes rnet's log records; a nil *logger, for a nil
@@ -145,6 +148,38 @@ func (lg *logger) peerGone(c *stream.Conn, err error) {
 		slog.String(logKeyDevice, connDevice(c)),
 		slog.String(logKeyReason, "peer_gone"),
 		slog.String(logKeyError, err.Error()))
+}
+
+// ringResizedFunc is stream.Settings.RingResized for lg: nil, so that
+// nothing is started for a ring's move, when lg is.
+func (lg *logger) ringResizedFunc() func(*stream.Conn, ring.RegionKind, int, error) {
+	if lg == nil {
+		return nil
+	}
+	return lg.ringResized
+}
+
+// ringResized logs a ring's move to a region of size bytes at debug
+// level, and a region that could not be registered at warn.
+func (lg *logger) ringResized(c *stream.Conn, kind ring.RegionKind, size int, err error) {
+	level, msg := slog.LevelDebug, "rnet: ring resized"
+	if err != nil {
+		level, msg = slog.LevelWarn, "rnet: ring could not be resized"
+	}
+	if !lg.enabled(level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String(logKeyLocal, addrString(c.LocalAddr())),
+		slog.String(logKeyRemote, addrString(c.RemoteAddr())),
+		slog.String(logKeyDevice, connDevice(c)),
+		slog.String(logKeyRing, kind.String()),
+		slog.Int(logKeySize, size),
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String(logKeyError, err.Error()))
+	}
+	lg.l.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
 // fellBack logs a DialConn that connected over TCP, at warn level.

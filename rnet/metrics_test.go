@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -348,5 +349,26 @@ func TestListenerRefusalCountedAndLogged(t *testing.T) {
 	}
 	if attrs, _, ok := recs.find("rnet: handshake failed"); !ok || attrs["reason"] != "evicted" {
 		t.Errorf("the eviction logged as %v, %v; want reason evicted", attrs, ok)
+	}
+}
+
+// TestRingGrowthLogged: a connection whose send ring grows under a large
+// write tells its Logger, at debug level, which ring moved to what size.
+func TestRingGrowthLogged(t *testing.T) {
+	var recs records
+	a, b := simPairLogged(t, slog.New(&recs))
+	defer a.Close()
+	defer b.Close()
+	idle := a.Config().IdleBufferSize
+	msg := make([]byte, 4*idle)
+	go a.Write(msg)
+	if _, err := io.ReadFull(b, make([]byte, len(msg))); err != nil {
+		t.Fatal(err)
+	}
+	recs.await(t, "rnet: ring resized", 1)
+	attrs, level, _ := recs.find("rnet: ring resized")
+	if level != slog.LevelDebug || (attrs["ring"] != "send" && attrs["ring"] != "receive") || attrs["device"] != "simulated" ||
+		attrs["size"] == "" || attrs["size"] == strconv.Itoa(idle) || attrs["local"] == "" {
+		t.Errorf("ring growth logged at %v with %v; want debug, the ring and a size other than the idle %d", level, attrs, idle)
 	}
 }

@@ -79,9 +79,11 @@ type Dialer struct {
 	TCPFallbackMemory time.Duration
 	// Logger, if not nil, is told of handshakes (at debug level), of
 	// dials that fail or are refused (warn, with the reason), of peers
-	// that vanish (warn) and of falling back to TCP (warn). Its records'
-	// attribute keys are stable: local, remote, device, qp, remote_qp,
-	// reason, error, transport. nil logs nothing.
+	// that vanish (warn), of rings that grow or shrink (debug; warn when
+	// the new region could not be registered) and of falling back to TCP
+	// (warn). Its records' attribute keys are stable: local, remote,
+	// device, qp, remote_qp, reason, error, transport, ring, size. nil
+	// logs nothing.
 	Logger *slog.Logger
 }
 
@@ -384,10 +386,10 @@ type ListenConfig struct {
 	HandshakeError func(remote net.Addr, err error)
 	// Logger, if not nil, is told of handshakes (at debug level), of
 	// requests refused and handshakes that failed (warn, with the
-	// reason, the dialer's address and the device), and of peers that
-	// vanish (warn). Its records' attribute keys are stable: listener,
-	// local, remote, device, qp, remote_qp, reason, error. nil logs
-	// nothing.
+	// reason, the dialer's address and the device), of peers that vanish
+	// (warn) and of rings that grow or shrink (debug). Its records'
+	// attribute keys are stable: listener, local, remote, device, qp,
+	// remote_qp, reason, error, ring, size. nil logs nothing.
 	Logger *slog.Logger
 }
 
