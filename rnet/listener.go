@@ -167,14 +167,14 @@ func (l *listener) accept() (*Conn, error) {
 	}
 	select {
 	case c := <-l.conns:
-		l.accepted(c)
+		l.accepted()
 		return c, nil
 	case <-l.done:
 		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: net.ErrClosed}
 	case <-l.acceptDL.Wait():
 		select {
 		case c := <-l.conns: // one that came as the deadline passed
-			l.accepted(c)
+			l.accepted()
 			return c, nil
 		default:
 			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: os.ErrDeadlineExceeded}
@@ -182,7 +182,7 @@ func (l *listener) accept() (*Conn, error) {
 	case <-l.failed:
 		select {
 		case c := <-l.conns:
-			l.accepted(c)
+			l.accepted()
 			return c, nil
 		default:
 			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: l.failErr}

@@ -180,7 +180,7 @@ func (l *listener) handshakeFailedCounted(remote net.Addr, device string, err er
 }
 
 // accepted counts a connection Accept returns.
-func (l *listener) accepted(c *Conn) {
+func (l *listener) accepted() {
 	l.counts.accepted.Add(1)
 	processCounts.accepts.Add(1)
 }
