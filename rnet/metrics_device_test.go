@@ -30,7 +30,7 @@ type rdmaObject struct {
 	MRLen int64  `json:"mrlen"`
 }
 
-// held is what `rdma resource show` lists for this process.
+// heldByProcess is what `rdma resource show` lists for this process.
 type heldByProcess struct {
 	qps, mrs    int
 	pinnedBytes int64
