@@ -62,11 +62,13 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 		done:           make(chan struct{}),
 		failed:         make(chan struct{}),
 		handshakeError: handshakeError,
+		log:            logFor(set.logger),
 		acceptDL:       stream.NewDeadline(func() {}),
 	}
 	l.requestsDone.L = &l.requestsMu
 	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx,
 		pending: newPendingHandshakes(maxPending, min(backlog, lineSlotsPerSlot*maxPending), stalledHandshakeAfter)}
+	l.counts.pending = a.pending
 	l.stop = func() {
 		cancel()
 		a.pending.close()
@@ -277,13 +279,24 @@ func (a *acceptor) refuse(id *cm.ID, err error) {
 // rnet why (see rejectReason), and tells the HandshakeError hook.
 func (a *acceptor) reject(id *cm.ID, err error) {
 	id.Reject(rejectReasonOf(err).encode())
-	a.dropped(id, err)
+	a.report(id, err, true)
 }
 
 // dropped tells the HandshakeError hook that the request on id failed with
-// err; not while the listener closes, whose own Close ends the handshakes.
-func (a *acceptor) dropped(id *cm.ID, err error) {
+// err after our reply.
+func (a *acceptor) dropped(id *cm.ID, err error) { a.report(id, err, false) }
+
+// report tells the HandshakeError hook that the request on id was refused
+// or dropped because of err; not while the listener closes, whose own
+// Close ends the handshakes.
+func (a *acceptor) report(id *cm.ID, err error, refused bool) {
 	if a.ctx.Err() == nil {
-		a.l.handshakeFailed(netAddr(id.RemoteAddr()), err)
+		device := a.device
+		if device == "" {
+			if vctx, err := id.Context(); err == nil {
+				device = vctx.Name()
+			}
+		}
+		a.l.handshakeFailed(netAddr(id.RemoteAddr()), device, err, refused)
 	}
 }

@@ -2,6 +2,7 @@ package rnet
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/cm"
@@ -153,6 +154,8 @@ type settings struct {
 	// transportErr is a transport field out of range: Dial and Listen
 	// fail with it.
 	transportErr error
+	// logger is the Dialer's or ListenConfig's Logger.
+	logger *slog.Logger
 }
 
 // noDelay is Config.NoDelay of an engine configured with rc, as settings

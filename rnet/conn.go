@@ -291,5 +291,7 @@ func (s *settings) streamSettings() stream.Settings {
 		BusyPollLimitMax: s.busyPollLimitMax,
 		KeepAlive:        s.keepAlive,
 		Linger:           s.linger,
+		Observer:         connObserver{logFor(s.logger)},
+		RingResized:      logFor(s.logger).ringResizedFunc(),
 	}
 }

@@ -132,7 +132,8 @@ func (dl *DualListener) acceptTCP() {
 			return
 		}
 		retry.reset()
-		if !dl.hand(&TCPConn{TCPConn: c, Reason: FallbackPeerTCP}) {
+		dialCounts[FallbackPeerTCP].Add(1)
+		if !dl.hand(newTCPConn(c, FallbackPeerTCP, nil)) {
 			return
 		}
 	}

@@ -117,6 +117,8 @@ type TCPConn struct {
 	// attempt failed and unwraps to that attempt's error. It is nil only
 	// for a TCPConn a dual listener accepted.
 	Cause error
+
+	open *tcpOpen // counts the connection as open until Close; nil if not counted
 }
 
 // Transport returns the transport a connection from this package runs
@@ -275,7 +277,9 @@ func (d *Dialer) dialTCP(ctx context.Context, network, address string, reason Fa
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fallbackError{tcp: err, rdma: cause}}
 	}
 	dialCounts[reason].Add(1)
-	return &TCPConn{TCPConn: c.(*net.TCPConn), Reason: reason, Cause: cause}, nil
+	tc := newTCPConn(c.(*net.TCPConn), reason, cause)
+	logFor(d.Logger).fellBack(tc, address)
+	return tc, nil
 }
 
 // fallbackError is a fallback dial's failure: the TCP dial failed after

@@ -30,6 +30,7 @@ type Listener struct {
 // never the handle, whose cleanup closes l; every method keeps the handle
 // alive until it returns.
 func newListener(l *listener) *Listener {
+	publishExpvar()
 	h := &Listener{l: l}
 	// Close may wait up to Linger for unaccepted connections.
 	h.cleanup = runtime.AddCleanup(h, func(l *listener) { go l.Close() }, l)
@@ -102,11 +103,16 @@ type listener struct {
 	requestsDone sync.Cond
 
 	handshakeError func(remote net.Addr, err error) // ListenConfig.HandshakeError, or nil
+
+	counts listenerCounts // Listener.Metrics's
+	log    *logger        // ListenConfig.Logger's, or nil
 }
 
 // handshakeFailed tells the HandshakeError hook, if any, that the request
-// from remote was refused or dropped because of err.
-func (l *listener) handshakeFailed(remote net.Addr, err error) {
+// from remote to device was refused (with a reject) or dropped because of
+// err, and counts and logs it.
+func (l *listener) handshakeFailed(remote net.Addr, device string, err error, refused bool) {
+	l.handshakeFailedCounted(remote, device, err, refused)
 	if l.handshakeError != nil {
 		l.handshakeError(remote, &net.OpError{Op: "accept", Net: "rdma", Source: l.addr, Addr: remote, Err: err})
 	}
@@ -161,12 +167,14 @@ func (l *listener) accept() (*Conn, error) {
 	}
 	select {
 	case c := <-l.conns:
+		l.accepted()
 		return c, nil
 	case <-l.done:
 		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: net.ErrClosed}
 	case <-l.acceptDL.Wait():
 		select {
 		case c := <-l.conns: // one that came as the deadline passed
+			l.accepted()
 			return c, nil
 		default:
 			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: os.ErrDeadlineExceeded}
@@ -174,6 +182,7 @@ func (l *listener) accept() (*Conn, error) {
 	case <-l.failed:
 		select {
 		case c := <-l.conns:
+			l.accepted()
 			return c, nil
 		default:
 			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: l.failErr}
@@ -196,6 +205,7 @@ func (l *listener) Close() error {
 		for {
 			select {
 			case c := <-l.conns:
+				l.counts.backlogDrops.Add(1)
 				wg.Go(func() { c.Close() })
 			default:
 				return
@@ -215,9 +225,11 @@ func (l *listener) backlogFull() bool { return len(l.conns) == cap(l.conns) }
 // offer hands an established connection to Accept, or closes it if the
 // listener closes first.
 func (l *listener) offer(c *Conn) {
+	l.log.established(c, "rnet: connection accepted")
 	select {
 	case l.conns <- c:
 	case <-l.done:
+		l.counts.backlogDrops.Add(1)
 		c.Close()
 	}
 }

@@ -113,6 +113,7 @@ func (p *pendingHandshakes) take() (*pendingSlot, error) {
 		// Nobody is in line before this request.
 		if p.free > 0 {
 			p.free--
+			pendingSlotsTaken.Add(1)
 			p.mu.Unlock()
 			s.own = true
 			close(s.ready)
@@ -202,6 +203,7 @@ func (p *pendingHandshakes) passLocked() {
 		return
 	}
 	p.free++
+	pendingSlotsTaken.Add(-1)
 }
 
 // admit decides, for the acceptor, whether a connection request whose

@@ -3,6 +3,7 @@ package rnet
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"time"
@@ -76,6 +77,14 @@ type Dialer struct {
 	// A busy listener, a listener's other refusals and a timeout fall back
 	// for their own dial only. 0 means 30 s; negative means no memory.
 	TCPFallbackMemory time.Duration
+	// Logger, if not nil, is told of handshakes (at debug level), of
+	// dials that fail or are refused (warn, with the reason), of peers
+	// that vanish (warn), of rings that grow or shrink (debug; warn when
+	// the new region could not be registered) and of falling back to TCP
+	// (warn). Its records' attribute keys are stable: local, remote,
+	// device, qp, remote_qp, reason, error, transport, ring, size. nil
+	// logs nothing.
+	Logger *slog.Logger
 }
 
 // Dial connects to address.
@@ -92,6 +101,12 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // first or as soon as the first fails. A LocalAddr limits the addresses to
 // its family.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
+	c, err := d.dialContext(ctx, network, address)
+	d.dialed(c, address, err)
+	return c, err
+}
+
+func (d *Dialer) dialContext(ctx context.Context, network, address string) (*Conn, error) {
 	if err := d.Config.validate(); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
@@ -115,6 +130,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 		}
 	}
 	set := d.Config.settings()
+	set.logger = d.Logger
 	dialOne := func(ctx context.Context, raddr netip.AddrPort) (*Conn, error) {
 		if !raddr.Addr().IsValid() || raddr.Addr().IsUnspecified() {
 			return nil, &net.OpError{Op: "dial", Net: "rdma", Addr: netAddr(raddr), Err: errors.New("missing address to dial")}
@@ -368,6 +384,13 @@ type ListenConfig struct {
 	// refusal made while reading requests holds up every later request
 	// until it returns. Log it, or count it.
 	HandshakeError func(remote net.Addr, err error)
+	// Logger, if not nil, is told of handshakes (at debug level), of
+	// requests refused and handshakes that failed (warn, with the
+	// reason, the dialer's address and the device), of peers that vanish
+	// (warn) and of rings that grow or shrink (debug). Its records'
+	// attribute keys are stable: listener, local, remote, device, qp,
+	// remote_qp, reason, error, ring, size. nil logs nothing.
+	Logger *slog.Logger
 }
 
 // Listen announces on the local address. ctx bounds only the setup, as with
@@ -384,7 +407,9 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: netAddr(laddr), Err: err}
 	}
 	backlog, pending := lc.limits()
-	return listen(lc.Config.settings(), network, laddr, backlog, pending, lc.HandshakeError)
+	set := lc.Config.settings()
+	set.logger = lc.Logger
+	return listen(set, network, laddr, backlog, pending, lc.HandshakeError)
 }
 
 // limits returns Backlog with its default and MaxPendingHandshakes, both

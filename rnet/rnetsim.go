@@ -76,6 +76,7 @@ func simListen(addr netip.AddrPort, backlog int, stop func()) (*Listener, func(*
 		case l.conns <- c:
 			return true
 		default:
+			l.counts.backlogDrops.Add(1)
 			return false
 		}
 	}

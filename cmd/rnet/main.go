@@ -5,6 +5,7 @@
 //	rnet perf -s [addr] [-once] [-tcp]        serve perf and ping clients (default :7471)
 //	rnet perf -c host[:port] [-size N] [-t 10s | -n BYTES] [-P N] [-R] [-a] [-from ip] [-tcp] [--json]
 //	rnet ping host[:port] [-size 64] [-n 1000] [-from ip] [-tcp] [--json]
+//	rnet stat [--json] URL                    a process's rnet metrics, from its /debug/vars
 //	rnet help [COMMAND]
 //	rnet scale -s [addr] [-tcp]                serve one scale client (control on port+1)
 //	rnet scale -c host[:port] [-conns 10000] [-parallel 16] [-busy 100] [-from ip] [--json]
@@ -63,6 +64,7 @@ const usage = `usage:
   rnet ping host[:port] [-size N] [-n COUNT] [-from IP] [-tcp] [--json] [-q]
   rnet scale -s [addr] [-tcp]
   rnet scale -c host[:port] [-conns N] [-parallel N] [-busy N] [-busy-bytes N] [-from IP] [-tcp] [--json]
+  rnet stat [--json] URL
   rnet help [COMMAND]
   rnet --version
 perf and ping also take -buffer SIZE, -busy-poll D, -busy-poll-limit D and -ack-timeout D
@@ -120,6 +122,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			} else {
 				err = runScaleClient(o, stdout, stderr)
 			}
+		}
+	case "stat":
+		var o statOpts
+		if o, err = parseStat(args[1:], stderr); err == nil {
+			addr = o.url
+			err = runStat(o, stdout)
 		}
 	case "-version", "--version", "version":
 		fmt.Fprintln(stdout, version())
@@ -181,6 +189,8 @@ func help(args []string, stdout, stderr io.Writer) int {
 		fs, text = devicesFlags(&devicesOpts{}, stdout), "usage: rnet devices [--json]\n"
 	case "scale":
 		fs, text = scaleFlags(&scaleOpts{}, stdout), "usage: rnet scale -s [addr] | -c host[:port] [flags]\n"
+	case "stat":
+		fs, text = statFlags(&statOpts{}, stdout), statUsage
 	default:
 		fmt.Fprintf(stderr, "rnet help: unknown command %q\n%s", args[0], usage)
 		return 2

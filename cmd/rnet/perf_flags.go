@@ -24,6 +24,7 @@ type perfOpts struct {
 	json     bool
 	quiet    bool
 	once     bool
+	metrics  string // server: where to serve /debug/vars, or ""
 	rdma     rdmaFlags
 	limits   serverLimits
 	// timeUp, if set, says when -t has passed in place of the clock
@@ -55,6 +56,7 @@ func perfFlags(o *perfOpts, size *int64, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.json, "json", false, "print the summary as JSON (errors too, as {\"error\": ...})")
 	fs.BoolVar(&o.quiet, "q", false, "client: no progress lines")
 	fs.BoolVar(&o.once, "once", false, "server: exit after serving one test (all of a -P test's streams)")
+	fs.StringVar(&o.metrics, "metrics", "", "server: serve the process's /debug/vars (rnet's metrics, for rnet stat) over HTTP on `addr`")
 	o.rdma.register(fs)
 	o.limits.register(fs)
 	return fs

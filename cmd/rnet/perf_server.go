@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"expvar"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -32,6 +34,16 @@ func runServer(o perfOpts, stdout, stderr io.Writer) error {
 		name = "rdma and tcp"
 	}
 	fmt.Fprintf(banner, "rnet perf: listening on %s (%s)\n", ln.Addr(), name)
+	if o.metrics != "" {
+		ml, err := net.Listen("tcp", o.metrics)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("-metrics: %w", err)
+		}
+		defer ml.Close()
+		go http.Serve(ml, expvar.Handler())
+		fmt.Fprintf(banner, "rnet perf: metrics on http://%s/debug/vars\n", ml.Addr())
+	}
 	if f, ok := banner.(*os.File); ok {
 		f.Sync()
 	}

@@ -1,6 +1,8 @@
 package pollgroup
 
 import (
+	"sync/atomic"
+
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -122,8 +124,18 @@ func (s *groupSRQ) refillLocked() error {
 			s.balance.Add(-k)
 			return err
 		}
+		srqRefills.Add(uint64(k))
 	}
 }
+
+// srqRefills counts the receives every group posted back on its shared
+// queue for peers that took them without a claim.
+var srqRefills atomic.Uint64
+
+// SRQRefills returns how many receives the process's poll groups posted
+// back on their shared receive queues in place of ones taken without a
+// claim.
+func SRQRefills() uint64 { return srqRefills.Load() }
 
 // leftLocked returns m's claims and the receives it left on the queue.
 // Called with the group's mu held.

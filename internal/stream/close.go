@@ -102,6 +102,9 @@ func (c *Conn) close() error {
 	if err := c.qp.Destroy(); err != nil {
 		closeErr = errors.Join(closeErr, err)
 	}
+	if c.set.Observer != nil {
+		c.set.Observer.Closed(c)
+	}
 	return c.opError("close", closeErr)
 }
 

@@ -38,6 +38,14 @@ func (c *Conn) tickPeriod() time.Duration {
 // steps the engine, which on an idle connection is the only thing that
 // reposts the receives the peer's control messages used.
 func (c *Conn) tick() {
+	if gone := c.tickStep(); gone != nil && c.set.Observer != nil {
+		c.set.Observer.PeerGone(c, gone)
+	}
+}
+
+// tickStep is tick's work, under c.mu; it returns the error that ended
+// the connection if its keepalives gave up on the peer.
+func (c *Conn) tickStep() (gone error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -51,11 +59,12 @@ func (c *Conn) tick() {
 	c.eng.Quiet()
 	switch {
 	case c.set.KeepAlive > 0:
-		c.keepaliveLocked()
+		gone = c.keepaliveLocked()
 	default:
 		c.driveLocked()
 	}
 	c.keepalive.Reset(c.tickPeriod())
+	return gone
 }
 
 // keepaliveLocked probes the peer. A peer gone without a word (its link
@@ -63,7 +72,7 @@ func (c *Conn) tick() {
 // retries should end that with a failed completion, but some devices retry
 // without limit (rxe takes retry_count 7 as "forever"), so the connection
 // gives up after keepaliveProbes periods without one send completion.
-func (c *Conn) keepaliveLocked() {
+func (c *Conn) keepaliveLocked() (gone error) {
 	c.driveLocked()
 	done := c.eng.Stats().SendCompletions
 	if c.eng.InFlight() > 0 && done == c.keepaliveSendsDone {
@@ -77,13 +86,15 @@ func (c *Conn) keepaliveLocked() {
 		limit = keepaliveProbesBusyPeer
 	}
 	if c.keepaliveStalls >= limit {
-		c.failLocked(fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
-			ring.ErrPeerGone, c.keepaliveStalls, c.set.KeepAlive))
+		gone = fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
+			ring.ErrPeerGone, c.keepaliveStalls, c.set.KeepAlive)
+		c.failLocked(gone)
 		c.signalLocked()
-		return
+		return gone
 	}
 	c.eng.Keepalive()
 	c.driveLocked()
+	return nil
 }
 
 // TransportDisconnected is called when the connection manager reports the
@@ -100,14 +111,19 @@ func (c *Conn) TransportDisconnected() {
 	c.qp.Disconnect()
 	c.drainLocked() // account everything that arrived before the disconnect
 	c.transportDown = true
+	gone := false
 	if !c.eng.Finished() || c.eng.Err() != nil {
 		// An error already there stays, unless it is a flush: the
 		// disconnect is what caused that.
 		c.eng.Fail(ring.ErrPeerGone)
+		gone = !c.closing && c.fatal == nil
 	}
 	c.signalLocked()
 	c.kickLocked()
 	c.mu.Unlock()
+	if gone && c.set.Observer != nil {
+		c.set.Observer.PeerGone(c, ring.ErrPeerGone)
+	}
 }
 
 // TransportFailed is called when the connection cannot go on, such as when

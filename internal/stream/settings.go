@@ -28,4 +28,12 @@ type Settings struct {
 	// Linger bounds how long Close waits for the peer to take what was
 	// written; 0 means Close does not wait.
 	Linger time.Duration
+	// Observer, if not nil, hears of the connection's opening, its peer
+	// vanishing and its close.
+	Observer Observer
+	// RingResized, if not nil, is told of each region a ring moved to (a
+	// larger one, or a smaller one once quiet), or could not register
+	// (err), on a goroutine of its own: the step that registers it holds
+	// the connection's lock.
+	RingResized func(c *Conn, kind ring.RegionKind, size int, err error)
 }

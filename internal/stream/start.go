@@ -35,6 +35,9 @@ func Start(qp QueuePair, eng *ring.Engine, set Settings) *Conn {
 	c.mu.Lock()
 	c.driveLocked()
 	c.mu.Unlock()
+	if set.Observer != nil {
+		set.Observer.Opened(c)
+	}
 	qp.Start(c)
 	go c.pusher()
 	// Under c.mu: the timer's callback reads the field under c.mu, and

@@ -150,6 +150,7 @@ func (c *Conn) serveRegionsLocked() (added bool) {
 		}
 		if err != nil {
 			c.eng.DeclineRegion(kind) // counted in Stats.RegionsDeclined
+			c.ringResized(kind, size, err)
 			continue
 		}
 		if err := c.eng.AddRegion(kind, r); err != nil {
@@ -157,6 +158,7 @@ func (c *Conn) serveRegionsLocked() (added bool) {
 			continue
 		}
 		added = true
+		c.ringResized(kind, size, nil)
 	}
 	c.retiredRegions = c.eng.RetiredRegions(c.retiredRegions[:0])
 	for i, r := range c.retiredRegions {
@@ -166,6 +168,13 @@ func (c *Conn) serveRegionsLocked() (added bool) {
 		c.retiredRegions[i] = ring.Region{}
 	}
 	return added
+}
+
+// ringResized tells Settings.RingResized, if set, of a region served.
+func (c *Conn) ringResized(kind ring.RegionKind, size int, err error) {
+	if f := c.set.RingResized; f != nil {
+		go f(c, kind, size, err)
+	}
 }
 
 // claimCredits returns how many of n more receives q can back: all of them

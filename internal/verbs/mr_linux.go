@@ -67,6 +67,8 @@ func (pd *PD) RegisterMR(size int, access Access) (*MR, error) {
 		}
 		return nil, e
 	}
+	held.mrs.Add(1)
+	held.registeredBytes.Add(int64(len(mem)))
 	return &MR{c: c, mem: mem[:size:size], mapped: mem, access: access, lkey: uint32(c.lkey), rkey: uint32(c.rkey), dev: pd.ctx.name}, nil
 }
 
@@ -117,6 +119,8 @@ func (mr *MR) Close() error {
 		return &Error{Op: "ibv_dereg_mr", Device: mr.dev, Errno: retErrno(r, err)}
 	}
 	mr.c = nil
+	held.mrs.Add(-1)
+	held.registeredBytes.Add(-int64(len(mr.mapped)))
 	err := unix.Munmap(mr.mapped)
 	mr.mem, mr.mapped = nil, nil
 	if err != nil {

@@ -39,6 +39,7 @@ type QP struct {
 func WrapQP(p unsafe.Pointer, caps QPCaps, destroy func() error) *QP {
 	c := (*C.struct_ibv_qp)(p)
 	CountCgoCall()
+	held.qps.Add(1)
 	return &QP{
 		c:       c,
 		num:     uint32(C.rnet_qp_num(c)),
@@ -175,5 +176,6 @@ func (qp *QP) Close() error {
 		}
 	}
 	qp.c = nil
+	held.qps.Add(-1)
 	return nil
 }

@@ -42,6 +42,8 @@ func (pd *PD) NewSRQ(caps SRQCaps) (*SRQ, error) {
 	if c == nil {
 		return nil, &Error{Op: "ibv_create_srq", Device: pd.ctx.name, Errno: errnoOr(err, syscall.ENOMEM)}
 	}
+	held.srqs.Add(1)
+	held.srqDepth.Add(int64(attr.max_wr))
 	return &SRQ{
 		c:    c,
 		caps: SRQCaps{MaxWR: uint32(attr.max_wr), MaxSGE: uint32(attr.max_sge)},
@@ -131,6 +133,8 @@ func (s *SRQ) Close() error {
 		return &Error{Op: "ibv_destroy_srq", Device: s.dev, Errno: retErrno(r, err)}
 	}
 	s.c = nil
+	held.srqs.Add(-1)
+	held.srqDepth.Add(-int64(s.caps.MaxWR))
 	return nil
 }
 

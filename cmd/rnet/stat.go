@@ -1,0 +1,168 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rnet-dev/rnet/rnet"
+)
+
+// rnet stat reads the "rnet" expvar variable a process publishes (its
+// rnet.Metrics) from its /debug/vars and prints it as tables, as ss does a
+// host's sockets.
+
+type statOpts struct {
+	url  string
+	json bool
+}
+
+func statFlags(o *statOpts, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("rnet stat", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&o.json, "json", false, "print the metrics as the process publishes them, as JSON")
+	return fs
+}
+
+const statUsage = "usage: rnet stat [--json] URL   (a process's /debug/vars: host:port, or a URL)\n"
+
+func parseStat(args []string, stderr io.Writer) (statOpts, error) {
+	var o statOpts
+	fs := statFlags(&o, stderr)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return o, err
+	}
+	if len(pos) != 1 {
+		fmt.Fprint(stderr, statUsage)
+		return o, usageErr(stderr, "stat takes one URL, got %q", pos)
+	}
+	o.url = pos[0]
+	return o, nil
+}
+
+// varsURL is where a process at target publishes its expvar variables:
+// target itself if it names a path, else its /debug/vars.
+func varsURL(target string) (string, error) {
+	if !strings.Contains(target, "://") {
+		target = "http://" + target
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		return "", err
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/debug/vars"
+	}
+	return u.String(), nil
+}
+
+func runStat(o statOpts, stdout io.Writer) error {
+	target, err := varsURL(o.url)
+	if err != nil {
+		return err
+	}
+	client := http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(target)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", target, resp.Status)
+	}
+	var vars map[string]json.RawMessage
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&vars); err != nil {
+		return fmt.Errorf("GET %s: not expvar's JSON: %v", target, err)
+	}
+	raw, ok := vars["rnet"]
+	if !ok {
+		return fmt.Errorf("%s has no \"rnet\" variable: the process has opened no rnet connection or listener yet, or is not an rnet program", target)
+	}
+	var m rnet.Metrics
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return fmt.Errorf("%s: the \"rnet\" variable: %v", target, err)
+	}
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(m)
+	}
+	printStat(stdout, m)
+	return nil
+}
+
+// printStat prints m as three tables: the open connections, the other
+// gauges, the counters.
+func printStat(w io.Writer, m rnet.Metrics) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "Transport\tDevice\tOpen")
+	for _, c := range m.Gauges.Connections {
+		device := c.Device
+		if device == "" {
+			device = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\n", c.Transport, device, c.Count)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	g := m.Gauges
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "Gauge\tNow")
+	for _, row := range []struct {
+		name string
+		v    int64
+	}{
+		{"pending_handshakes", g.PendingHandshakes},
+		{"queue_pairs", g.QueuePairs},
+		{"memory_regions", g.MemoryRegions},
+		{"pinned_bytes", g.PinnedBytes},
+		{"poll_groups", g.PollGroups},
+		{"shared_recv_queues", g.SharedRecvQueues},
+		{"srq_depth", g.SRQDepth},
+	} {
+		fmt.Fprintf(tw, "%s\t%d\n", row.name, row.v)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	c := m.Counters
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "Counter\tTotal\tBy reason")
+	fmt.Fprintf(tw, "dials\t%d\t\n", c.Dials)
+	fmt.Fprintf(tw, "accepts\t%d\t\n", c.Accepts)
+	var fallbacks uint64
+	reasons := map[string]uint64{}
+	for r, n := range c.Fallbacks {
+		fallbacks += n
+		name, _ := r.MarshalText()
+		reasons[string(name)] = n
+	}
+	fmt.Fprintf(tw, "fallbacks\t%d\t%s\n", fallbacks, byReason(reasons))
+	var errs uint64
+	for _, n := range c.HandshakeErrors {
+		errs += n
+	}
+	fmt.Fprintf(tw, "handshake_errors\t%d\t%s\n", errs, byReason(c.HandshakeErrors))
+	fmt.Fprintf(tw, "peers_gone\t%d\t\n", c.PeersGone)
+	fmt.Fprintf(tw, "srq_refills\t%d\t\n", c.SRQRefills)
+	tw.Flush()
+}
+
+// byReason lists the non-zero counts as reason=count, in name order.
+func byReason(counts map[string]uint64) string {
+	var parts []string
+	for name, n := range counts {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", name, n))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"expvar"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/rnet-dev/rnet/rnet"
+	"github.com/rnet-dev/rnet/rnet/rnettest"
+)
+
+// TestStatShowsPublishedMetrics: rnet stat reads a process's /debug/vars
+// (this test's, over the test fabric) and shows its open connections,
+// gauges and counters as tables, or as JSON with --json.
+func TestStatShowsPublishedMetrics(t *testing.T) {
+	f := rnettest.NewFabric(nil)
+	ln, err := f.Listen("rdma", "10.0.0.2:7471")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := f.DialContext(context.Background(), "rdma", "10.0.0.2:7471")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv := httptest.NewServer(expvar.Handler())
+	defer srv.Close()
+	want := rnet.ReadMetrics()
+
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"stat", strings.TrimPrefix(srv.URL, "http://")}, &stdout, &stderr); code != 0 {
+		t.Fatalf("rnet stat: exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	t.Logf("rnet stat:\n%s", out)
+	simulated := int64(-1)
+	for _, o := range want.Gauges.Connections {
+		if o.Transport == "rdma" && o.Device == "simulated" {
+			simulated = o.Count
+		}
+	}
+	if simulated < 2 {
+		t.Fatalf("ReadMetrics counts %d open simulated connections with these 2 open", simulated)
+	}
+	for _, line := range []string{
+		fmt.Sprintf(`(?m)^rdma\s+simulated\s+%d$`, simulated),
+		fmt.Sprintf(`(?m)^accepts\s+%d\s*$`, want.Counters.Accepts),
+		fmt.Sprintf(`(?m)^queue_pairs\s+%d$`, want.Gauges.QueuePairs),
+		`(?m)^handshake_errors\s+\d+\s`,
+		`(?m)^Transport\s+Device\s+Open$`,
+	} {
+		if !regexp.MustCompile(line).MatchString(out) {
+			t.Errorf("rnet stat shows no line matching %s", line)
+		}
+	}
+
+	stdout.Reset()
+	if code := run([]string{"stat", "--json", srv.URL + "/debug/vars"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("rnet stat --json: exit %d: %s", code, stderr.String())
+	}
+	var got rnet.Metrics
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("rnet stat --json: %v: %s", err, stdout.String())
+	}
+	if got.Counters.Accepts != want.Counters.Accepts || len(got.Gauges.Connections) != len(want.Gauges.Connections) {
+		t.Errorf("rnet stat --json read %+v, want %+v", got, want)
+	}
+}
+
+// TestStatWithoutRnetVariable: a /debug/vars without the rnet variable
+// fails with a line that says so.
+func TestStatWithoutRnetVariable(t *testing.T) {
+	srv := httptest.NewServer(http404OrEmpty{})
+	defer srv.Close()
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"stat", srv.URL}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `no "rnet" variable`) {
+		t.Errorf("rnet stat of a process without rnet: exit %d, %q", code, stderr.String())
+	}
+	if code := run([]string{"stat"}, &stdout, &stderr); code != 2 {
+		t.Errorf("rnet stat without a URL: exit %d, want 2", code)
+	}
+}
+
+// http404OrEmpty serves an expvar page with no variables.
+type http404OrEmpty struct{}
+
+func (http404OrEmpty) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.Write([]byte("{}\n"))
+}

@@ -1,0 +1,194 @@
+package rnet
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rnet-dev/rnet/internal/stream"
+)
+
+// The counters behind Metrics live here, each updated with one atomic
+// operation where its event happens: connections opening and closing,
+// handshakes ending, listeners accepting. None is touched by Read or Write.
+
+// processCounts are the process's Counters but the fallbacks (dialCounts)
+// and the SRQ refills (internal/pollgroup's).
+var processCounts struct {
+	dials, accepts, peersGone atomic.Uint64
+	handshakeErrors           failureCounts
+}
+
+// pendingSlotsTaken is the pending-handshake slots taken in every
+// listener; pendingHandshakes keeps it.
+var pendingSlotsTaken atomic.Int64
+
+// openKey names an open-connection gauge.
+type openKey struct{ transport, device string }
+
+// openConns are the open-connection gauges. A gauge, once made, stays, so
+// a count that falls to zero still shows; there is one per device and
+// transport.
+var openConns struct {
+	mu    sync.Mutex
+	byKey map[openKey]*atomic.Int64 // guarded by mu; the counts are not
+}
+
+// openGauge returns the gauge of open connections of transport on device.
+func openGauge(transport, device string) *atomic.Int64 {
+	k := openKey{transport, device}
+	openConns.mu.Lock()
+	defer openConns.mu.Unlock()
+	n := openConns.byKey[k]
+	if n == nil {
+		if openConns.byKey == nil {
+			openConns.byKey = make(map[openKey]*atomic.Int64)
+		}
+		n = new(atomic.Int64)
+		openConns.byKey[k] = n
+		publishExpvar()
+	}
+	return n
+}
+
+// deviceNamer is a queue pair on a device.
+type deviceNamer interface{ deviceName() string }
+
+// connDevice is the device a connection runs on, as its gauge names it.
+func connDevice(c *stream.Conn) string {
+	if d, ok := c.QueuePair().(deviceNamer); ok {
+		return d.deviceName()
+	}
+	return "simulated"
+}
+
+// connObserver counts and logs a connection's opening, its peer vanishing
+// and its close (see stream.Observer). The connection's Dialer or
+// ListenConfig gives the logger.
+type connObserver struct{ log *logger }
+
+func (o connObserver) Opened(c *stream.Conn) { openGauge("rdma", connDevice(c)).Add(1) }
+
+func (o connObserver) Closed(c *stream.Conn) { openGauge("rdma", connDevice(c)).Add(-1) }
+
+func (o connObserver) PeerGone(c *stream.Conn, err error) {
+	processCounts.peersGone.Add(1)
+	o.log.peerGone(c, err)
+}
+
+// tcpOpen tracks a *TCPConn in the open-connection gauge until its first
+// Close.
+type tcpOpen struct{ closed atomic.Bool }
+
+// newTCPConn is a TCPConn counted as open.
+func newTCPConn(c *net.TCPConn, reason FallbackReason, cause error) *TCPConn {
+	openGauge("tcp", "").Add(1)
+	return &TCPConn{TCPConn: c, Reason: reason, Cause: cause, open: new(tcpOpen)}
+}
+
+// Close closes the connection, as *net.TCPConn's Close does.
+func (c *TCPConn) Close() error {
+	if c.open != nil && c.open.closed.CompareAndSwap(false, true) {
+		openGauge("tcp", "").Add(-1)
+	}
+	return c.TCPConn.Close()
+}
+
+// handshakeFailure is why a listener refused or dropped a connection
+// request, as the metrics name it.
+type handshakeFailure int
+
+// The refusals, in rejectCode order, then the failures after the reply.
+const (
+	failBusy handshakeFailure = iota
+	failPendingFull
+	failBadRequest
+	failLockedMemory
+	failResources
+	failTimeout
+	failEvicted
+	failAborted
+	numHandshakeFailures
+
+	firstRefusal = failBusy
+	lastRefusal  = failResources
+)
+
+var handshakeFailureNames = [numHandshakeFailures]string{
+	failBusy:         "busy",
+	failPendingFull:  "pending_full",
+	failBadRequest:   "bad_request",
+	failLockedMemory: "locked_memory",
+	failResources:    "resources",
+	failTimeout:      "timeout",
+	failEvicted:      "evicted",
+	failAborted:      "aborted",
+}
+
+func (f handshakeFailure) String() string { return handshakeFailureNames[f] }
+
+// handshakeFailureOf classifies err, why a request was refused (with a
+// reject) or dropped after the reply.
+func handshakeFailureOf(err error, refused bool) handshakeFailure {
+	if refused {
+		if f, ok := refusalOf(rejectReasonOf(err).code); ok {
+			return f
+		}
+		return failResources
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return failTimeout
+	case errors.Is(err, errEvicted):
+		return failEvicted
+	}
+	return failAborted
+}
+
+// failureCounts count handshake failures by reason.
+type failureCounts [numHandshakeFailures]atomic.Uint64
+
+func (fc *failureCounts) read() map[string]uint64 { return fc.readRange(0, numHandshakeFailures-1) }
+
+// readRange returns the counts of the reasons from first to last.
+func (fc *failureCounts) readRange(first, last handshakeFailure) map[string]uint64 {
+	m := make(map[string]uint64, last-first+1)
+	for f := first; f <= last; f++ {
+		m[f.String()] = fc[f].Load()
+	}
+	return m
+}
+
+// listenerCounts are a listener's ListenerMetrics.
+type listenerCounts struct {
+	accepted, backlogDrops atomic.Uint64
+	failures               failureCounts
+	// pending are the listener's pending-handshake slots; nil on the test
+	// fabric. Set before the listener is handed out.
+	pending *pendingHandshakes
+}
+
+// handshakeFailedCounted counts the request from remote that l refused
+// (with a reject) or dropped after its reply because of err, and logs it.
+func (l *listener) handshakeFailedCounted(remote net.Addr, device string, err error, refused bool) {
+	f := handshakeFailureOf(err, refused)
+	l.counts.failures[f].Add(1)
+	processCounts.handshakeErrors[f].Add(1)
+	l.log.handshakeFailed(l.addr, remote, device, f, err, refused)
+}
+
+// accepted counts a connection Accept returns.
+func (l *listener) accepted() {
+	l.counts.accepted.Add(1)
+	processCounts.accepts.Add(1)
+}
+
+// dialed counts and logs the end of a Dialer's DialContext.
+func (d *Dialer) dialed(c *Conn, address string, err error) {
+	if err == nil {
+		processCounts.dials.Add(1)
+	}
+	logFor(d.Logger).dialed(c, address, err)
+}

@@ -1,0 +1,31 @@
+package rnet
+
+import (
+	"expvar"
+	"sync"
+)
+
+// expvarName is the expvar variable the process's Metrics are published
+// as, in /debug/vars.
+const expvarName = "rnet"
+
+var publishOnce sync.Once
+
+// publishExpvar publishes ReadMetrics as the expvar variable "rnet", once,
+// when the process first opens a connection or a listener: Metrics are
+// read only when the variable is. Another copy of this package in the
+// binary (a vendored one, say) may have published the name first; this
+// copy then leaves it, as expvar.Publish would panic.
+func publishExpvar() {
+	publishOnce.Do(func() { publishMetrics(expvarName) })
+}
+
+// publishMetrics publishes ReadMetrics as the expvar variable name unless
+// that name is taken, and reports whether it did.
+func publishMetrics(name string) bool {
+	if expvar.Get(name) != nil {
+		return false
+	}
+	expvar.Publish(name, expvar.Func(func() any { return ReadMetrics() }))
+	return true
+}
