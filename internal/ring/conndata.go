@@ -104,9 +104,9 @@ const MaxPortMTUCode = 5
 
 // PortMTUBytes is the sender's port MTU in bytes, or 0 when it did not say.
 // The peer is not trusted to send a valid code: any code outside 1 to 5
-// counts as not said, as zero from C rsocket does, so that a peer (or a
-// later use of the byte) can lower no more than its own connection's packet
-// size, and never fails the connection.
+// counts as not said, as zero from C rsocket does, so that a later use of
+// the byte never fails a connection; a valid code only ever lowers the
+// receiver's path MTU, so a peer that lies harms its own connection alone.
 func (c *ConnData) PortMTUBytes() int {
 	if c.PortMTU < 1 || c.PortMTU > MaxPortMTUCode {
 		return 0
