@@ -230,9 +230,12 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 		return
 	}
 	// Echo the request's parameters, as rsocket does, with our private data
-	// and how often the dialler may resend to our receive queue.
+	// and how often the dialler may resend to our receive queue; the
+	// queue pair's path MTU is at most the dialler's port's, as its
+	// request says.
 	p := ev.Param
-	p.PrivateData = connParam(eng, false, a.set.transport).PrivateData
+	ours := connParam(eng, false, a.set.transport, q.portMTU)
+	p.PrivateData, p.PeerMTU = ours.PrivateData, ours.PeerMTU
 	p.RNRRetryCount = a.set.transport.rnrRetryCount
 	if err := id.Accept(p); err != nil {
 		a.dropped(id, err)

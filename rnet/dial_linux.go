@@ -83,7 +83,7 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 	if err := postInitialRecvs(q, eng); err != nil {
 		return abort(err)
 	}
-	if err := id.Connect(connParam(eng, eng.Config().IWARP, set.transport)); err != nil {
+	if err := id.Connect(connParam(eng, eng.Config().IWARP, set.transport, q.portMTU)); err != nil {
 		return abort(err)
 	}
 	ev, err := id.Await(ctx, cm.EventEstablished)

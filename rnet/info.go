@@ -28,9 +28,9 @@ type ConnInfo struct {
 	// the local IP address and the index picks RoCE v1 or v2.
 	GIDIndex int        `json:"gid_index"`
 	GID      netip.Addr `json:"gid"`
-	// PathMTU is the largest packet payload on the path, in bytes (256 to
-	// 4096), as the connection manager chose it from the two ports'; 0
-	// on iWARP, which has none of its own.
+	// PathMTU is the largest packet payload the queue pair sends, in
+	// bytes (256 to 4096): the smallest of the path's and the two ports'
+	// active MTUs; 0 on iWARP, which has none of its own.
 	PathMTU int `json:"path_mtu"`
 	// TrafficClass is the TOS byte of the packets' IP header on RoCE (the
 	// GRH traffic class on InfiniBand), and ServiceLevel the priority the

@@ -35,6 +35,9 @@ type verbsQP struct {
 	device   string
 	// deviceInfo is the device as setup found it, for Conn.Info.
 	deviceInfo verbs.DeviceInfo
+	// portMTU is the active MTU of the id's port at setup, in bytes (0 on
+	// iWARP), which the private data tells the peer.
+	portMTU int
 	// accepting says this is the listening side (for testHookSetupStage).
 	accepting bool
 

@@ -120,6 +120,14 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	if err := setupStage(q.accepting, "qp"); err != nil {
 		return nil, err
 	}
+	if !cfg.IWARP {
+		// Told to the peer, which limits its path MTU to it: the
+		// dialler's connection manager sets both ends' from the
+		// dialler's port alone.
+		if q.portMTU, err = q.id.PortMTU(); err != nil {
+			return nil, err
+		}
+	}
 	// Use what the device granted: inline data it cannot take would fail
 	// every small post.
 	if granted := int(q.qp.Caps().MaxInlineData); cfg.InlineThreshold > granted {
@@ -138,14 +146,29 @@ func postInitialRecvs(q *verbsQP, eng *ring.Engine) error {
 	return err
 }
 
-func connParam(eng *ring.Engine, iwarp bool, t transportSettings) cm.ConnParam {
+// connParam is the request's or reply's parameters: rsocket's, with the
+// engine's private data saying this side's port MTU (portMTU bytes, 0 on
+// iWARP), and the peer's port MTU read from its own.
+func connParam(eng *ring.Engine, iwarp bool, t transportSettings, portMTU int) cm.ConnParam {
 	pd := eng.LocalConnData()
+	ring.SetPortMTU(&pd, portMTU)
 	p := cm.RsocketConnParam(pd[:])
 	p.RetryCount, p.RNRRetryCount = t.retryCount, t.rnrRetryCount
+	p.PeerMTU = peerPortMTU
 	if iwarp {
 		p.InitiatorDepth = 1
 	}
 	return p
+}
+
+// peerPortMTU is the port MTU the peer's private data says, in bytes, or 0
+// (C rsocket says none).
+func peerPortMTU(privateData []byte) int {
+	c, err := ring.DecodeConnData(privateData)
+	if err != nil {
+		return 0 // Establish rejects it
+	}
+	return c.PortMTUBytes()
 }
 
 // onIWARP reports whether addr is served by an iWARP device, whose

@@ -83,6 +83,9 @@ func (ch *EventChannel) convert(ev *C.struct_rnet_cm_event) (Event, bool) {
 		if err != nil {
 			return e, false
 		}
+		id.mu.Lock()
+		id.request = e.Param.PrivateData
+		id.mu.Unlock()
 		e.ID = id
 	} else {
 		e.ID = lookup(uintptr(ev.id_handle))
@@ -153,6 +156,24 @@ func (id *ID) await(ctx context.Context, want EventType, op string) (Event, erro
 	}
 	if ev.Type == want {
 		return ev, nil
+	}
+	if ev.Type == EventConnectResponse && want == EventEstablished {
+		// The reply to a request made with a QP of rnet's own: as
+		// librdmacm does for an attached one, make it ready, send the
+		// RTU and report the connection established.
+		id.mu.RLock()
+		own := id.own != nil
+		id.mu.RUnlock()
+		if own {
+			if ev.Status != 0 {
+				return ev, &Error{Op: "rdma_connect", Addr: ev.Addr, Errno: statusErrno(ev.Status), Err: errConnectError}
+			}
+			if err := id.establishOwn(ev.Param.PrivateData); err != nil {
+				return ev, err
+			}
+			ev.Type = EventEstablished
+			return ev, nil
+		}
 	}
 	if err := ev.Err(); err != nil {
 		return ev, err

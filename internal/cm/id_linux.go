@@ -32,8 +32,19 @@ type ID struct {
 	ch     *EventChannel
 	qp     *verbs.QP
 	qpLive bool // qp exists and is not destroyed yet
-	vctx   *verbs.Context
-	dst    netip.AddrPort // the address being resolved, for errors before the peer is known
+	// own is qp's C struct while qp is live, when the QP is rnet's own
+	// and not librdmacm's id->qp (InfiniBand, RoCE; see ownqp_linux.go).
+	// Written with mu write-held, like qp.
+	own *C.struct_ibv_qp
+	// request is the private data of the connection request the id came
+	// from, until Accept, whose ConnParam.PeerMTU reads it. Guarded by
+	// mu.
+	request []byte
+	// replyMTU is Connect's ConnParam.PeerMTU, for the reply. Written with
+	// mu write-held.
+	replyMTU func(privateData []byte) int
+	vctx     *verbs.Context
+	dst      netip.AddrPort // the address being resolved, for errors before the peer is known
 }
 
 // Events name their id by a handle that rnet stores in the id's context
@@ -233,20 +244,36 @@ func paramToC(p *ConnParam) (*C.struct_rnet_conn_param, error) {
 
 // Connect sends the connection request; ESTABLISHED (with the peer's private
 // data), REJECTED, UNREACHABLE or CONNECT_ERROR follows.
+//
+// With a QP of rnet's own (InfiniBand, RoCE), the reply comes as
+// CONNECT_RESPONSE, which Await, waiting for ESTABLISHED, turns into it once
+// it has made the QP ready with a path MTU at most the local port's and what
+// p.PeerMTU reads from the reply.
 func (id *ID) Connect(p ConnParam) error {
 	cp, err := paramToC(&p)
 	if err != nil {
 		return id.call("rdma_connect", func(*C.struct_rdma_cm_id) C.int { return C.EINVAL })
 	}
-	return id.call("rdma_connect", func(c *C.struct_rdma_cm_id) C.int { return C.rnet_connect(c, cp) })
+	id.mu.Lock()
+	id.replyMTU = p.PeerMTU
+	id.mu.Unlock()
+	return id.call("rdma_connect", func(c *C.struct_rdma_cm_id) C.int { return C.rnet_connect(c, cp, id.own) })
 }
 
 // Accept accepts the connection request this id came from; ESTABLISHED
-// follows.
+// follows. A QP of rnet's own is made ready first, its path MTU limited to
+// the local port's and to what p.PeerMTU reads from the request.
 func (id *ID) Accept(p ConnParam) error {
 	cp, err := paramToC(&p)
 	if err != nil {
 		return id.call("rdma_accept", func(*C.struct_rdma_cm_id) C.int { return C.EINVAL })
+	}
+	id.mu.Lock()
+	request, own := id.request, id.own
+	id.request = nil
+	id.mu.Unlock()
+	if own != nil {
+		return id.acceptOwn(cp, peerMTUCode(p.PeerMTU, request))
 	}
 	return id.call("rdma_accept", func(c *C.struct_rdma_cm_id) C.int { return C.rnet_accept(c, cp) })
 }
@@ -272,6 +299,12 @@ func (id *ID) Reject(privateData []byte) error {
 // the initiator's DISCONNECTED waits for; without it the initiator only gets
 // DISCONNECTED when the CM's DREQ retries time out, tens of seconds later.
 func (id *ID) Disconnect() error {
+	id.mu.RLock()
+	own := id.own != nil
+	id.mu.RUnlock()
+	if own {
+		return id.disconnectOwn(true)
+	}
 	return id.call("rdma_disconnect", func(c *C.struct_rdma_cm_id) C.int {
 		return C.rnet_disconnect(c)
 	})
@@ -281,6 +314,12 @@ func (id *ID) Disconnect() error {
 // leaves the QP in its state, so that it can go on sending, as a peer's QP
 // that was not made through its id could. Tests play hostile peers with it.
 func (id *ID) DisconnectKeepingQP() error {
+	id.mu.RLock()
+	own := id.own != nil
+	id.mu.RUnlock()
+	if own {
+		return id.disconnectOwn(false)
+	}
 	return id.call("rdma_disconnect", func(c *C.struct_rdma_cm_id) C.int {
 		return C.rnet_disconnect_keep_qp(c)
 	})
@@ -367,6 +406,7 @@ func (id *ID) CreateQPOnSRQ(pd *verbs.PD, send, recv *verbs.CQ, srq *verbs.SRQ, 
 	if id.qpLive {
 		return nil, id.errf("rdma_create_qp", syscall.EEXIST, nil)
 	}
+	ownQP := ownQPOn(id.c)
 	ppd, psend, precv := pd.Ptr(), send.Ptr(), recv.Ptr()
 	if ppd == nil || psend == nil || precv == nil {
 		return nil, id.errf("rdma_create_qp", syscall.EINVAL, errClosed)
@@ -384,17 +424,14 @@ func (id *ID) CreateQPOnSRQ(pd *verbs.PD, send, recv *verbs.CQ, srq *verbs.SRQ, 
 		max_recv_sge:    C.uint32_t(caps.MaxRecvSGE),
 		max_inline_data: C.uint32_t(caps.MaxInlineData),
 	}
+	if ownQP {
+		return id.createOwnQPLocked((*C.struct_ibv_pd)(ppd), (*C.struct_ibv_cq)(psend), (*C.struct_ibv_cq)(precv), psrq, srq, &cc)
+	}
 	verbs.CountCgoCall()
 	if r := C.rnet_create_qp(id.c, (*C.struct_ibv_pd)(ppd), (*C.struct_ibv_cq)(psend), (*C.struct_ibv_cq)(precv), psrq, &cc); r != 0 {
 		return nil, id.errf("rdma_create_qp", syscall.Errno(r), nil)
 	}
-	granted := verbs.QPCaps{
-		MaxSendWR:     uint32(cc.max_send_wr),
-		MaxRecvWR:     uint32(cc.max_recv_wr),
-		MaxSendSGE:    uint32(cc.max_send_sge),
-		MaxRecvSGE:    uint32(cc.max_recv_sge),
-		MaxInlineData: uint32(cc.max_inline_data),
-	}
+	granted := grantedCaps(&cc)
 	c := id.c
 	verbs.CountCgoCall()
 	id.qp = verbs.WrapQPOnSRQ(unsafePointer(C.rnet_id_qp(c)), granted, srq, func() error {

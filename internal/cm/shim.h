@@ -172,13 +172,18 @@ static inline void rnet_conn_param_to_c(const struct rnet_conn_param *p, struct 
 // first: it fails with EINVAL, EADDRNOTAVAIL or ECONNREFUSED, or, under a
 // stream of signals, never returns. A blocked signal is delivered once the
 // call is done. The signals of a fault stay unblocked, so that a crash in
-// the library still reaches Go's handler.
-static inline int rnet_connect(struct rdma_cm_id *id, const struct rnet_conn_param *p)
+// the library still reaches Go's handler. qp, if not NULL, is a QP not
+// attached to the id, which the request names.
+static inline int rnet_connect(struct rdma_cm_id *id, const struct rnet_conn_param *p, struct ibv_qp *qp)
 {
 	struct rdma_conn_param c;
 	sigset_t block, old;
 	int ret;
 	rnet_conn_param_to_c(p, &c);
+	if (qp) {
+		c.qp_num = qp->qp_num;
+		c.srq = qp->srq != NULL;
+	}
 	sigfillset(&block);
 	sigdelset(&block, SIGSEGV);
 	sigdelset(&block, SIGBUS);

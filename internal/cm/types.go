@@ -87,6 +87,32 @@ type ConnParam struct {
 	RNRRetryCount uint8
 	SRQ           uint8  // ignored when the ID has a QP
 	QPNum         uint32 // ignored when the ID has a QP
+	// PeerMTU reads, from the peer's private data (its request when
+	// accepting, its reply when connecting), the largest path MTU in bytes
+	// that the peer's port takes, 0 if it does not say. On InfiniBand and
+	// RoCE the QP's path MTU is then at most that, as well as at most the
+	// path's and the local port's active MTU. Nil: no limit from the peer.
+	// It is not sent.
+	PeerMTU func(privateData []byte) int
+}
+
+// MTUCode is the IB MTU code (enum ibv_mtu: 1 = 256 bytes, ..., 5 = 4096)
+// of the largest IB MTU that is at most bytes, or 0 for less than 256.
+func MTUCode(bytes int) uint8 {
+	for code := uint8(5); code >= 1; code-- {
+		if MTUBytes(code) <= bytes {
+			return code
+		}
+	}
+	return 0
+}
+
+// MTUBytes is the size of IB MTU code (1 to 5), or 0 for any other code.
+func MTUBytes(code uint8) int {
+	if code < 1 || code > 5 {
+		return 0
+	}
+	return 128 << code
 }
 
 // RsocketConnParam is what rsocket connects with: flow control on, the

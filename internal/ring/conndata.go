@@ -43,6 +43,13 @@ type ConnData struct {
 	// Credits is the sender's receive queue size: how many DATA messages the
 	// receiver may send before the first credit update.
 	Credits uint16
+	// PortMTU is rnet's own, in the first of rsocket's three reserved
+	// bytes (offset 4): the IB MTU code (enum ibv_mtu, 1 = 256 bytes to
+	// 5 = 4096) of the sender's port's active MTU, the largest packet it
+	// takes, so that the dialler, which learns it from the reply, can
+	// limit its path MTU to it. 0 = not said: C rsocket writes zeros
+	// there and ignores the byte. Offsets 5 and 6 stay zero.
+	PortMTU uint8
 	// TargetIOMapSize is the scale code of the iomap size (see
 	// IOMapScaleToValue); 0 = no iomap.
 	TargetIOMapSize uint8
@@ -58,7 +65,8 @@ func (c *ConnData) Encode() [ConnDataSize]byte {
 	b[0] = c.Version
 	b[1] = c.Flags
 	binary.BigEndian.PutUint16(b[2:], c.Credits)
-	// b[4:7] reserved, zero.
+	b[portMTUOffset] = c.PortMTU
+	// b[5:7] reserved, zero.
 	b[7] = c.TargetIOMapSize
 	putRemoteSGE(b[8:], c.TargetSGL, binary.BigEndian)
 	putRemoteSGE(b[24:], c.DataBuf, binary.BigEndian)
@@ -77,6 +85,7 @@ func DecodeConnData(b []byte) (ConnData, error) {
 		Version:         b[0],
 		Flags:           b[1],
 		Credits:         binary.BigEndian.Uint16(b[2:]),
+		PortMTU:         b[portMTUOffset],
 		TargetIOMapSize: b[7],
 		TargetSGL:       getRemoteSGE(b[8:], binary.BigEndian),
 		DataBuf:         getRemoteSGE(b[24:], binary.BigEndian),
@@ -85,6 +94,42 @@ func DecodeConnData(b []byte) (ConnData, error) {
 		return c, protoErr(ErrVersion, 0, "version "+strconv.Itoa(int(c.Version)))
 	}
 	return c, nil
+}
+
+// portMTUOffset is where ConnData.PortMTU travels.
+const portMTUOffset = 4
+
+// MaxPortMTUCode is the largest IB MTU code (4096 bytes).
+const MaxPortMTUCode = 5
+
+// PortMTUBytes is the sender's port MTU in bytes, or 0 when it did not say.
+// The peer is not trusted to send a valid code: any code outside 1 to 5
+// counts as not said, as zero from C rsocket does, so that a later use of
+// the byte never fails a connection; a valid code only ever lowers the
+// receiver's path MTU, so a peer that lies harms its own connection alone.
+func (c *ConnData) PortMTUBytes() int {
+	if c.PortMTU < 1 || c.PortMTU > MaxPortMTUCode {
+		return 0
+	}
+	return 128 << c.PortMTU
+}
+
+// PortMTUCode is the IB MTU code for a port MTU of bytes: the largest of
+// 256, 512, 1024, 2048 and 4096 that is at most bytes, or 0 (not said) for
+// less than 256.
+func PortMTUCode(bytes int) uint8 {
+	for code := uint8(MaxPortMTUCode); code >= 1; code-- {
+		if 128<<code <= bytes {
+			return code
+		}
+	}
+	return 0
+}
+
+// SetPortMTU writes a port MTU of bytes (see ConnData.PortMTU) into
+// private data made by Engine.LocalConnData.
+func SetPortMTU(b *[ConnDataSize]byte, bytes int) {
+	b[portMTUOffset] = PortMTUCode(bytes)
 }
 
 // IOMapValueToScale encodes an iomap entry count as rsocket's 8-bit scale

@@ -49,6 +49,17 @@ var connDataGolden = []struct {
 			" 0102030405060708 00000001 00000002" +
 			" fffffffffff00000 deadbeef 00080000",
 	},
+	{
+		name: "rnet sender whose port takes 1024-byte packets",
+		cd: ConnData{
+			Version: 1, Flags: FlagIOMap | FlagGrowingCredits, Credits: 64, PortMTU: 3,
+			TargetSGL: RemoteSGE{Addr: 0x00007f1234567000, Key: 0x11223344, Length: 2},
+			DataBuf:   RemoteSGE{Addr: 0x00007f1234500000, Key: 0xaabbccdd, Length: 0x10000},
+		},
+		hex: "01 82 0040 030000 00" +
+			" 00007f1234567000 11223344 00000002" +
+			" 00007f1234500000 aabbccdd 00010000",
+	},
 }
 
 func TestConnDataGolden(t *testing.T) {

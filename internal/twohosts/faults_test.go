@@ -376,8 +376,10 @@ func TestRebootListensAgain(t *testing.T) {
 }
 
 // TestMTUMismatch: host A's NIC has MTU 1500 and B's 9000. Connections
-// dialled either way run at the smaller path MTU (rxe's 1024 for 1500) and
-// carry checked bytes.
+// dialled either way run at the smaller path MTU (rxe's 1024 for 1500) on
+// both ends, and carry checked bytes. When B dials, its connection manager
+// puts B's port MTU, 4096, in the request; only A's reply, which says A's
+// port MTU, and A's own port bring both queue pairs down to 1024.
 func TestMTUMismatch(t *testing.T) {
 	needLab(t)
 	l := bootLab(t, hostlab.Config{MTU: [2]int{1500, 9000}})
@@ -387,19 +389,20 @@ func TestMTUMismatch(t *testing.T) {
 		name     string
 		srv, cli *hostlab.Host
 	}{{"A dials B", l.B, l.A}, {"B dials A", l.A, l.B}} {
-		if dir.srv == l.A && os.Getenv("RNET_FAULTS_MTU_BOTH") != "1" {
-			// rdma_cm takes a RoCE path's MTU from the dialler's own
-			// netdev, and the listener's queue pair takes the request's:
-			// both ends run at 4096, and A's 4096-byte packets do not
-			// fit its 1500-byte NIC, so no echo comes back.
-			t.Logf("%s: skipped: both ends take B's path MTU, 4096, which A's NIC cannot send; RNET_FAULTS_MTU_BOTH=1 runs it", dir.name)
-			continue
-		}
 		s := startStreams(t, ctx, dir.srv, dir.cli, faultPort, "survive", faultConns+1)
 		line := waitLine(t, ctx, s.client, "connected ")
 		if v, _ := field(line, "pathmtu"); v != "1024-1024" {
-			t.Errorf("%s: path MTU %s, want 1024 on every connection: %s", dir.name, v, line)
+			t.Errorf("%s: client: path MTU %s, want 1024 on every connection: %s", dir.name, v, line)
 		}
 		finishSurvivors(t, ctx, s)
+		ended := linesWith(s.server.Output(), "server-ended ")
+		if len(ended) != faultConns+1 {
+			t.Errorf("%s: server: %d connections ended, want %d", dir.name, len(ended), faultConns+1)
+		}
+		for _, l := range ended {
+			if v, _ := field(l, "pathmtu"); v != "1024" {
+				t.Errorf("%s: server: path MTU %s, want 1024: %s", dir.name, v, l)
+			}
+		}
 	}
 }
