@@ -90,7 +90,7 @@ func (b *answerBudget) wait(ctx context.Context, step string, f func(context.Con
 		return err
 	}
 	step = resolveStep(step, err)
-	if context.Cause(stepCtx) == errAnswerBound {
+	if errors.Is(err, context.DeadlineExceeded) && context.Cause(stepCtx) == errAnswerBound {
 		return &NoAnswerError{Addr: b.addr, Step: step, Wait: b.bound, Err: syscall.ETIMEDOUT}
 	}
 	if unanswered(err) {

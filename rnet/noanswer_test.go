@@ -140,6 +140,19 @@ func TestDialNoAnswerFromCM(t *testing.T) {
 	}
 }
 
+// TestDialAnswerAtTheBound: an answer that comes as the bound runs out
+// (a reject, here) is returned as it is: the host did answer.
+func TestDialAnswerAtTheBound(t *testing.T) {
+	reject := &cm.RejectError{Addr: "10.77.0.9:7471", Status: cm.RejectInvalidServiceID}
+	err := newAnswerBudget(minHandshakeTimeout, "10.77.0.9:7471").wait(t.Context(), stepConnect, func(ctx context.Context) error {
+		<-ctx.Done()
+		return reject
+	})
+	if err != reject {
+		t.Errorf("got %v, want the reject", err)
+	}
+}
+
 // TestDialNoAnswerCallerDeadline: a dial whose own context ends first
 // fails with the caller's deadline (context.DeadlineExceeded, "i/o
 // timeout", as net.Dialer's), never a *NoAnswerError; with no bound of rnet's own
