@@ -72,16 +72,23 @@ type Config struct {
 	// Close returns ErrAborted. Default 10 s; negative drops unsent data at
 	// once, as TCP's SetLinger(0).
 	Linger time.Duration
-	// HandshakeTimeout bounds a listener's wait for an accepted
+	// HandshakeTimeout bounds the waits of a connection's handshake on
+	// the network, so that a peer that is gone costs each side a bounded
+	// time. A Dial waits at most this long, in all, for the peer's address
+	// to resolve and for the reply to its connection request, and then
+	// fails with a *NoAnswerError: a host that is powered off, frozen or
+	// cut off answers neither, while one that is up refuses at once what
+	// it does not take. A listener waits at most this long for an accepted
 	// connection's last handshake message (the dialer's RTU), so a peer
 	// that vanishes midway costs nothing lasting. Default 10 s: the
-	// connection manager resends its reply about every 4 s until the RTU
-	// comes, so a connection survives two lost RTUs, while a shorter bound
-	// would drop connections whose dialer already counts them up (under a
-	// flood of requests that never complete, ListenConfig's
-	// MaxPendingHandshakes, not this, frees their slots). Negative leaves
-	// it to the connection manager's own retries (about a minute); a
-	// positive value must be at least 100 ms.
+	// connection manager resends its request, and its reply, about every
+	// 4 s, so a handshake survives two lost messages, while a shorter
+	// bound would fail dials over a lossy path and drop connections whose
+	// dialer already counts them up (under a flood of requests that never
+	// complete, ListenConfig's MaxPendingHandshakes, not this, frees their
+	// slots). Negative leaves both sides to the connection manager's own
+	// retries (about a minute); a positive value must be at least 100 ms.
+	// The Dialer's Timeout and its context bound the whole dial as well.
 	HandshakeTimeout time.Duration
 	// AckTimeout is how long the transport waits for an acknowledgement
 	// before it resends (the queue pair's local ACK timeout): on a lossy

@@ -62,7 +62,12 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 			return fail(err)
 		}
 	}
-	if err := id.Resolve(ctx, laddr, raddr, cm.RsocketRetry); err != nil {
+	// HandshakeTimeout bounds, in all, the waits on the network below.
+	answer := newAnswerBudget(set.handshakeTimeout, raddr.String())
+	err = answer.wait(ctx, stepAddr, func(ctx context.Context) error {
+		return id.Resolve(ctx, laddr, raddr, cm.RsocketRetry)
+	})
+	if err != nil {
 		id.Close()
 		ch.Close()
 		return fail(err)
@@ -86,7 +91,12 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 	if err := id.Connect(connParam(eng, eng.Config().IWARP, set.transport, q.portMTU)); err != nil {
 		return abort(err)
 	}
-	ev, err := id.Await(ctx, cm.EventEstablished)
+	var ev cm.Event
+	err = answer.wait(ctx, stepConnect, func(ctx context.Context) error {
+		var err error
+		ev, err = id.Await(ctx, cm.EventEstablished)
+		return err
+	})
 	if err != nil {
 		return abort(explainReject(err))
 	}

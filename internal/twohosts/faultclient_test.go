@@ -73,7 +73,13 @@ func faultClient() int {
 	allRead := make(chan struct{})
 	go func() { readers.Wait(); close(allRead) }()
 
-	tick := time.NewTicker(100 * time.Millisecond) // progress reports and the survivors' check
+	const tickPeriod = 100 * time.Millisecond
+	tick := time.NewTicker(tickPeriod) // progress reports, the survivors' check, and the stall measure
+	// stalled is how much later than due this loop's ticks came after the
+	// mark, in all: how long the host kept the process from running its
+	// timers, which delays a keepalive's as much.
+	var stalled time.Duration
+	lastTick := time.Now()
 	steady, moved, diagnosed := false, false, false
 	diagAfter := envDuration("FAULT_DIAG_AFTER", time.Minute)
 	var markAt time.Time
@@ -92,6 +98,11 @@ wait:
 			}
 			fmt.Println("marked")
 		case <-tick.C:
+			now := time.Now()
+			if !markAt.IsZero() {
+				stalled += max(now.Sub(lastTick)-tickPeriod, 0)
+			}
+			lastTick = now
 		}
 		least, total := uint64(1<<63), uint64(0)
 		for i, s := range streams {
@@ -146,8 +157,8 @@ wait:
 			sinceMark.Round(time.Millisecond), sinceLast.Round(time.Millisecond), s.checked.Load(),
 			errors.Is(s.endErr, rnet.ErrPeerGone), s.endErr)
 	}
-	fmt.Printf("all-ended clean=%d failed=%d maxsincemark=%v maxsincelast=%v\n", clean, failed,
-		maxSinceMark.Round(time.Millisecond), maxSinceLast.Round(time.Millisecond))
+	fmt.Printf("all-ended clean=%d failed=%d maxsincemark=%v maxsincelast=%v stalled=%v\n", clean, failed,
+		maxSinceMark.Round(time.Millisecond), maxSinceLast.Round(time.Millisecond), stalled.Round(time.Millisecond))
 
 	for _, s := range streams {
 		s.c.Close()

@@ -35,7 +35,8 @@ import (
 //
 // Its lines: "baseline ...", "connected N groups=G shared=S pathmtu=M",
 // "steady bytes=B", "progress bytes=B", "marked", one "ended I ..." per
-// connection, "all-ended clean=C failed=F maxsincemark=D maxsincelast=D",
+// connection, "all-ended clean=C failed=F maxsincemark=D maxsincelast=D
+// stalled=D" (how late, in all, its timers ran after the mark),
 // "released ok|leak ..." and "client-done ok|failed".
 func init() {
 	roles["fault-server"] = faultServer
