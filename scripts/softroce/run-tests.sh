@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# run-tests.sh PLAN: runs compiled test binaries one after another in one guest, as `go
+# test` runs packages, so that one boot serves many packages (device-tier.sh writes PLAN
+# and boots the guest). Each line of PLAN is tab-separated: a label (the import path), the
+# package directory (the binary runs there, as under go test), the binary, and its flags
+# (space-separated). Each run prints its output only when it fails (or has -test.v), then
+# a line as go test's: "ok  <label>  <seconds>s" or "FAIL  <label>  <seconds>s". The exit code is 1 if
+# any run failed.
+#
+# Between runs, what a package may leave behind that would change the next one's lab is
+# removed: processes still in its session, and traffic-control qdiscs on the lab's
+# interfaces. A device that is no longer ACTIVE fails the run that left it so.
+set -uo pipefail
+plan=${1:?usage: run-tests.sh PLAN}
+logs=$(mktemp -d)
+fail=0
+devices() {
+  for d in /sys/class/infiniband/*; do
+    [ -e "$d" ] || continue
+    echo "$(basename "$d"):$(cut -d: -f2 "$d/ports/1/state" 2>/dev/null | tr -d ' ')"
+  done | sort | tr '\n' ' '
+}
+clean_lab() {
+  local i
+  for i in $(ls /sys/class/net); do
+    tc qdisc del dev "$i" root 2>/dev/null
+    tc qdisc del dev "$i" ingress 2>/dev/null
+    tc qdisc del dev "$i" clsact 2>/dev/null
+  done
+  true
+}
+lab_before=$(devices)
+n=0
+while IFS=$'\t' read -r label dir bin flags; do
+  [ -n "$label" ] || continue
+  n=$((n + 1))
+  log=$logs/$n.log
+  start=$(date +%s%N)
+  # Its own session, so that whatever it leaves running can be found and stopped.
+  # shellcheck disable=SC2086 # flags are words by design (no spaces inside one)
+  (cd "$dir" && exec setsid "$bin" -test.paniconexit0 $flags) >"$log" 2>&1 </dev/null &
+  sid=$!
+  wait "$sid"
+  rc=$?
+  pkill -KILL -s "$sid" 2>/dev/null
+  secs=$(( ($(date +%s%N) - start) / 1000000 ))
+  secs=$(printf '%d.%03d' $((secs / 1000)) $((secs % 1000)))
+  clean_lab
+  lab_after=$(devices)
+  if [ "$lab_after" != "$lab_before" ]; then
+    echo "run-tests: $label left the lab changed: devices were [$lab_before], are [$lab_after]" >>"$log"
+    rc=1
+  fi
+  if [ "$rc" = 0 ]; then
+    case " $flags " in *" -test.v "* | *" -test.v=true "*) cat "$log" ;; esac # as go test -v
+    note=
+    grep -q '^testing: warning: no tests to run' "$log" && note=' [no tests to run]'
+    printf 'ok  \t%s\t%ss%s\n' "$label" "$secs" "$note"
+  else
+    cat "$log"
+    printf 'FAIL\t%s\t%ss\n' "$label" "$secs"
+    fail=1
+  fi
+done <"$plan"
+[ "$n" -gt 0 ] || { echo "run-tests: $plan lists no test binaries"; exit 1; }
+rm -rf "$logs"
+exit $fail
