@@ -46,7 +46,12 @@ DEVICE_MODPKGS = $(foreach m,$(MODULES),$(addprefix $(m):,$(call device_pkgs,$(m
 norace_test = $(foreach t,$(NORACE_TESTS),$(1) $(GO) test -count=1 $(SHORT) -run '$(lastword $(subst =, ,$(t)))' $(firstword $(subst =, ,$(t)))$(newline))
 
 .PHONY: test test-host fuzz lab-selftest lab-smoke test-device test-hosts test-native lab-shell build-deps
+# In the lab the smoke check runs first in the device tier's guest (one boot fewer).
+ifeq ($(RNET_NATIVE),1)
 TEST_STAGES = test-host fuzz lab-selftest lab-smoke test-device test-hosts
+else
+TEST_STAGES = test-host fuzz lab-selftest test-device test-hosts
+endif
 # $(call stages,TARGETS,$(MAKE)): make each target in turn, with a line when it starts and
 # one with its duration when it ends, so that a log shows where the time went. ($(MAKE) is
 # passed so that make sees it in the recipe and runs it under -n too.)
@@ -114,11 +119,11 @@ lab-selftest:
 lab-smoke:
 	$(VM) scripts/softroce/smoke.sh
 # Every device package compiled on the host, then run one after another in one guest (a
-# boot costs about 30 s), DEVICE_OWN_GUEST's each in a guest of its own, NORACE_TESTS last
-# in the shared one; a line per package as go test's.
+# boot costs about 30 s) after the smoke check, DEVICE_OWN_GUEST's each in a guest of its
+# own, NORACE_TESTS last in the shared one; a line per package as go test's.
 test-device: build-deps
 	@[ -n "$(DEVICE_MODPKGS)" ] || { echo "no device-tier packages found"; exit 1; }
-	GO=$(GO) scripts/softroce/device-tier.sh $(SHORT) -timeout 20m -list $(DEVICE_TESTS) \
+	GO=$(GO) scripts/softroce/device-tier.sh -smoke $(SHORT) -timeout 20m -list $(DEVICE_TESTS) \
 	  $(addprefix -own ,$(DEVICE_OWN_GUEST)) $(foreach t,$(NORACE_TESTS),-norace '$(t)') \
 	  $(DEVICE_MODPKGS)
 endif

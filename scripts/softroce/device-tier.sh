@@ -5,8 +5,10 @@
 # guest of its own (it destroys part of the lab). The tests that count what the race
 # detector would distort run once more, compiled without it, in the same guest.
 #
-#   device-tier.sh [-short] [-timeout D] [-list FILE] [-own PKG]... [-norace PKG=REGEXP]... MODULE:PKG...
+#   device-tier.sh [-smoke] [-short] [-timeout D] [-list FILE] [-own PKG]... [-norace PKG=REGEXP]... MODULE:PKG...
 #
+# -smoke: the shared guest first runs smoke.sh (make lab-smoke), and no test if it fails, so
+# a broken lab fails fast with the step named and costs no boot of its own.
 # -list FILE: the tests that asked for a device in the host tier (RNET_DEVICE_TESTS,
 # internal/rdmatest): only those run in the guest, since the others passed on the host
 # already; a package with none is left out. A FILE older than any test file is ignored
@@ -19,11 +21,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 vm=$here/../softroce-vm
 go=${GO:-go}
-short= timeout=20m list=
+short= timeout=20m list= smoke=
 own=() norace=() pkgs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -short) short=-test.short ;;
+    -smoke) smoke=1 ;;
     -timeout) timeout=$2; shift ;;
     -list) list=$2; shift ;;
     -own) own+=("$2"); shift ;;
@@ -84,7 +87,10 @@ done
 [ -f "$work/norace.plan" ] && cat "$work/norace.plan" >>"$work/shared.plan"
 
 rc=0
-if [ -s "$work/shared.plan" ]; then
+if [ -n "$smoke" ]; then
+  # shellcheck disable=SC2016 # expanded by the guest's shell
+  RNET_VM_TIMEOUT=${RNET_VM_TIMEOUT:-5400} "$vm" bash -c '"$1" && "$2" "$3"' _ "$here/smoke.sh" "$here/run-tests.sh" "$work/shared.plan" || rc=1
+elif [ -s "$work/shared.plan" ]; then
   RNET_VM_TIMEOUT=${RNET_VM_TIMEOUT:-5400} "$vm" "$here/run-tests.sh" "$work/shared.plan" || rc=1
 fi
 for p in "$work"/own-*.plan; do
