@@ -3,5 +3,5 @@
 package faults
 
 // raceEnabled: the race detector slows every memory access several times
-// over, so the soak moves less under it (see TestSoak).
+// over, so the volume tests run shorter under it (see fullLength).
 const raceEnabled = true

@@ -12,10 +12,16 @@ import (
 	"github.com/rnet-dev/rnet/rnet"
 )
 
-// raceSoakBytes is TestSoak's volume under the race detector: enough to wrap
-// the rings hundreds of times and grow them. The full volume's worth is its
-// bytes and checksums, not its interleavings, so make test-device moves it
-// once more without the detector, which slows every access several times.
+// fullLength reports whether the volume tests (TestSoak, TestChurn,
+// TestManyConnections) run at full length: not with -short, and not under
+// the race detector, which slows every memory access several times over.
+// Their worth at full length is volume, checksums and leaks over many
+// cycles, not interleavings, which their shorter runs under the detector
+// cross as well; make test-device runs them once more without it.
+func fullLength() bool { return !testing.Short() && !raceEnabled }
+
+// raceSoakBytes is TestSoak's volume when not at full length: enough to wrap
+// the rings hundreds of times and grow them.
 const raceSoakBytes = 64 << 20
 
 // soakBytes is the soak's total volume: RNET_SOAK_BYTES, else 1 GiB (64 MiB
@@ -92,7 +98,7 @@ func mbps(n int64, d time.Duration) float64 { return float64(n) / d.Seconds() / 
 func TestSoak(t *testing.T) {
 	pair := needLab(t)
 	total := soakBytes(t)
-	if _, set := soakBytesFromEnv(t); raceEnabled && !set && total > raceSoakBytes {
+	if _, set := soakBytesFromEnv(t); !fullLength() && !set && total > raceSoakBytes {
 		t.Logf("race detector: %d MiB instead of %d MiB (the full volume runs without -race)", raceSoakBytes>>20, total>>20)
 		total = raceSoakBytes
 	}

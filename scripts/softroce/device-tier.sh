@@ -5,10 +5,11 @@
 # guest of its own (it destroys part of the lab). The tests that count what the race
 # detector would distort run once more, compiled without it, in the same guest.
 #
-#   device-tier.sh [-smoke] [-short] [-timeout D] [-list FILE] [-own PKG]... [-norace PKG=REGEXP]... MODULE:PKG...
+#   device-tier.sh [-smoke] [-short] [-v] [-timeout D] [-list FILE] [-own PKG]... [-norace PKG=REGEXP]... MODULE:PKG...
 #
-# -smoke: the shared guest first runs smoke.sh (make lab-smoke), and no test if it fails, so
-# a broken lab fails fast with the step named and costs no boot of its own.
+# -v: every package's output, as go test -v.
+# -smoke: the shared guest first runs smoke.sh (make lab-smoke), and no test if it fails,
+# so a broken lab fails fast with the step named and costs no boot of its own.
 # -list FILE: the tests that asked for a device in the host tier (RNET_DEVICE_TESTS,
 # internal/rdmatest): only those run in the guest, since the others passed on the host
 # already; a package with none is left out. A FILE older than any test file is ignored
@@ -21,12 +22,13 @@ set -euo pipefail
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 vm=$here/../softroce-vm
 go=${GO:-go}
-short= timeout=20m list= smoke=
+short= timeout=20m list= smoke= verbose=
 own=() norace=() pkgs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -short) short=-test.short ;;
     -smoke) smoke=1 ;;
+    -v) verbose=-test.v ;;
     -timeout) timeout=$2; shift ;;
     -list) list=$2; shift ;;
     -own) own+=("$2"); shift ;;
@@ -52,7 +54,7 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/rnet-device-tier.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 : >"$work/shared.plan"
-flags="-test.count=1 -test.timeout=$timeout${short:+ $short}"
+flags="-test.count=1 -test.timeout=$timeout${short:+ $short}${verbose:+ $verbose}"
 i=0
 is_own() { local o; for o in "${own[@]}"; do [ "$o" = "$1" ] && return 0; done; return 1; }
 for mp in "${pkgs[@]}"; do
