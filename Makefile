@@ -97,8 +97,9 @@ fuzz: build-deps
 	@for mod in $(MODULES); do \
 	  for pkg in $$($(GO) -C $$mod list ./...); do \
 	    for f in $$($(GO) -C $$mod test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	      echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	      echo "fuzz $$pkg $$f ($(FUZZTIME))"; t0=$$(date +%s); \
 	      $(GO) -C $$mod test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >/tmp/rnet-fuzz.log 2>&1 || { cat /tmp/rnet-fuzz.log; exit 1; }; \
+	      echo "fuzz $$pkg $$f: done in $$(( $$(date +%s) - t0 )) s"; \
 	    done; \
 	  done; \
 	done

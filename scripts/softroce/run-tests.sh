@@ -9,7 +9,8 @@
 #
 # Between runs, what a package may leave behind that would change the next one's lab is
 # removed: processes still in its session, and traffic-control qdiscs on the lab's
-# interfaces. A device that is no longer ACTIVE fails the run that left it so.
+# interfaces; and the kernel's count of RDMA objects must settle back. A device that is no
+# longer ACTIVE fails the run that left it so.
 set -uo pipefail
 plan=${1:?usage: run-tests.sh PLAN}
 logs=$(mktemp -d)
@@ -29,7 +30,20 @@ clean_lab() {
   done
   true
 }
+# The tests count the kernel's RDMA objects machine-wide, and rxe frees a process's QPs
+# from a work queue after it exits: before the next package, wait for the counts to be
+# back where they were before the first (say so if they are not after 30 s).
+objects() { rdma resource show 2>/dev/null; }
+settle() {
+  local i
+  for i in $(seq 300); do
+    [ "$(objects)" = "$objects_before" ] && return 0
+    sleep 0.1
+  done
+  echo "run-tests: after $1 the kernel still holds RDMA objects: $(objects | tr '\n' ' ') (before: $(echo "$objects_before" | tr '\n' ' '))"
+}
 lab_before=$(devices)
+objects_before=$(objects)
 n=0
 while IFS=$'\t' read -r label dir bin flags; do
   [ -n "$label" ] || continue
@@ -46,6 +60,7 @@ while IFS=$'\t' read -r label dir bin flags; do
   secs=$(( ($(date +%s%N) - start) / 1000000 ))
   secs=$(printf '%d.%03d' $((secs / 1000)) $((secs % 1000)))
   clean_lab
+  settle "$label"
   lab_after=$(devices)
   if [ "$lab_after" != "$lab_before" ]; then
     echo "run-tests: $label left the lab changed: devices were [$lab_before], are [$lab_after]" >>"$log"
