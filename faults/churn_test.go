@@ -14,14 +14,14 @@ import (
 // small keeps per-connection memory low for the churn and scale tests.
 var small = &rnet.Config{SendBufferSize: 16 << 10, RecvBufferSize: 16 << 10, SendQueueSize: 64, RecvQueueSize: 64, Linger: 2 * time.Second}
 
-// TestChurn connects and closes 1000 times (100 with -short or under the
-// race detector, see fullLength), every third connection closed mid-stream
-// with a write in flight, and checks that QPs, CQs, MRs, PDs, cm ids, fds and
-// goroutines all come back to where they were.
+// TestChurn connects and closes 1000 times (100 with -short), every third
+// connection closed mid-stream with a write in flight, and checks that QPs,
+// CQs, MRs, PDs, cm ids, fds and goroutines all come back to where they
+// were.
 func TestChurn(t *testing.T) {
 	pair := needLab(t)
 	cycles := 1000
-	if !fullLength() {
+	if testing.Short() {
 		cycles = 100
 	}
 	ln := listen(t, pair, small)

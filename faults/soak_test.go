@@ -12,12 +12,13 @@ import (
 	"github.com/rnet-dev/rnet/rnet"
 )
 
-// fullLength reports whether the volume tests (TestSoak, TestChurn,
-// TestManyConnections) run at full length: not with -short, and not under
-// the race detector, which slows every memory access several times over.
-// Their worth at full length is volume, checksums and leaks over many
-// cycles, not interleavings, which their shorter runs under the detector
-// cross as well; make test-device runs them once more without it.
+// fullLength reports whether the volume tests (TestSoak, TestManyConnections)
+// run at full length: not with -short, and not under the race detector,
+// which slows every memory access several times over. Their worth at full
+// length is volume and checksums, not interleavings, which their shorter
+// runs under the detector cross as well; make test-device runs them once
+// more without it. (TestChurn's cycles wait on the kernel, not on memory
+// accesses: it keeps its length under the detector.)
 func fullLength() bool { return !testing.Short() && !raceEnabled }
 
 // raceSoakBytes is TestSoak's volume when not at full length: enough to wrap
