@@ -4,13 +4,19 @@
 GO        ?= go
 VM        := $(CURDIR)/scripts/softroce-vm
 FUZZTIME  ?= 1000000x
-# Device tests whose checks hold only without -race (allocations per call), run once more
-# without it.
-NORACE_TESTS = ^TestConnectWriteImmDisconnect$$
-# The device tier runs at full length only with RNET_SOAK=1, which CI sets (about a minute
-# more); otherwise -short: 64 MiB soaks instead of 1 GiB, 100 churn cycles instead of 1000, 100
-# idle connections instead of 1000, 20 release cycles instead of 200, 50 busy connections
-# instead of 200.
+# Device tests run once more without -race, as PACKAGE=REGEXP: those whose checks hold only
+# without it (allocations per call), and faults' volume tests, whose worth at full length is
+# volume and checksums (under -race, which slows each access several times over, they run as
+# with -short: a 64 MiB soak, 50 busy connections).
+NORACE_TESTS = github.com/rnet-dev/rnet/internal/cm=^TestConnectWriteImmDisconnect$$ \
+               github.com/rnet-dev/rnet/faults=^(TestSoak|TestManyConnections)$$
+# Device packages that need a guest of their own in the lab: removal deletes an RDMA device.
+DEVICE_OWN_GUEST = github.com/rnet-dev/rnet/faults/removal
+# The device tier runs at full length only with RNET_SOAK=1, which CI sets; otherwise
+# -short: 64 MiB soaks instead of 1 GiB, 100 churn cycles instead of 1000, 100 idle
+# connections instead of 1000, 20 release cycles instead of 200, 50 busy connections instead
+# of 200 (faults' soak and busy connections keep the -short length under -race and run at
+# full length in NORACE_TESTS).
 SHORT = $(if $(filter 1,$(RNET_SOAK)),,-short)
 # Every Go module in the repository: the core at the root and the nested ones (a directory
 # with its own go.mod) that keep gRPC and the benchmark tools' requirements out of the
@@ -30,9 +36,33 @@ device_pkgs = $(shell $(GO) -C $(1) list -f '{{.ImportPath}} {{join .TestImports
 DEVICE_PKGS = $(foreach m,$(MODULES),$(call device_pkgs,$(m)))
 # $(call device_test,ARGS): `go test ARGS PKGS` in every module that has device packages.
 device_test = $(foreach m,$(MODULES),$(if $(call device_pkgs,$(m)),$(GO) -C $(m) test $(1) $(call device_pkgs,$(m))$(newline)))
+# The host tier's list of the tests that asked for a device (internal/rdmatest's
+# RNET_DEVICE_TESTS): the lab runs only those, the others having passed on the host. Written
+# whole at the end of the host tier's tests; the device tier ignores it when a test file is
+# newer, and then runs every test.
+DEVICE_TESTS := $(CURDIR)/.device-tests
+# Every device package as MODULE:PACKAGE, for scripts/softroce/device-tier.sh.
+DEVICE_MODPKGS = $(foreach m,$(MODULES),$(addprefix $(m):,$(call device_pkgs,$(m))))
+# $(call norace_test,ENV): NORACE_TESTS' tests on this host, one `go test` each.
+norace_test = $(foreach t,$(NORACE_TESTS),$(1) $(GO) test -count=1 $(SHORT) -run '$(lastword $(subst =, ,$(t)))' $(firstword $(subst =, ,$(t)))$(newline))
 
 .PHONY: test test-host fuzz lab-selftest lab-smoke test-device test-hosts test-native lab-shell build-deps
-test: test-host fuzz lab-selftest lab-smoke test-device test-hosts
+# In the lab the smoke check runs first in the device tier's guest (one boot fewer).
+ifeq ($(RNET_NATIVE),1)
+TEST_STAGES = test-host fuzz lab-selftest lab-smoke test-device test-hosts
+else
+TEST_STAGES = test-host fuzz lab-selftest test-device test-hosts
+endif
+# $(call stages,TARGETS,$(MAKE)): make each target in turn, with a line when it starts and
+# one with its duration when it ends, so that a log shows where the time went. ($(MAKE) is
+# passed so that make sees it in the recipe and runs it under -n too.)
+stages = for s in $(1); do \
+	  t0=$$(date +%s); echo "== stage $$s: started $$(date -u +%H:%M:%S)"; \
+	  $(2) --no-print-directory $$s || { echo "== stage $$s: FAILED after $$(( $$(date +%s) - t0 )) s"; exit 1; }; \
+	  echo "== stage $$s: done in $$(( $$(date +%s) - t0 )) s"; \
+	done
+test:
+	@$(call stages,$(TEST_STAGES),$(MAKE))
 
 # The cgo packages need libibverbs-dev and librdmacm-dev on the host: install them (as
 # root) or say which are missing, before the C compiler fails on a missing header.
@@ -42,11 +72,20 @@ build-deps:
 # Every module's go.mod must be tidy: the core's must not grow requirements that only a
 # nested module needs.
 test-host: build-deps
+	@$(call stages,host-tidy host-vet host-build-nocgo host-vet-darwin host-unit,$(MAKE))
+.PHONY: host-tidy host-vet host-build-nocgo host-vet-darwin host-unit
+host-tidy:
 	$(call in_modules,,mod tidy -diff)
+host-vet:
 	$(call in_modules,,vet ./...)
+host-build-nocgo:
 	$(call in_modules,CGO_ENABLED=0,build ./...)
+host-vet-darwin:
 	$(call in_modules,GOOS=darwin,vet ./...)
-	$(call in_modules,,test -race -count=1 ./...)
+host-unit:
+	@rm -f $(DEVICE_TESTS) $(DEVICE_TESTS).new
+	$(call in_modules,RNET_DEVICE_TESTS=$(DEVICE_TESTS).new,test -race -count=1 ./...)
+	@touch $(DEVICE_TESTS).new && mv $(DEVICE_TESTS).new $(DEVICE_TESTS)
 	# internal/lockcount's counting build too (the rnet_lockcount tag of make bench-roundtrip),
 	# and rnet ping's locks per round trip in it (make bench's rnet-lockcount).
 	$(GO) test -race -count=1 -tags rnet_lockcount ./internal/lockcount
@@ -59,8 +98,9 @@ fuzz: build-deps
 	@for mod in $(MODULES); do \
 	  for pkg in $$($(GO) -C $$mod list ./...); do \
 	    for f in $$($(GO) -C $$mod test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	      echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	      echo "fuzz $$pkg $$f ($(FUZZTIME))"; t0=$$(date +%s); \
 	      $(GO) -C $$mod test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >/tmp/rnet-fuzz.log 2>&1 || { cat /tmp/rnet-fuzz.log; exit 1; }; \
+	      echo "fuzz $$pkg $$f: done in $$(( $$(date +%s) - t0 )) s"; \
 	    done; \
 	  done; \
 	done
@@ -73,20 +113,21 @@ lab-smoke:
 test-device: export RNET_REQUIRE_RDMA := 1
 test-device:
 	$(call device_test,-race -count=1 $(SHORT))
-	RNET_REQUIRE_RDMA=1 $(GO) test -count=1 -run '$(NORACE_TESTS)' ./internal/cm
+	$(call norace_test,RNET_REQUIRE_RDMA=1)
 else
 # The harness reports exit codes, timeouts and missing devices as it must.
 lab-selftest:
 	scripts/softroce/selftest.sh
 lab-smoke:
 	$(VM) scripts/softroce/smoke.sh
-test-device:
-	@[ -n "$(DEVICE_PKGS)" ] || { echo "no device-tier packages found"; exit 1; }
-	# One package (one guest) at a time: two emulated guests on two cores slow each
-	# other enough to stretch timing-sensitive handshakes.
-	$(call device_test,-race -count=1 -p 1 -timeout 20m $(SHORT) -exec $(VM))
-	# Allocation counts mean something only without the race detector.
-	$(GO) test -count=1 -run '$(NORACE_TESTS)' -exec $(VM) ./internal/cm
+# Every device package compiled on the host, then run one after another in one guest (a
+# boot costs about 30 s) after the smoke check, DEVICE_OWN_GUEST's each in a guest of its
+# own, NORACE_TESTS last in the shared one; a line per package as go test's.
+test-device: build-deps
+	@[ -n "$(DEVICE_MODPKGS)" ] || { echo "no device-tier packages found"; exit 1; }
+	GO=$(GO) scripts/softroce/device-tier.sh -smoke $(SHORT) -timeout 20m -list $(DEVICE_TESTS) \
+	  $(addprefix -own ,$(DEVICE_OWN_GUEST)) $(foreach t,$(NORACE_TESTS),-norace '$(t)') \
+	  $(DEVICE_MODPKGS)
 endif
 
 # make test-hosts: the two-host tier (docs/lab.md, "Two hosts"). Its tests boot host A and

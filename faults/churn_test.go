@@ -66,11 +66,12 @@ func TestChurn(t *testing.T) {
 }
 
 // TestManyConnections moves data over 200 connections at once (50 with
-// -short), each checksummed, then closes them all with nothing leaked.
+// -short or under the race detector, see fullLength), each checksummed, then
+// closes them all with nothing leaked.
 func TestManyConnections(t *testing.T) {
 	pair := needLab(t)
 	n := 200
-	if testing.Short() {
+	if !fullLength() {
 		n = 50
 	}
 	const perConn = 256 << 10

@@ -12,20 +12,41 @@ import (
 	"github.com/rnet-dev/rnet/rnet"
 )
 
+// fullLength reports whether the volume tests (TestSoak, TestManyConnections)
+// run at full length: not with -short, and not under the race detector,
+// which slows every memory access several times over. Their worth at full
+// length is volume and checksums, not interleavings, which their shorter
+// runs under the detector cross as well; make test-device runs them once
+// more without it. (TestChurn's cycles wait on the kernel, not on memory
+// accesses: it keeps its length under the detector.)
+func fullLength() bool { return !testing.Short() && !raceEnabled }
+
+// raceSoakBytes is TestSoak's volume when not at full length: enough to wrap
+// the rings hundreds of times and grow them.
+const raceSoakBytes = 64 << 20
+
 // soakBytes is the soak's total volume: RNET_SOAK_BYTES, else 1 GiB (64 MiB
 // with -short).
 func soakBytes(t *testing.T) int64 {
-	if v := os.Getenv("RNET_SOAK_BYTES"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			t.Fatalf("RNET_SOAK_BYTES=%q: want a positive byte count", v)
-		}
-		return n
+	if v, ok := soakBytesFromEnv(t); ok {
+		return v
 	}
 	if testing.Short() {
 		return 64 << 20
 	}
 	return 1 << 30
+}
+
+func soakBytesFromEnv(t *testing.T) (int64, bool) {
+	v := os.Getenv("RNET_SOAK_BYTES")
+	if v == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		t.Fatalf("RNET_SOAK_BYTES=%q: want a positive byte count", v)
+	}
+	return n, true
 }
 
 // duplex streams total bytes over c1/c2, half each way at once, in random
@@ -73,9 +94,15 @@ func mbps(n int64, d time.Duration) float64 { return float64(n) / d.Seconds() / 
 
 // TestSoak moves RNET_SOAK_BYTES (1 GiB) in random-size writes of 1 B to
 // 1 MiB, both directions at once, over rxe across the veth, checksummed.
+// Under the race detector it moves raceSoakBytes unless RNET_SOAK_BYTES is
+// set. Both ends' rings must have grown on the way.
 func TestSoak(t *testing.T) {
 	pair := needLab(t)
 	total := soakBytes(t)
+	if _, set := soakBytesFromEnv(t); !fullLength() && !set && total > raceSoakBytes {
+		t.Logf("race detector: %d MiB instead of %d MiB (the full volume runs without -race)", raceSoakBytes>>20, total>>20)
+		total = raceSoakBytes
+	}
 	ln := listen(t, pair, nil)
 	c1, c2 := connect(t, pair, ln, nil)
 	defer c1.Close()
@@ -86,6 +113,9 @@ func TestSoak(t *testing.T) {
 	s1, s2 := c1.Stats(), c2.Stats()
 	t.Logf("client stats %+v", s1)
 	t.Logf("server stats %+v", s2)
+	if s1.RingGrowths == 0 || s2.RingGrowths == 0 {
+		t.Errorf("the rings never grew (client %d, server %d growths): the soak did not load them", s1.RingGrowths, s2.RingGrowths)
+	}
 }
 
 // TestSoakLoss is the soak with 2% loss and 1 ms delay on the wire from

@@ -15,11 +15,17 @@
 //	RNET_TEST_IWARP_SERVER  optional iWARP (siw) address to listen on, e.g. 10.78.0.2
 //	RNET_TEST_IWARP_CLIENT  optional iWARP (siw) address to dial from, e.g. 10.78.0.1
 //	RNET_REQUIRE_RDMA=1     a missing device or variable fails the test instead of skipping it
+//	RNET_DEVICE_TESTS=FILE  a test that skips for want of a device appends a line to FILE:
+//	                        its package directory, a tab, and its top-level test's name
+//
+// make test-host sets RNET_DEVICE_TESTS, so that the device tier can run in the lab
+// only the tests that asked for a device on the host: the others passed there already.
 package rdmatest
 
 import (
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -64,6 +70,7 @@ func need(tb testing.TB, serverVar, clientVar string, mandatory bool) Pair {
 		if Required() && mandatory {
 			tb.Fatal(msg + "; RNET_REQUIRE_RDMA=1 makes this a failure")
 		}
+		record(tb)
 		tb.Skip(msg)
 	}
 	sa, err := netip.ParseAddr(s)
@@ -75,4 +82,32 @@ func need(tb testing.TB, serverVar, clientVar string, mandatory bool) Pair {
 		tb.Fatalf("%s=%q: %v", clientVar, c, err)
 	}
 	return Pair{Server: sa, Client: ca}
+}
+
+// record notes in RNET_DEVICE_TESTS's file that tb's top-level test needs a
+// device. A test that cannot write there fails: the device tier would
+// otherwise leave it out.
+func record(tb testing.TB) {
+	tb.Helper()
+	file := os.Getenv("RNET_DEVICE_TESTS")
+	if file == "" {
+		return
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		tb.Fatalf("rdmatest: recording a device test in %s: %v", file, err)
+	}
+	top, _, _ := strings.Cut(tb.Name(), "/")
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err == nil {
+		// One write per line: O_APPEND keeps the lines of parallel test
+		// processes whole.
+		_, err = f.WriteString(dir + "\t" + top + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		tb.Fatalf("rdmatest: recording a device test in RNET_DEVICE_TESTS=%s: %v", file, err)
+	}
 }

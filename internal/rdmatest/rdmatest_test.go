@@ -2,6 +2,7 @@ package rdmatest
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -32,5 +33,30 @@ func TestRequiredFlag(t *testing.T) {
 	os.Unsetenv("RNET_REQUIRE_RDMA")
 	if Required() {
 		t.Fatal("Required() is true without RNET_REQUIRE_RDMA")
+	}
+}
+
+// A test that skips for want of a device is written to RNET_DEVICE_TESTS's
+// file under its top-level name and package directory.
+func TestRequireRecordsTheSkippingTest(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "device-tests")
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("RNET_DEVICE_TESTS", file)
+	t.Setenv("RNET_TEST_SERVER", "")
+	t.Setenv("RNET_TEST_CLIENT", "")
+	t.Setenv("RNET_REQUIRE_RDMA", "")
+	t.Run("sub", func(t *testing.T) {
+		Require(t)
+		t.Error("Require did not skip without addresses")
+	})
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := dir + "\t" + t.Name() + "\n"; string(got) != want {
+		t.Errorf("RNET_DEVICE_TESTS file holds %q, want %q", got, want)
 	}
 }

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# device-tier.sh: make test-device in the Soft-RoCE lab. Compiles each device package's
+# tests on the host (go test -c -race), then runs them all in one guest (run-tests.sh), so
+# the tier pays for one boot instead of one per package; a package named with -own gets a
+# guest of its own (it destroys part of the lab). The tests that count what the race
+# detector would distort run once more, compiled without it, in the same guest.
+#
+#   device-tier.sh [-smoke] [-short] [-v] [-timeout D] [-list FILE] [-own PKG]... [-norace PKG=REGEXP]... MODULE:PKG...
+#
+# -v: every package's output, as go test -v.
+# -smoke: the shared guest first runs smoke.sh (make lab-smoke), and no test if it fails,
+# so a broken lab fails fast with the step named and costs no boot of its own.
+# -list FILE: the tests that asked for a device in the host tier (RNET_DEVICE_TESTS,
+# internal/rdmatest): only those run in the guest, since the others passed on the host
+# already; a package with none is left out. A FILE older than any test file is ignored
+# (every test runs), so a stale list never leaves a new device test out.
+#
+# Output is go test's: one "ok" or "FAIL" line per package, a failing package's output above
+# its line. Environment: GO (default go), RNET_VM_TIMEOUT (seconds for each guest, default
+# 5400 for the shared one).
+set -euo pipefail
+here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
+vm=$here/../softroce-vm
+go=${GO:-go}
+short= timeout=20m list= smoke= verbose=
+own=() norace=() pkgs=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -short) short=-test.short ;;
+    -smoke) smoke=1 ;;
+    -v) verbose=-test.v ;;
+    -timeout) timeout=$2; shift ;;
+    -list) list=$2; shift ;;
+    -own) own+=("$2"); shift ;;
+    -norace) norace+=("$2"); shift ;;
+    -*) echo "device-tier.sh: unknown flag $1" >&2; exit 2 ;;
+    *) pkgs+=("$1") ;;
+  esac
+  shift
+done
+[ ${#pkgs[@]} -gt 0 ] || { echo "device-tier.sh: no packages" >&2; exit 2; }
+
+root=$(cd "$here/../.." && pwd)
+if [ -n "$list" ]; then
+  if [ ! -s "$list" ]; then
+    echo "device-tier: no list of device tests in $list (make test-host writes it): every test runs in the lab"
+    list=
+  elif [ -n "$(find "$root" -path "$root/.git" -prune -o \( -name '*_test.go' -o -path '*/internal/rdmatest/*.go' \) -newer "$list" -print -quit)" ]; then
+    echo "device-tier: $list is older than the tests (make test-host writes it): every test runs in the lab"
+    list=
+  fi
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/rnet-device-tier.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+: >"$work/shared.plan"
+flags="-test.count=1 -test.timeout=$timeout${short:+ $short}${verbose:+ $verbose}"
+i=0
+is_own() { local o; for o in "${own[@]}"; do [ "$o" = "$1" ] && return 0; done; return 1; }
+for mp in "${pkgs[@]}"; do
+  mod=${mp%%:*} pkg=${mp#*:}
+  dir=$("$go" -C "$mod" list -f '{{.Dir}}' "$pkg")
+  i=$((i + 1))
+  bin=$work/$i-$(basename "$pkg").test
+  plan=$work/shared.plan
+  if is_own "$pkg"; then plan=$work/own-$i.plan; fi
+  run=
+  if [ -n "$list" ]; then
+    run=$(awk -F'\t' -v d="$dir" '$1 == d && !seen[$2]++ {printf "%s%s", n++ ? "|" : "", $2}' "$list")
+    if [ -z "$run" ]; then
+      printf '?   \t%s\t[no device tests]\n' "$pkg"
+    else
+      run=" -test.run=^($run)\$"
+    fi
+  fi
+  if [ -z "$list" ] || [ -n "$run" ]; then
+    "$go" -C "$mod" test -c -race -o "$bin" "$pkg"
+    printf '%s\t%s\t%s\t%s\n' "$pkg" "$dir" "$bin" "$flags$run" >>"$plan"
+  fi
+  for nr in "${norace[@]}"; do
+    [ "${nr%%=*}" = "$pkg" ] || continue
+    nbin=$work/$i-$(basename "$pkg")-norace.test
+    "$go" -C "$mod" test -c -o "$nbin" "$pkg"
+    printf '%s\t%s\t%s\t%s\n' "$pkg (without -race)" "$dir" "$nbin" "$flags -test.run=${nr#*=}" >>"$work/norace.plan"
+  done
+done
+# The runs without the race detector come last: they are the few tests the race
+# detector would distort, and a failure among the others is the likelier one to read first.
+[ -f "$work/norace.plan" ] && cat "$work/norace.plan" >>"$work/shared.plan"
+
+rc=0
+if [ -n "$smoke" ]; then
+  # shellcheck disable=SC2016 # expanded by the guest's shell
+  RNET_VM_TIMEOUT=${RNET_VM_TIMEOUT:-5400} "$vm" bash -c '"$1" && "$2" "$3"' _ "$here/smoke.sh" "$here/run-tests.sh" "$work/shared.plan" || rc=1
+elif [ -s "$work/shared.plan" ]; then
+  RNET_VM_TIMEOUT=${RNET_VM_TIMEOUT:-5400} "$vm" "$here/run-tests.sh" "$work/shared.plan" || rc=1
+fi
+for p in "$work"/own-*.plan; do
+  [ -e "$p" ] || continue
+  "$vm" "$here/run-tests.sh" "$p" || rc=1
+done
+exit $rc
