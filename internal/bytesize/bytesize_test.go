@@ -54,7 +54,7 @@ func TestParse(t *testing.T) {
 		{"", "not a size"}, {"K", "not a size"}, {"-1", "not a size"}, {"+1", "not a size"},
 		{"1X", "unknown unit"}, {"64iB", "unknown unit"}, {"64i", "unknown unit"}, {"4KBi", "unknown unit"},
 		{"4 K", "unknown unit"}, {"1e3", "unknown unit"}, {"0x10", "unknown unit"}, {"4KK", "unknown unit"},
-		{"1.5", "fraction of a byte"}, {"1.", "not a size"}, {".", "not a size"}, {"1.2.3K", "not a size"},
+		{"1.5", "fraction of a byte"}, {"1.5B", "fraction of a byte"}, {"1.", "not a size"}, {".", "not a size"}, {"1.2.3K", "not a size"},
 		{"4194305T", "too large"}, {"99999999999999999999999", "too large"},
 	} {
 		got, err := Parse(c.in)

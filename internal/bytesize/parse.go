@@ -20,25 +20,33 @@ var unitShifts = map[byte]uint{'K': 10, 'M': 20, 'G': 30, 'T': 40}
 // and is cut to whole bytes ("1.3K" is 1331).
 func Parse(s string) (int64, error) {
 	num, unit := splitUnit(strings.TrimSpace(s))
-	shift, ok := unitShift(unit)
-	if !ok {
-		return 0, fmt.Errorf("%q is not a size: unknown unit %q (want K, M, G or T, powers of 1024, optionally written KiB or KB)", s, unit)
-	}
 	whole, frac, isFrac := strings.Cut(num, ".")
 	if whole == "" && frac == "" || !digits(whole) || !digits(frac) || isFrac && frac == "" {
-		return 0, fmt.Errorf("%q is not a size: want a number of bytes, such as 64, 4K, 1.5M or 1G", s)
+		return 0, &ParseError{s, "not a size: want a number of bytes, such as 64, 4K, 1.5M or 1G"}
 	}
-	if isFrac && unit == "" {
-		return 0, fmt.Errorf("%q is not a size: a fraction of a byte; give a unit (1.5K) or whole bytes", s)
+	shift, ok := unitShift(unit)
+	if !ok {
+		return 0, &ParseError{s, fmt.Sprintf("unknown unit %q; sizes take K, M, G or T, powers of 1024, also written KiB or KB", unit)}
+	}
+	if isFrac && shift == 0 {
+		return 0, &ParseError{s, "a fraction of a byte: give a unit (1.5K) or whole bytes"}
 	}
 	r, _ := new(big.Rat).SetString(orZero(whole) + "." + orZero(frac))
 	r.Mul(r, new(big.Rat).SetInt(new(big.Int).Lsh(big.NewInt(1), shift)))
 	n := new(big.Int).Quo(r.Num(), r.Denom())
 	if n.Cmp(big.NewInt(maxParsed)) > 0 {
-		return 0, fmt.Errorf("%q is too large a size (at most 4 EiB)", s)
+		return 0, &ParseError{s, "too large a size (at most 4 EiB)"}
 	}
 	return n.Int64(), nil
 }
+
+// ParseError is a string Parse cannot read, and why.
+type ParseError struct {
+	Input  string
+	Reason string
+}
+
+func (e *ParseError) Error() string { return fmt.Sprintf("size %q: %s", e.Input, e.Reason) }
 
 // splitUnit splits s where its digits and decimal point end.
 func splitUnit(s string) (num, unit string) {
