@@ -97,7 +97,7 @@ func TestRXEPerfAndPing(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no server line after the perf client finished")
 	}
-	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-n", "200", "-warmup", "10", "--json")
+	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-c", "200", "-warmup", "10", "--json")
 	if code != 0 {
 		t.Fatalf("rnet ping: exit %d: %s", code, errs)
 	}
@@ -122,7 +122,7 @@ func TestRXEPerfAndPing(t *testing.T) {
 		t.Errorf("ping result %q: locks per round trip with lockcount.Enabled=%v", out, lockcount.Enabled)
 	}
 	// Text forms.
-	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-n", "20", "-size", "4096")
+	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-c", "20", "-size", "4096")
 	if code != 0 || !strings.Contains(out, "p99") || !strings.Contains(out, "parks") {
 		t.Fatalf("rnet ping (text): exit %d: %s %s", code, out, errs)
 	}

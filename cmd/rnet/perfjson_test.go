@@ -54,7 +54,7 @@ func TestJSONMatchesSharedSchema(t *testing.T) {
 	}
 
 	var pg perfjson.PingResult
-	decodeStrictly(t, runOut("ping", srv.addr, "-tcp", "-n", "20", "-warmup", "2", "--json", "-q"), &pg)
+	decodeStrictly(t, runOut("ping", srv.addr, "-tcp", "-c", "20", "-warmup", "2", "--json", "-q"), &pg)
 	if pg.Test != "ping" || pg.Count != 20 || pg.MeanUs <= 0 {
 		t.Errorf("ping result: %+v", pg)
 	}
