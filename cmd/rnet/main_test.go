@@ -389,3 +389,46 @@ func TestFallbackWithoutDevice(t *testing.T) {
 		t.Errorf("ping -fallback printed %q, want the transport and the reason first", out.String())
 	}
 }
+
+// TestFallbackBannerIsTruthful: perf -s -fallback on a machine without
+// RDMA says in its one banner line that it listens over TCP alone, and why,
+// and nothing else about listening on stderr.
+func TestFallbackBannerIsTruthful(t *testing.T) {
+	if _, err := verbs.Devices(); !errors.Is(err, verbs.ErrNoDevice) && !errors.Is(err, verbs.ErrNotSupported) {
+		t.Skipf("this machine has RDMA devices (%v)", err)
+	}
+	outR, outW := io.Pipe()
+	var serverErr bytes.Buffer // written by the server alone, read once it has returned
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"perf", "-s", "127.0.0.1:0", "-fallback", "-once"}, outW, &serverErr)
+		outW.Close()
+	}()
+	sc := bufio.NewScanner(outR)
+	if !sc.Scan() {
+		t.Fatalf("no banner: %v", sc.Err())
+	}
+	banner := sc.Text()
+	drained := make(chan struct{})
+	go func() {
+		for sc.Scan() {
+		}
+		close(drained)
+	}()
+	_, rest, ok := strings.Cut(banner, "listening on ")
+	addr, over, _ := strings.Cut(rest, " ")
+	if !ok || !strings.HasPrefix(over, "(tcp alone; rdma cannot listen: ") || !strings.Contains(over, "no RDMA") {
+		t.Errorf("banner %q: want it to say tcp alone and why", banner)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"perf", "-c", addr, "-fallback", "-n", "1000", "-q"}, &out, &errb); code != 0 {
+		t.Fatalf("perf -c %s -fallback: exit %d: %s", addr, code, errb.String())
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("server exit %d: %s", code, serverErr.String())
+	}
+	<-drained
+	if strings.Contains(serverErr.String(), "listening") {
+		t.Errorf("server's stderr speaks of listening too: %q", serverErr.String())
+	}
+}
