@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -158,7 +157,7 @@ func family(a netip.Addr) int {
 	return 6
 }
 
-// devices lists the machine's devices for -d.
+// listDevices lists the machine's devices for -d.
 func listDevices() ([]verbs.DeviceInfo, error) {
 	infos, err := verbs.Devices()
 	if err != nil && len(infos) == 0 {
@@ -255,6 +254,6 @@ func joinAddrs(addrs []netip.Addr) string {
 	return strings.Join(s, ", ")
 }
 
-// errDeviceAndFrom is the usage error of a command line that picks the
-// device twice.
-var errDeviceAndFrom = errors.New("-d and -from exclude each other: each picks the local address")
+// deviceAndFrom is the usage error of a command line that picks the local
+// address twice.
+const deviceAndFrom = "-d and -from exclude each other: each picks the local address"

@@ -110,7 +110,7 @@ func parsePerf(args []string) (perfOpts, error) {
 	case len(pos) > 1 || (len(pos) == 1 && !o.server):
 		return o, usageErrorf("unexpected arguments %q", pos)
 	case o.device != "" && o.from != "":
-		return o, usageError{errDeviceAndFrom.Error()}
+		return o, usageError{deviceAndFrom}
 	case o.size <= 0 || o.size > maxSize:
 		return o, usageErrorf("-size must be in 1..%d (64M)", maxSize)
 	case o.bytes < 0 || o.duration <= 0 || o.interval <= 0:

@@ -91,7 +91,7 @@ func parsePing(args []string) (pingOpts, error) {
 	case len(pos) != 1:
 		return o, usageErrorf("want exactly one host[:port], got %q", pos)
 	case o.device != "" && o.from != "":
-		return o, usageError{errDeviceAndFrom.Error()}
+		return o, usageError{deviceAndFrom}
 	case o.size <= 0 || o.size > maxSize:
 		return o, usageErrorf("-size must be in 1..%d (64M)", maxSize)
 	case o.count <= 0 || o.warmup < 0 || o.interval < 0 || o.progressEvery <= 0:

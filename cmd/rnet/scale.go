@@ -124,7 +124,7 @@ func parseScale(args []string) (scaleOpts, error) {
 	case len(pos) > 1 || (len(pos) == 1 && !o.server):
 		return o, usageErrorf("unexpected arguments %q", pos)
 	case o.device != "" && o.from != "":
-		return o, usageError{errDeviceAndFrom.Error()}
+		return o, usageError{deviceAndFrom}
 	case o.conns <= 0 || o.parallel <= 0 || o.busy < 0:
 		return o, usageErrorf("-conns and -parallel must be positive, -busy at least 0")
 	case o.busyBytes <= 0 || o.busyBytes > maxBusyBytes:
