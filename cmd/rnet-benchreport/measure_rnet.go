@@ -86,7 +86,7 @@ func runPing(ctx context.Context, c *config, clientCmd string, tcp bool, env []s
 	var res perfjson.PingResult
 	addr := c.server + ":" + strconv.Itoa(port)
 	sargs, cargs := []string{c.rnet, "perf", "-s", addr, "-once"}, []string{clientCmd, "ping", addr, "-from", c.client,
-		"-size", strconv.Itoa(size), "-n", strconv.Itoa(c.scaled(latIters(size), 20)), "-warmup", "50", "--json"}
+		"-size", strconv.Itoa(size), "-c", strconv.Itoa(c.scaled(latIters(size), 20)), "-warmup", "50", "--json"}
 	if tcp {
 		sargs, cargs = append(sargs, "-tcp"), append(cargs, "-tcp")
 	}

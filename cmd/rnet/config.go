@@ -72,7 +72,7 @@ type rdmaFlags struct {
 }
 
 func (f *rdmaFlags) register(fs *flag.FlagSet) {
-	fs.Var(byteSize{&f.buffer}, "buffer", "rdma: `bytes` in each of the send and receive rings, such as 1M (default 128K; RNET_BUFFER_SIZE)")
+	fs.Var(byteSize[int64]{&f.buffer}, "buffer", "rdma: `bytes` in each of the send and receive rings, such as 1M (default 128K; RNET_BUFFER_SIZE)")
 	fs.DurationVar(&f.busyPoll, "busy-poll", 0, "rdma: how long a blocked Read or Write spins before it parks; negative never spins, 1m polls until data comes (default 10µs; RNET_BUSY_POLL)")
 	fs.DurationVar(&f.busyPollLimit, "busy-poll-limit", 0, "rdma: the most a Read awaiting its reply may spin; negative keeps every spin at -busy-poll (default adaptive; RNET_BUSY_POLL_LIMIT)")
 	fs.DurationVar(&f.ackTimeout, "ack-timeout", 0, "rdma: how long the transport waits for an acknowledgement before it resends (RNET_ACK_TIMEOUT)")

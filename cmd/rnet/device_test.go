@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/rnet-dev/rnet/internal/lockcount"
 	"github.com/rnet-dev/rnet/internal/perfjson"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
+	"github.com/rnet-dev/rnet/internal/verbs"
 )
 
 // rnetCmd runs the rnet command (this test binary, see TestMain) and returns
@@ -97,7 +101,7 @@ func TestRXEPerfAndPing(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no server line after the perf client finished")
 	}
-	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-n", "200", "-warmup", "10", "--json")
+	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-c", "200", "-warmup", "10", "--json")
 	if code != 0 {
 		t.Fatalf("rnet ping: exit %d: %s", code, errs)
 	}
@@ -122,7 +126,7 @@ func TestRXEPerfAndPing(t *testing.T) {
 		t.Errorf("ping result %q: locks per round trip with lockcount.Enabled=%v", out, lockcount.Enabled)
 	}
 	// Text forms.
-	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-n", "20", "-size", "4096")
+	out, errs, code = rnetCmd(t, "ping", srv.addr, "-from", p.Client.String(), "-c", "20", "-size", "4096")
 	if code != 0 || !strings.Contains(out, "p99") || !strings.Contains(out, "parks") {
 		t.Fatalf("rnet ping (text): exit %d: %s %s", code, out, errs)
 	}
@@ -255,4 +259,67 @@ func TestRXEPerfParallelAndReverse(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no server line after the -R client finished")
 	}
+}
+
+// deviceWith names the device one of whose addresses (as -d finds them)
+// is ip.
+func deviceWith(t *testing.T, ip netip.Addr) string {
+	t.Helper()
+	infos, err := verbs.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range infos {
+		addrs, _ := deviceAddrs(d.Name, infos, hostIfaces())
+		if slices.Contains(addrs, ip) {
+			return d.Name
+		}
+	}
+	t.Fatalf("no device has the address %v (-d's view of the devices)", ip)
+	return ""
+}
+
+// TestRXEDeviceByName: -d binds the server and the client to the named
+// devices' addresses, over RoCE and (where the lab has it) iWARP, and
+// names the devices present when the one asked for is not.
+func TestRXEDeviceByName(t *testing.T) {
+	p := rdmatest.Require(t)
+	server, client := deviceWith(t, p.Server), deviceWith(t, p.Client)
+	srv := startCmd(t, "perf", "-s", ":0", "-d", server)
+	if host, _, _ := net.SplitHostPort(srv.addr); host != p.Server.String() {
+		t.Fatalf("perf -s -d %s listens on %s, want %v", server, srv.addr, p.Server)
+	}
+	out, errs, code := rnetCmd(t, "perf", "-c", srv.addr, "-d", client, "-n", "1M", "--json", "-q")
+	var pr perfjson.PerfResult
+	if code != 0 || json.Unmarshal([]byte(out), &pr) != nil || pr.Transport != "rdma" || !strings.HasPrefix(pr.Local, p.Client.String()+":") {
+		t.Fatalf("perf -c -d %s: exit %d, %q %s; want rdma from %v", client, code, out, errs, p.Client)
+	}
+	out, errs, code = rnetCmd(t, "ping", srv.addr, "-d", client, "-c", "20", "-warmup", "2", "--json")
+	var pg perfjson.PingResult
+	if code != 0 || json.Unmarshal([]byte(out), &pg) != nil || pg.Count != 20 || !strings.HasPrefix(pg.Local, p.Client.String()+":") {
+		t.Fatalf("ping -d %s: exit %d, %q %s; want 20 round trips from %v", client, code, out, errs, p.Client)
+	}
+	out, errs, code = rnetCmd(t, "devices", "-d", server, "--json")
+	var devs []Device
+	if code != 0 || json.Unmarshal([]byte(out), &devs) != nil || len(devs) != 1 || devs[0].Name != server {
+		t.Errorf("devices -d %s: exit %d, %q %s; want that device alone", server, code, out, errs)
+	}
+	_, errs, code = rnetCmd(t, "ping", srv.addr, "-d", "nosuch0")
+	if code != 1 || !strings.Contains(errs, "no such RDMA device") || !strings.Contains(errs, client) {
+		t.Errorf("ping -d nosuch0: exit %d, stderr %q; want 1 and the devices present", code, errs)
+	}
+
+	t.Run("iWARP", func(t *testing.T) {
+		p := rdmatest.RequireIWARP(t)
+		server, client := deviceWith(t, p.Server), deviceWith(t, p.Client)
+		srv := startCmd(t, "perf", "-s", ":0", "-d", server, "-once")
+		if host, _, _ := net.SplitHostPort(srv.addr); host != p.Server.String() {
+			t.Fatalf("perf -s -d %s listens on %s, want %v", server, srv.addr, p.Server)
+		}
+		out, errs, code := rnetCmd(t, "perf", "-c", srv.addr, "-d", client, "-n", "1M", "--json", "-q")
+		var pr perfjson.PerfResult
+		if code != 0 || json.Unmarshal([]byte(out), &pr) != nil || pr.Transport != "rdma" || !strings.HasPrefix(pr.Local, p.Client.String()+":") {
+			t.Fatalf("perf -c -d %s: exit %d, %q %s; want rdma from %v", client, code, out, errs, p.Client)
+		}
+	})
 }

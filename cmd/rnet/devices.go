@@ -7,29 +7,49 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
 
-type devicesOpts struct{ json bool }
+type devicesOpts struct {
+	device string // -d: list this one alone
+	json   bool
+}
 
-func devicesFlags(o *devicesOpts, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("rnet devices", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+var devicesCommand = command{
+	name:     "devices",
+	synopsis: "rnet devices [-d DEVICE] [--json]",
+	summary:  "the RDMA devices: ports, state, MTU, GID tables with their IPs",
+	about: `rnet devices lists the machine's RDMA devices (or -d's alone) with their ports, their
+state and MTU, and the GID tables with the IP address and netdev of each RoCE GID.
+`,
+	flags: func() *flag.FlagSet { return devicesFlags(&devicesOpts{}) },
+	run: func(args []string, stdout, stderr io.Writer, where *target) error {
+		o, err := parseDevices(args)
+		if err != nil {
+			return err
+		}
+		return runDevices(o, stdout)
+	},
+}
+
+func devicesFlags(o *devicesOpts) *flag.FlagSet {
+	fs := newFlagSet("devices")
+	fs.StringVar(&o.device, "d", "", "list this `device` alone, by name (rxe0, mlx5_0)")
 	fs.BoolVar(&o.json, "json", false, "print the devices as JSON")
 	return fs
 }
 
-func parseDevices(args []string, stderr io.Writer) (devicesOpts, error) {
+func parseDevices(args []string) (devicesOpts, error) {
 	var o devicesOpts
-	fs := devicesFlags(&o, stderr)
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parseInterleaved(devicesFlags(&o), args)
 	if err != nil {
 		return o, err
 	}
 	if len(pos) > 0 {
-		return o, usageErr(stderr, "devices takes no arguments, got %q", pos)
+		return o, usageErrorf("devices takes no arguments, got %q", pos)
 	}
 	return o, nil
 }
@@ -114,6 +134,16 @@ func runDevices(o devicesOpts, stdout io.Writer) error {
 func reportDevices(o devicesOpts, stdout io.Writer, infos []verbs.DeviceInfo, err error) error {
 	if err != nil && len(infos) == 0 {
 		return explainDevices(err)
+	}
+	if o.device != "" {
+		i := slices.IndexFunc(infos, func(d verbs.DeviceInfo) bool { return d.Name == o.device })
+		switch {
+		case i < 0 && err != nil:
+			return fmt.Errorf("-d %s: not among the devices listed before the listing stopped: %w", o.device, err)
+		case i < 0:
+			return noSuchDevice(o.device, infos)
+		}
+		infos, err = infos[i:i+1], nil
 	}
 	devs := describe(infos, ifName)
 	if o.json {

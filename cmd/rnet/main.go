@@ -1,28 +1,29 @@
 // Command rnet looks at a machine's RDMA devices and measures rnet between
-// two of them, the way iperf and rstream do for sockets.
+// two of them, the way iperf3 and rstream do for sockets.
 //
-//	rnet devices [--json]                     devices, ports, MTUs and GID tables with their IPs
-//	rnet perf -s [addr] [-once] [-tcp]        serve perf and ping clients (default :7471)
-//	rnet perf -c host[:port] [-size N] [-t 10s | -n BYTES] [-P N] [-R] [-a] [-from ip] [-tcp] [--json]
-//	rnet ping host[:port] [-size 64] [-n 1000] [-from ip] [-tcp] [--json]
-//	rnet stat [--json] URL                    a process's rnet metrics, from its /debug/vars
-//	rnet help [COMMAND]
-//	rnet scale -s [addr] [-tcp]                serve one scale client (control on port+1)
-//	rnet scale -c host[:port] [-conns 10000] [-parallel 16] [-busy 100] [-from ip] [--json]
+//	rnet devices [-d DEVICE] [--json]             devices, ports, MTUs and GID tables with their IPs
+//	rnet perf -s [addr] | -c host[:port] [flags]  throughput: serve, or stream to a server
+//	rnet ping host[:port] [-c COUNT] [flags]      round trips to an rnet perf -s server
+//	rnet scale -s [addr] | -c host[:port] [flags] many connections at once
+//	rnet stat [--json] URL                        a process's rnet metrics, from its /debug/vars
+//	rnet help [COMMAND]                           the commands, or one command's flags
+//	rnet version                                  the module version (also -v)
 //
 // perf streams writes of -size bytes to the server for -t (or -n bytes) and
 // reports throughput; -P runs parallel streams, -R has the server send, -a
 // sweeps the write size. A live progress line goes to stderr, the summary
 // to stdout (as one JSON object with --json, with a record per interval).
-// ping sends -n messages of -size bytes, each echoed by the server, and
+// ping sends -c messages of -size bytes, each echoed by the server, and
 // reports round-trip percentiles, with a progress line per second.
-// -tcp runs the same test over TCP, for a baseline on the same addresses.
+// -tcp runs the same test over TCP, for a baseline on the same addresses;
+// -d DEVICE binds to a device's address, as -from IP does.
 // scale opens -conns connections to the server, echoes a checksummed message
 // on each, holds them idle while the server measures its pinned bytes, fds,
 // threads and CQs, streams on -busy of them, and prints a SCALE line.
 //
-// Exit status: 0 success, 1 failure (with a one-line explanation on stderr,
-// and with --json an {"error": ...} object on stdout), 2 bad usage.
+// Help goes to stdout. Exit status: 0 success, 1 failure (with a one-line
+// explanation on stderr, and with --json an {"error": ...} object on
+// stdout), 2 bad usage (the mistake and two lines of usage on stderr).
 package main
 
 import (
@@ -34,6 +35,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 )
 
 func main() {
@@ -57,22 +59,6 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage:
-  rnet devices [--json]
-  rnet perf -s [addr] [-once] [-tcp] [--json] [-hello-timeout D] [-idle-timeout D] [-max-conns N] [-max-pinned N] [-max-buffered N]
-  rnet perf -c host[:port] [-size N] [-t DURATION | -n BYTES] [-P N] [-R] [-a] [-from IP] [-tcp] [--json] [-q]
-  rnet ping host[:port] [-size N] [-n COUNT] [-from IP] [-tcp] [--json] [-q]
-  rnet scale -s [addr] [-tcp]
-  rnet scale -c host[:port] [-conns N] [-parallel N] [-busy N] [-busy-bytes N] [-from IP] [-tcp] [--json]
-  rnet stat [--json] URL
-  rnet help [COMMAND]
-  rnet --version
-perf and ping also take -buffer SIZE, -busy-poll D, -busy-poll-limit D and -ack-timeout D
-(rnet's Config; they override RNET_BUFFER_SIZE, RNET_BUSY_POLL, ... of the environment).
-Sizes take the suffixes K, M, G (powers of 1024): -size 4K, -n 1G.
-Run "rnet help COMMAND" for a command's flags.
-`
-
 // ErrorResult is what a command given --json prints on stdout when it
 // fails, in place of its result; the exit status stays non-zero.
 type ErrorResult struct {
@@ -86,71 +72,39 @@ type ErrorResult struct {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		printUsage(stderr)
 		return 2
 	}
-	var err error
-	var addr, transport string
-	switch args[0] {
-	case "devices":
-		var o devicesOpts
-		if o, err = parseDevices(args[1:], stderr); err == nil {
-			err = runDevices(o, stdout)
-		}
-	case "perf":
-		var o perfOpts
-		if o, err = parsePerf(args[1:], stderr); err == nil {
-			addr, transport = o.addr, netName(o.tcp)
-			if o.server {
-				err = runServer(o, stdout, stderr)
-			} else {
-				err = runPerf(o, stdout, stderr)
-			}
-		}
-	case "ping":
-		var o pingOpts
-		if o, err = parsePing(args[1:], stderr); err == nil {
-			addr, transport = o.addr, netName(o.tcp)
-			err = runPing(o, stdout, stderr)
-		}
-	case "scale":
-		var o scaleOpts
-		if o, err = parseScale(args[1:], stderr); err == nil {
-			addr, transport = o.addr, netName(o.tcp)
-			if o.server {
-				err = runScaleServer(o, stdout, stderr)
-			} else {
-				err = runScaleClient(o, stdout, stderr)
-			}
-		}
-	case "stat":
-		var o statOpts
-		if o, err = parseStat(args[1:], stderr); err == nil {
-			addr = o.url
-			err = runStat(o, stdout)
-		}
-	case "-version", "--version", "version":
+	name := args[0]
+	switch name {
+	case "-v", "-version", "--version", "version":
 		fmt.Fprintln(stdout, version())
 		return 0
 	case "-h", "-help", "--help", "help":
 		return help(args[1:], stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "rnet: unknown command %q\n%s", args[0], usage)
+	}
+	c, ok := lookupCommand(name)
+	if !ok {
+		printUsageError(stderr, "", fmt.Errorf("unknown command %q", name))
 		return 2
 	}
+	var where target
+	err := c.run(args[1:], stdout, stderr, &where)
 	code := 1
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
+		printHelp(stdout, c)
 		return 0
 	case errors.Is(err, errUsage):
 		code = 2
+		printUsageError(stderr, name, err)
 	default:
-		fmt.Fprintf(stderr, "rnet %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "rnet %s: %v\n", name, err)
 	}
 	if wantsJSON(args[1:]) {
-		e := ErrorResult{Error: err.Error(), Command: args[0], ExitCode: code, Usage: code == 2, Address: addr, Transport: transport}
+		e := ErrorResult{Error: err.Error(), Command: name, ExitCode: code, Usage: code == 2, Address: where.addr, Transport: where.transport}
 		json.NewEncoder(stdout).Encode(e)
 	}
 	return code
@@ -170,47 +124,55 @@ func wantsJSON(args []string) bool {
 	return false
 }
 
-// help prints the list of commands, or one command's flags.
+// help prints the list of commands, or one command's help, on stdout.
 func help(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stdout, usage)
+	switch {
+	case len(args) == 0:
+		printUsage(stdout)
 		return 0
-	}
-	var fs *flag.FlagSet
-	var text string
-	switch args[0] {
-	case "perf":
-		var size int64
-		fs, text = perfFlags(&perfOpts{}, &size, stdout), perfUsage
-	case "ping":
-		var size int64
-		fs, text = pingFlags(&pingOpts{}, &size, stdout), pingUsage
-	case "devices":
-		fs, text = devicesFlags(&devicesOpts{}, stdout), "usage: rnet devices [--json]\n"
-	case "scale":
-		fs, text = scaleFlags(&scaleOpts{}, stdout), "usage: rnet scale -s [addr] | -c host[:port] [flags]\n"
-	case "stat":
-		fs, text = statFlags(&statOpts{}, stdout), statUsage
-	default:
-		fmt.Fprintf(stderr, "rnet help: unknown command %q\n%s", args[0], usage)
+	case len(args) > 1:
+		printUsageError(stderr, "", fmt.Errorf("help takes one command, got %q", args))
 		return 2
 	}
-	printHelp(stdout, text, fs)
+	c, ok := lookupCommand(args[0])
+	if !ok {
+		printUsageError(stderr, "", fmt.Errorf("help: unknown command %q", args[0]))
+		return 2
+	}
+	printHelp(stdout, c)
 	return 0
 }
 
-// version is the module version this binary was built from, as the go
-// command recorded it ("(devel)" for a build inside the module).
+// version names the module version this binary was built from: a release
+// ("rnet v0.1.0"), or "rnet devel" for a build inside the module, with the
+// commit when the go command recorded one.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
+	return versionOf(bi, ok)
+}
+
+func versionOf(bi *debug.BuildInfo, ok bool) string {
+	if !ok || bi == nil {
+		return "rnet devel"
 	}
 	v := bi.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	var extra []string
 	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " (" + s.Value[:12] + ")"
+		if s.Key == "vcs.revision" && s.Value != "" {
+			extra = append(extra, "commit "+s.Value[:min(len(s.Value), 12)])
+		}
+		if s.Key == "vcs.modified" && s.Value == "true" {
+			extra = append(extra, "modified")
 		}
 	}
-	return "rnet " + v + " " + bi.GoVersion
+	if bi.GoVersion != "" {
+		extra = append(extra, bi.GoVersion)
+	}
+	if len(extra) == 0 {
+		return "rnet " + v
+	}
+	return "rnet " + v + " (" + strings.Join(extra, ", ") + ")"
 }

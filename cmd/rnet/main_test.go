@@ -56,15 +56,14 @@ func TestParsePerf(t *testing.T) {
 		{[]string{"-s", "-idle-timeout", "-1s"}, false, perfOpts{}},
 	}
 	for _, c := range cases {
-		var stderr bytes.Buffer
-		got, err := parsePerf(c.args, &stderr)
+		got, err := parsePerf(c.args)
 		if (err == nil) != c.ok {
 			t.Errorf("parsePerf(%q) error = %v, want ok=%v", c.args, err, c.ok)
 			continue
 		}
 		if !c.ok {
-			if !errors.Is(err, errUsage) || stderr.Len() == 0 {
-				t.Errorf("parsePerf(%q) = %v with stderr %q, want errUsage and a message", c.args, err, stderr.String())
+			if !errors.Is(err, errUsage) || err.Error() == "" {
+				t.Errorf("parsePerf(%q) = %v, want errUsage and a message", c.args, err)
 			}
 			continue
 		}
@@ -90,8 +89,7 @@ func TestParsePerf(t *testing.T) {
 }
 
 func TestParsePing(t *testing.T) {
-	var stderr bytes.Buffer
-	o, err := parsePing([]string{"10.77.0.2", "-size", "4096", "-n", "50", "--json", "-from", "10.77.0.1"}, &stderr)
+	o, err := parsePing([]string{"10.77.0.2", "-size", "4096", "-c", "50", "--json", "-from", "10.77.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +98,7 @@ func TestParsePing(t *testing.T) {
 		t.Errorf("got %+v, want %+v", o, want)
 	}
 	for _, bad := range [][]string{nil, {"a", "b"}, {"a", "-n", "0"}, {"a", "-size", "-1"}} {
-		if _, err := parsePing(bad, &stderr); !errors.Is(err, errUsage) {
+		if _, err := parsePing(bad); !errors.Is(err, errUsage) {
 			t.Errorf("parsePing(%q) = %v, want errUsage", bad, err)
 		}
 	}
@@ -212,7 +210,7 @@ func TestLoopbackTCP(t *testing.T) {
 		t.Fatalf("perf result %s: %+v, %v", out.String(), pr, err)
 	}
 	out.Reset()
-	if code := run([]string{"ping", addr, "-tcp", "-n", "20", "-warmup", "2", "-size", "100", "--json"}, &out, &errb); code != 0 {
+	if code := run([]string{"ping", addr, "-tcp", "-c", "20", "-warmup", "2", "-size", "100", "--json"}, &out, &errb); code != 0 {
 		t.Fatalf("ping exit %d: %s", code, errb.String())
 	}
 	var pg perfjson.PingResult
@@ -384,7 +382,7 @@ func TestFallbackWithoutDevice(t *testing.T) {
 		t.Fatalf("perf -fallback result %s: %+v, %v; want transport tcp, fallback %q", out.String(), pr, err, rnet.FallbackNoDevice)
 	}
 	out.Reset()
-	if code := run([]string{"ping", srv.addr, "-fallback", "-n", "5", "-warmup", "1"}, &out, &errb); code != 0 {
+	if code := run([]string{"ping", srv.addr, "-fallback", "-c", "5", "-warmup", "1"}, &out, &errb); code != 0 {
 		t.Fatalf("ping exit %d: %s", code, errb.String())
 	}
 	if !strings.HasPrefix(out.String(), "tcp (fallback: no RDMA device) ") {
@@ -392,9 +390,45 @@ func TestFallbackWithoutDevice(t *testing.T) {
 	}
 }
 
-func TestVersion(t *testing.T) {
+// TestFallbackBannerIsTruthful: perf -s -fallback on a machine without
+// RDMA says in its one banner line that it listens over TCP alone, and why,
+// and nothing else about listening on stderr.
+func TestFallbackBannerIsTruthful(t *testing.T) {
+	if _, err := verbs.Devices(); !errors.Is(err, verbs.ErrNoDevice) && !errors.Is(err, verbs.ErrNotSupported) {
+		t.Skipf("this machine has RDMA devices (%v)", err)
+	}
+	outR, outW := io.Pipe()
+	var serverErr bytes.Buffer // written by the server alone, read once it has returned
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"perf", "-s", "127.0.0.1:0", "-fallback", "-once"}, outW, &serverErr)
+		outW.Close()
+	}()
+	sc := bufio.NewScanner(outR)
+	if !sc.Scan() {
+		t.Fatalf("no banner: %v", sc.Err())
+	}
+	banner := sc.Text()
+	drained := make(chan struct{})
+	go func() {
+		for sc.Scan() {
+		}
+		close(drained)
+	}()
+	_, rest, ok := strings.Cut(banner, "listening on ")
+	addr, over, _ := strings.Cut(rest, " ")
+	if !ok || !strings.HasPrefix(over, "(tcp alone; rdma cannot listen: ") || !strings.Contains(over, "no RDMA") {
+		t.Errorf("banner %q: want it to say tcp alone and why", banner)
+	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"--version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "rnet ") {
-		t.Errorf("rnet --version: exit %d, %q %q", code, out.String(), errb.String())
+	if code := run([]string{"perf", "-c", addr, "-fallback", "-n", "1000", "-q"}, &out, &errb); code != 0 {
+		t.Fatalf("perf -c %s -fallback: exit %d: %s", addr, code, errb.String())
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("server exit %d: %s", code, serverErr.String())
+	}
+	<-drained
+	if strings.Contains(serverErr.String(), "listening") {
+		t.Errorf("server's stderr speaks of listening too: %q", serverErr.String())
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"syscall"
 	"time"
 
@@ -110,32 +109,35 @@ func withFallback(transport, fallback string) string {
 	return transport + " (fallback: " + fallback + ")"
 }
 
-// listen listens on addr over TCP, RDMA, or (fallback) both on one port.
-func listen(tcp, fallback bool, addr string, cfg *rnet.Config) (net.Listener, error) {
+// listen listens on addr over TCP, RDMA, or (fallback) both on one port,
+// and says what it listens over: with -fallback on a machine where RDMA
+// cannot listen, TCP alone and why.
+func listen(tcp, fallback bool, addr string, cfg *rnet.Config) (ln net.Listener, over string, err error) {
 	if tcp {
-		return net.Listen("tcp", addr)
+		ln, err := net.Listen("tcp", addr)
+		return ln, "tcp", err
 	}
 	if ap, err := netip.ParseAddrPort(addr); err == nil && !fallback {
 		if err := checkRDMAAddr(ap.Addr(), "listen address"); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	lc := &rnet.ListenConfig{Config: cfg}
 	if fallback {
-		ln, err := lc.ListenDual(context.Background(), "rdma", addr)
+		dl, err := lc.ListenDual(context.Background(), "rdma", addr)
 		if err != nil {
-			return nil, explain(err, addr)
+			return nil, "", explain(err, addr)
 		}
-		if err := ln.RDMAError(); err != nil {
-			fmt.Fprintf(os.Stderr, "rnet: listening over TCP alone: %v\n", explain(err, addr))
+		if err := dl.RDMAError(); err != nil {
+			return dl, "tcp alone; rdma cannot listen: " + explain(err, addr).Error(), nil
 		}
-		return ln, nil
+		return dl, "rdma and tcp", nil
 	}
-	ln, err := lc.Listen(context.Background(), "rdma", addr)
+	rl, err := lc.Listen(context.Background(), "rdma", addr)
 	if err != nil {
-		return nil, explain(err, addr)
+		return nil, "", explain(err, addr)
 	}
-	return ln, nil
+	return rl, "rdma", nil
 }
 
 // dial connects to addr over TCP, RDMA, or RDMA falling back to TCP.

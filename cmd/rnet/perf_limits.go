@@ -44,8 +44,8 @@ func (l *serverLimits) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.idleTimeout, "idle-timeout", defaultIdleTimeout, "server: drop a client whose connection moves no byte in this long (a ping -i longer than it needs a longer one)")
 	fs.IntVar(&l.maxConns, "max-conns", defaultMaxConns, "server: the most connections served at once")
 	l.maxPinned, l.maxBuffered = defaultMaxPinned, defaultMaxBuffered
-	fs.Var(byteSize{&l.maxPinned}, "max-pinned", "server: `bytes` the rings of the RDMA connections served at once may pin together, each counted at its -buffer maximum (default 1G)")
-	fs.Var(byteSize{&l.maxBuffered}, "max-buffered", "server: `bytes` of read buffers and ping messages held for the clients served at once (default 256M)")
+	fs.Var(byteSize[int64]{&l.maxPinned}, "max-pinned", "server: `bytes` the rings of the RDMA connections served at once may pin together, each counted at its -buffer maximum")
+	fs.Var(byteSize[int64]{&l.maxBuffered}, "max-buffered", "server: `bytes` of read buffers and ping messages held for the clients served at once")
 }
 
 // check returns what is wrong with the limits, for a usage error.

@@ -19,7 +19,7 @@ import (
 // runServer serves perf and ping clients concurrently, each connection in
 // its own goroutine; with -once it returns after the first test.
 func runServer(o perfOpts, stdout, stderr io.Writer) error {
-	ln, err := listen(o.tcp, o.fallback, o.addr, o.rdma.config())
+	ln, over, err := listen(o.tcp, o.fallback, o.addr, o.rdma.config())
 	if err != nil {
 		return err
 	}
@@ -29,11 +29,7 @@ func runServer(o perfOpts, stdout, stderr io.Writer) error {
 	if o.json {
 		banner = stderr
 	}
-	name := netName(o.tcp)
-	if o.fallback && !o.tcp {
-		name = "rdma and tcp"
-	}
-	fmt.Fprintf(banner, "rnet perf: listening on %s (%s)\n", ln.Addr(), name)
+	fmt.Fprintf(banner, "rnet perf: listening on %s (%s)\n", ln.Addr(), over)
 	if o.metrics != "" {
 		ml, err := net.Listen("tcp", o.metrics)
 		if err != nil {

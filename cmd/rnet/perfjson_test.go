@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +56,7 @@ func TestJSONMatchesSharedSchema(t *testing.T) {
 	}
 
 	var pg perfjson.PingResult
-	decodeStrictly(t, runOut("ping", srv.addr, "-tcp", "-n", "20", "-warmup", "2", "--json", "-q"), &pg)
+	decodeStrictly(t, runOut("ping", srv.addr, "-tcp", "-c", "20", "-warmup", "2", "--json", "-q"), &pg)
 	if pg.Test != "ping" || pg.Count != 20 || pg.MeanUs <= 0 {
 		t.Errorf("ping result: %+v", pg)
 	}
@@ -106,5 +108,51 @@ func TestPingReportsLocksWhenCounted(t *testing.T) {
 	}
 	if !strings.Contains(line, "cgo calls") {
 		t.Errorf("text line %q lacks the cgo calls", line)
+	}
+}
+
+// TestJSONKeysAreSnakeCase: every --json output of every command, and
+// everything nested in it, has snake_case keys (mb_per_s, not MBps), each
+// set by a tag rather than left to the Go field's name.
+func TestJSONKeysAreSnakeCase(t *testing.T) {
+	snake := regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+	seen := map[reflect.Type]bool{}
+	var check func(path string, typ reflect.Type)
+	check = func(path string, typ reflect.Type) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice || typ.Kind() == reflect.Map {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct || seen[typ] {
+			return
+		}
+		seen[typ] = true
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			switch {
+			case name == "-":
+				continue
+			case name == "" && !f.Anonymous:
+				t.Errorf("%s.%s (%s) has no json tag: its key would be %q", path, f.Name, typ, f.Name)
+			case name != "" && !snake.MatchString(name):
+				t.Errorf("%s.%s (%s): key %q is not snake_case", path, f.Name, typ, name)
+			}
+			check(path+"."+f.Name, f.Type)
+		}
+	}
+	for name, v := range map[string]any{
+		"perf -c":       perfjson.PerfResult{},
+		"perf -c -a":    perfjson.SweepResult{},
+		"perf -s":       ServerResult{},
+		"ping":          perfjson.PingResult{},
+		"scale -c":      ScaleResult{},
+		"devices":       []Device{},
+		"errors":        ErrorResult{},
+		"scale control": scaleReply{},
+	} {
+		check(name, reflect.TypeOf(v))
 	}
 }

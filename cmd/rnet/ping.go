@@ -19,6 +19,7 @@ import (
 
 type pingOpts struct {
 	addr          string
+	device        string // -d: bind to this device's address
 	from          string
 	size          int
 	count         int
@@ -32,16 +33,39 @@ type pingOpts struct {
 	rdma          rdmaFlags
 }
 
-const pingUsage = "usage: rnet ping host[:port] [flags]     round trips to an rnet perf -s server\n"
+var pingCommand = command{
+	name:     "ping",
+	synopsis: "rnet ping host[:port] [-c COUNT] [flags]",
+	summary:  "round trips to an rnet perf -s server",
+	about: `rnet ping sends -c messages of -size bytes to an rnet perf -s server, each echoed
+back, and reports the round trips' percentiles (after -warmup more), with a progress
+line per -progress interval on stderr.
+`,
+	flags: func() *flag.FlagSet { return pingFlags(&pingOpts{}) },
+	run: func(args []string, stdout, stderr io.Writer, where *target) error {
+		o, err := parsePing(args)
+		if err != nil {
+			return err
+		}
+		where.addr, where.transport = o.addr, netName(o.tcp)
+		if o.device != "" {
+			if o.from, o.addr, err = dialFromDevice(o.device, o.addr); err != nil {
+				return err
+			}
+		}
+		return runPing(o, stdout, stderr)
+	},
+}
 
-// pingFlags defines ping's flags on a new FlagSet that fills o.
-func pingFlags(o *pingOpts, size *int64, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("rnet ping", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { printHelp(fs.Output(), pingUsage, fs) }
+// pingFlags defines ping's flags on a new FlagSet that fills o, with
+// their defaults.
+func pingFlags(o *pingOpts) *flag.FlagSet {
+	fs := newFlagSet("ping")
+	fs.IntVar(&o.count, "c", 1000, "round trips to measure (as ping -c)")
+	fs.StringVar(&o.device, "d", "", "the RDMA `device` to use, by name (rxe0, mlx5_0): bind to its address")
 	fs.StringVar(&o.from, "from", "", "local `IP` to connect from (picks the RDMA device)")
-	fs.Var(byteSize{size}, "size", "`bytes` per message (each way), such as 64 or 4K (default 64)")
-	fs.IntVar(&o.count, "n", 1000, "round trips to measure")
+	o.size = 64
+	fs.Var(byteSize[int]{&o.size}, "size", "`bytes` per message (each way), such as 64 or 4K")
 	fs.IntVar(&o.warmup, "warmup", 100, "round trips before measuring")
 	fs.DurationVar(&o.interval, "i", 0, "pause between round trips (0: back to back)")
 	fs.DurationVar(&o.progressEvery, "progress", time.Second, "interval of the progress lines (on stderr; none with -q or --json)")
@@ -53,28 +77,31 @@ func pingFlags(o *pingOpts, size *int64, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func parsePing(args []string, stderr io.Writer) (pingOpts, error) {
+func parsePing(args []string) (pingOpts, error) {
 	o := pingOpts{}
-	size := int64(64)
-	fs := pingFlags(&o, &size, stderr)
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parseInterleaved(pingFlags(&o), args)
+	if name, ok := undefinedFlag(err); ok && name == "n" {
+		// rnet was never released with ping -n, so it is gone, not deprecated.
+		return o, usageErrorf("-n is perf's byte count; ping counts round trips with -c COUNT, as ping(8) does")
+	}
 	if err != nil {
 		return o, err
 	}
-	o.size = int(min(size, maxSize+1))
 	switch {
 	case len(pos) != 1:
-		return o, usageErr(stderr, "ping: want exactly one host[:port], got %q", pos)
+		return o, usageErrorf("want exactly one host[:port], got %q", pos)
+	case o.device != "" && o.from != "":
+		return o, usageError{deviceAndFrom}
 	case o.size <= 0 || o.size > maxSize:
-		return o, usageErr(stderr, "ping: -size must be in 1..%d", maxSize)
+		return o, usageErrorf("-size must be in 1..%d (64M)", maxSize)
 	case o.count <= 0 || o.warmup < 0 || o.interval < 0 || o.progressEvery <= 0:
-		return o, usageErr(stderr, "ping: -n and -progress must be positive, -warmup and -i not negative")
+		return o, usageErrorf("-c and -progress must be positive, -warmup and -i not negative")
 	}
 	if err := o.rdma.check(); err != nil {
-		return o, usageErr(stderr, "ping: %v", err)
+		return o, usageError{err.Error()}
 	}
 	if o.addr, err = hostPort(pos[0]); err != nil {
-		return o, usageErr(stderr, "ping: %v", err)
+		return o, usageError{err.Error()}
 	}
 	return o, nil
 }

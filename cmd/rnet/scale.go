@@ -31,6 +31,7 @@ type scaleOpts struct {
 	addr      string // RDMA listen address (-s) or server (-c)
 	ctlAddr   string // the control connection's TCP address
 	client    string
+	device    string // -d: bind to this device's address
 	from      string
 	conns     int
 	parallel  int
@@ -54,49 +55,90 @@ const (
 	scaleBusyLimit = 15 * time.Minute
 )
 
-func scaleFlags(o *scaleOpts, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("rnet scale", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+var scaleCommand = command{
+	name:     "scale",
+	synopsis: "rnet scale -s [addr] | -c host[:port] [flags]",
+	summary:  "many connections at once: what each costs the server",
+	about: `rnet scale -s serves one scale client (on addr, default :7471; control over TCP on
+the port + 1). rnet scale -c opens -conns connections to it, echoes a checksummed
+message on each, holds them idle while the server measures its pinned bytes, fds,
+threads and CQs, streams -busy-bytes on -busy of them, and prints a SCALE line.
+`,
+	flags: func() *flag.FlagSet { return scaleFlags(&scaleOpts{}) },
+	run: func(args []string, stdout, stderr io.Writer, where *target) error {
+		o, err := parseScale(args)
+		if err != nil {
+			return err
+		}
+		where.addr, where.transport = o.addr, netName(o.tcp)
+		if o.device != "" {
+			if o.server {
+				o.addr, err = listenOnDevice(o.device, o.addr)
+			} else {
+				o.from, o.addr, err = dialFromDevice(o.device, o.addr)
+			}
+			if err != nil {
+				return err
+			}
+			where.addr = o.addr
+			if o.ctlAddr, err = controlAddr(o.addr); err != nil {
+				return err
+			}
+		}
+		if o.server {
+			return runScaleServer(o, stdout, stderr)
+		}
+		return runScaleClient(o, stdout, stderr)
+	},
+}
+
+// scaleFlags defines scale's flags on a new FlagSet that fills o, with
+// their defaults.
+func scaleFlags(o *scaleOpts) *flag.FlagSet {
+	fs := newFlagSet("scale")
 	fs.BoolVar(&o.server, "s", false, "serve one scale client, on [addr] (default :7471; control on port+1, TCP)")
 	fs.StringVar(&o.client, "c", "", "run the client against `host[:port]`")
+	fs.StringVar(&o.device, "d", "", "the RDMA `device` to use, by name (rxe0, mlx5_0): bind to its address")
 	fs.StringVar(&o.from, "from", "", "client: local `IP` to connect from (picks the RDMA device)")
 	fs.IntVar(&o.conns, "conns", 10000, "client: connections to open")
 	fs.IntVar(&o.parallel, "parallel", 16, "client: dials in flight at once")
 	fs.IntVar(&o.busy, "busy", 100, "client: connections that stream after the idle measurement")
-	fs.Int64Var(&o.busyBytes, "busy-bytes", 4<<20, "client: `bytes` each busy connection streams, in 64 KiB writes")
+	o.busyBytes = 4 << 20
+	fs.Var(byteSize[int64]{&o.busyBytes}, "busy-bytes", "client: `bytes` each busy connection streams, in 64 KiB writes, such as 4M")
 	fs.BoolVar(&o.tcp, "tcp", false, "use TCP instead of RDMA (the baseline)")
 	fs.BoolVar(&o.json, "json", false, "client: print the result as JSON")
 	return fs
 }
 
-func parseScale(args []string, stderr io.Writer) (scaleOpts, error) {
+func parseScale(args []string) (scaleOpts, error) {
 	o := scaleOpts{}
-	fs := scaleFlags(&o, stderr)
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parseInterleaved(scaleFlags(&o), args)
 	if err != nil {
 		return o, err
 	}
 	switch {
 	case o.server && o.client != "":
-		return o, usageErr(stderr, "scale: -s and -c exclude each other")
+		return o, usageErrorf("-s and -c exclude each other")
 	case !o.server && o.client == "":
-		return o, usageErr(stderr, "scale: pass -s [addr] to serve or -c host to measure")
+		return o, usageErrorf("pass -s [addr] to serve or -c host to measure")
 	case len(pos) > 1 || (len(pos) == 1 && !o.server):
-		return o, usageErr(stderr, "scale: unexpected arguments %q", pos)
+		return o, usageErrorf("unexpected arguments %q", pos)
+	case o.device != "" && o.from != "":
+		return o, usageError{deviceAndFrom}
 	case o.conns <= 0 || o.parallel <= 0 || o.busy < 0:
-		return o, usageErr(stderr, "scale: -conns and -parallel must be positive, -busy at least 0")
+		return o, usageErrorf("-conns and -parallel must be positive, -busy at least 0")
 	case o.busyBytes <= 0 || o.busyBytes > maxBusyBytes:
-		return o, usageErr(stderr, "scale: -busy-bytes must be in 1..%d", int64(maxBusyBytes))
+		return o, usageErrorf("-busy-bytes must be in 1..%d (1T)", int64(maxBusyBytes))
 	}
 	target := o.client
 	if o.server && len(pos) == 1 {
 		target = pos[0]
 	}
 	if o.addr, err = hostPort(target); err != nil {
-		return o, usageErr(stderr, "scale: %v", err)
+		return o, usageError{err.Error()}
 	}
 	if o.ctlAddr, err = controlAddr(o.addr); err != nil {
-		return o, usageErr(stderr, "scale: %v", err)
+		return o, usageError{err.Error()}
 	}
 	return o, nil
 }

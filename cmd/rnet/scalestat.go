@@ -244,7 +244,7 @@ type ScaleResult struct {
 	OpenSecs           float64 `json:"open_secs"`
 	BusyConns          int     `json:"busy_conns"`
 	BusyBytes          int64   `json:"busy_bytes_per_conn"`
-	BusyMBps           float64 `json:"busy_MBps"` // 10^6 bytes per second, all busy connections together
+	BusyMBps           float64 `json:"busy_mb_per_s"` // 10^6 bytes per second, all busy connections together
 	CloseSecs          float64 `json:"close_secs"`
 	// Ends is how many connection ends the server's machine holds: twice
 	// the connections when the client runs on the same machine.

@@ -24,25 +24,39 @@ type statOpts struct {
 	json bool
 }
 
-func statFlags(o *statOpts, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("rnet stat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+var statCommand = command{
+	name:     "stat",
+	synopsis: "rnet stat [--json] URL",
+	summary:  "a process's rnet metrics, from its /debug/vars (host:port or a URL)",
+	about: `rnet stat reads the "rnet" variable a process publishes through expvar (its
+rnet.Metrics) from its /debug/vars and prints the open connections, the other gauges and
+the counters as tables, as ss does a host's sockets. rnet perf -s -metrics ADDR serves one.
+`,
+	flags: func() *flag.FlagSet { return statFlags(&statOpts{}) },
+	run: func(args []string, stdout, stderr io.Writer, where *target) error {
+		o, err := parseStat(args)
+		if err != nil {
+			return err
+		}
+		where.addr = o.url
+		return runStat(o, stdout)
+	},
+}
+
+func statFlags(o *statOpts) *flag.FlagSet {
+	fs := newFlagSet("stat")
 	fs.BoolVar(&o.json, "json", false, "print the metrics as the process publishes them, as JSON")
 	return fs
 }
 
-const statUsage = "usage: rnet stat [--json] URL   (a process's /debug/vars: host:port, or a URL)\n"
-
-func parseStat(args []string, stderr io.Writer) (statOpts, error) {
+func parseStat(args []string) (statOpts, error) {
 	var o statOpts
-	fs := statFlags(&o, stderr)
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parseInterleaved(statFlags(&o), args)
 	if err != nil {
 		return o, err
 	}
 	if len(pos) != 1 {
-		fmt.Fprint(stderr, statUsage)
-		return o, usageErr(stderr, "stat takes one URL, got %q", pos)
+		return o, usageErrorf("stat takes one URL, got %q", pos)
 	}
 	o.url = pos[0]
 	return o, nil

@@ -3,11 +3,7 @@
 // messages and the benchmark report print one size the same way.
 package bytesize
 
-import (
-	"fmt"
-	"strconv"
-	"strings"
-)
+import "strconv"
 
 var units = []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
 
@@ -39,32 +35,4 @@ func Short(n int64) string {
 		}
 	}
 	return strconv.FormatInt(n, 10)
-}
-
-// Parse reads "64", "4K", "64KiB", "1G" and the like: a whole number with
-// an optional suffix K, M, G or T (any case), itself optionally followed by
-// B or iB.
-func Parse(s string) (int64, error) {
-	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
-	shift := 0
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'K':
-			shift = 10
-		case 'M':
-			shift = 20
-		case 'G':
-			shift = 30
-		case 'T':
-			shift = 40
-		}
-	}
-	if shift > 0 {
-		t = t[:len(t)-1]
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)>>shift {
-		return 0, fmt.Errorf("%q is not a number of bytes (such as 64, 4K, 1G)", s)
-	}
-	return n << shift, nil
 }

@@ -1,6 +1,7 @@
 // Package perfjson is the schema of the rnet command's --json results for
 // perf and ping: the command prints these types and rnet-benchreport reads
-// them, so a field added to one is known to the other.
+// them, so a field added to one is known to the other. Keys are snake_case,
+// with the unit in the name (mb_per_s is 10^6 bytes per second).
 package perfjson
 
 import "github.com/rnet-dev/rnet/rnet"
@@ -20,8 +21,8 @@ type PerfResult struct {
 	Reads       int64          `json:"reads,omitempty"` // -R: the client's Read calls
 	Bytes       int64          `json:"bytes"`
 	Seconds     float64        `json:"seconds"`
-	MBps        float64        `json:"MBps"` // 10^6 bytes per second
-	Gbps        float64        `json:"Gbps"`
+	MBps        float64        `json:"mb_per_s"`   // 10^6 bytes per second
+	Gbps        float64        `json:"gbit_per_s"` // 10^9 bits per second
 	CgoPerWrite float64        `json:"cgo_per_write,omitempty"`
 	CgoPerRead  float64        `json:"cgo_per_read,omitempty"`
 	Stats       *rnet.Stats    `json:"stats,omitempty"` // one stream's; with -P in Streams
@@ -35,7 +36,7 @@ type StreamResult struct {
 	Local   string      `json:"local"`
 	Bytes   int64       `json:"bytes"`
 	Seconds float64     `json:"seconds"`
-	MBps    float64     `json:"MBps"`
+	MBps    float64     `json:"mb_per_s"`
 	Stats   *rnet.Stats `json:"stats,omitempty"`
 }
 
@@ -45,7 +46,7 @@ type Interval struct {
 	Start   float64          `json:"start"` // seconds since the test started
 	End     float64          `json:"end"`
 	Bytes   int64            `json:"bytes"`
-	MBps    float64          `json:"MBps"`
+	MBps    float64          `json:"mb_per_s"`
 	Streams []StreamInterval `json:"streams,omitempty"`
 }
 
@@ -53,7 +54,7 @@ type Interval struct {
 type StreamInterval struct {
 	Stream int     `json:"stream"`
 	Bytes  int64   `json:"bytes"`
-	MBps   float64 `json:"MBps"`
+	MBps   float64 `json:"mb_per_s"`
 }
 
 // SweepResult is `rnet perf -c -a --json`: one test per size.

@@ -33,7 +33,7 @@ Example (rnet ping from a to b, with the wire cut for 2 s in the middle):
   flock /tmp/rnet-lab.lock scripts/softroce-hosts <<'EOF'
   b ./rnet perf -s $RNET_HOST_ADDR0
   expect b listening
-  a ./rnet ping $RNET_PEER_ADDR0 -n 80 -i 100ms -warmup 0 -progress 1s
+  a ./rnet ping $RNET_PEER_ADDR0 -c 80 -i 100ms -warmup 0 -progress 1s
   expect a round trips
   cut 0
   sleep 2s
