@@ -59,7 +59,7 @@ func newHandle(c *stream.Conn, handshakeTimeout time.Duration) *Conn {
 func (h *Conn) Read(b []byte) (int, error) {
 	n, err := h.conn.Read(b)
 	runtime.KeepAlive(h)
-	return n, err
+	return n, exportError(err)
 }
 
 // Write writes b to the connection. It returns once every byte has been
@@ -68,7 +68,7 @@ func (h *Conn) Read(b []byte) (int, error) {
 func (h *Conn) Write(b []byte) (int, error) {
 	n, err := h.conn.Write(b)
 	runtime.KeepAlive(h)
-	return n, err
+	return n, exportError(err)
 }
 
 // CloseWrite shuts down the sending side, like TCP's FIN: the peer reads
@@ -76,7 +76,7 @@ func (h *Conn) Write(b []byte) (int, error) {
 func (h *Conn) CloseWrite() error {
 	err := h.conn.CloseWrite()
 	runtime.KeepAlive(h)
-	return err
+	return exportError(err)
 }
 
 // CloseRead shuts down the receiving side: Read returns io.EOF, and bytes
@@ -84,7 +84,7 @@ func (h *Conn) CloseWrite() error {
 func (h *Conn) CloseRead() error {
 	err := h.conn.CloseRead()
 	runtime.KeepAlive(h)
-	return err
+	return exportError(err)
 }
 
 // Close sends what was written (waiting up to Config.Linger for the peer's
@@ -95,7 +95,7 @@ func (h *Conn) Close() error {
 	h.cleanup.Stop()
 	err := h.conn.Close()
 	runtime.KeepAlive(h)
-	return err
+	return exportError(err)
 }
 
 // LocalAddr returns the local address, an *Addr.

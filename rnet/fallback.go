@@ -180,6 +180,13 @@ func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Con
 		}
 		return c, nil
 	}
+	c, err := d.dialFallback(ctx, network, address)
+	return c, exportError(err)
+}
+
+// dialFallback is DialConn with TCPFallback, with the internal packages'
+// errors.
+func (d *Dialer) dialFallback(ctx context.Context, network, address string) (net.Conn, error) {
 	tcpNet, ok := tcpNetworks[network]
 	if !ok {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: net.UnknownNetworkError(network)}
@@ -246,7 +253,7 @@ func (d *Dialer) dialRDMA(ctx context.Context, network, address string) (*Conn, 
 	if hook := testHookDialRDMA.Load(); hook != nil {
 		return (*hook)(ctx, network, address)
 	}
-	return d.DialContext(ctx, network, address)
+	return d.dialContext(ctx, network, address)
 }
 
 // dialTCP is the fallback's TCP connect, from the Dialer's local address;
@@ -275,7 +282,7 @@ func (d *Dialer) dialTCP(ctx context.Context, network, address string, reason Fa
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fallbackError{tcp: err, rdma: cause}}
 	}
 	dialCounts[reason].Add(1)
-	return &TCPConn{TCPConn: c.(*net.TCPConn), Reason: reason, Cause: cause}, nil
+	return &TCPConn{TCPConn: c.(*net.TCPConn), Reason: reason, Cause: exportError(cause)}, nil
 }
 
 // fallbackError is a fallback dial's failure: the TCP dial failed after

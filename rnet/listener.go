@@ -49,7 +49,7 @@ func (h *Listener) Accept() (net.Conn, error) {
 func (h *Listener) AcceptRDMA() (*Conn, error) {
 	c, err := h.l.accept()
 	runtime.KeepAlive(h)
-	return c, err
+	return c, exportError(err)
 }
 
 // Close stops listening. A blocked Accept returns net.ErrClosed; connections
@@ -108,7 +108,7 @@ type listener struct {
 // from remote was refused or dropped because of err.
 func (l *listener) handshakeFailed(remote net.Addr, err error) {
 	if l.handshakeError != nil {
-		l.handshakeError(remote, &net.OpError{Op: "accept", Net: "rdma", Source: l.addr, Addr: remote, Err: err})
+		l.handshakeError(remote, exportError(&net.OpError{Op: "accept", Net: "rdma", Source: l.addr, Addr: remote, Err: err}))
 	}
 }
 

@@ -92,6 +92,12 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // first or as soon as the first fails. A LocalAddr limits the addresses to
 // its family.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
+	c, err := d.dialContext(ctx, network, address)
+	return c, exportError(err)
+}
+
+// dialContext is DialContext with the internal packages' errors.
+func (d *Dialer) dialContext(ctx context.Context, network, address string) (*Conn, error) {
 	if err := d.Config.validate(); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
@@ -384,7 +390,8 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: netAddr(laddr), Err: err}
 	}
 	backlog, pending := lc.limits()
-	return listen(lc.Config.settings(), network, laddr, backlog, pending, lc.HandshakeError)
+	l, err := listen(lc.Config.settings(), network, laddr, backlog, pending, lc.HandshakeError)
+	return l, exportError(err)
 }
 
 // limits returns Backlog with its default and MaxPendingHandshakes, both
