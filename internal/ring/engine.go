@@ -110,6 +110,8 @@ type Engine struct {
 	// sBacklog: the last Write could not take all its bytes (sbuf was
 	// full), so the writer is in the middle of a stream.
 	sBacklog bool
+	// creditsHeld: HoldCredits stopped credit updates.
+	creditsHeld bool
 	// sendLent: LendSend handed out free space of sbuf, which the driver
 	// fills without the engine; sbuf stays in its region until
 	// CommitSend (see lend.go).
@@ -316,6 +318,12 @@ func (e *Engine) SetAutocork(on bool) {
 		e.uncork = true
 	}
 }
+
+// HoldCredits stops (true) or resumes (false) the credit updates that let
+// the peer send more, as a peer whose receiver falls behind would: the
+// peer goes on until the credits and buffer space it holds run out, then
+// waits. For tests of the peer's stalls (package rnettest).
+func (e *Engine) HoldCredits(hold bool) { e.creditsHeld = hold }
 
 // Autocork reports whether autocorking is on.
 func (e *Engine) Autocork() bool { return e.cfg.Autocork }

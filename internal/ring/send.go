@@ -221,7 +221,7 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 // writing an rs_sge into the peer's target SGL, in the peer's byte order,
 // alternating between its two entries.
 func (e *Engine) postCredits(dst []wr.Send) []wr.Send {
-	if e.peerShutdown || e.readClosed || e.recvToPost > 0 {
+	if e.peerShutdown || e.readClosed || e.recvToPost > 0 || e.creditsHeld {
 		// The peer sends no more DATA, or nobody reads, or receives are
 		// not back on the queue yet (granting now could invite RNR).
 		return dst

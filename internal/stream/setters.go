@@ -68,6 +68,17 @@ func (c *Conn) setKeepAliveLocked(period time.Duration) {
 	}
 }
 
+// HoldCredits stops (true) or resumes (false) the credit updates this end
+// sends, so that its peer runs out of credits (see ring.HoldCredits).
+func (c *Conn) HoldCredits(hold bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.eng.HoldCredits(hold)
+	if !hold {
+		c.driveLocked()
+	}
+}
+
 // SetLinger sets what Close does with written data the peer has not taken,
 // as TCP's SO_LINGER: sec > 0 waits for it up to sec seconds, sec == 0
 // drops it at once, sec < 0 restores the Linger the connection started
