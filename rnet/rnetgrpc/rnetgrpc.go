@@ -58,6 +58,12 @@ func WithLocalAddr(a net.Addr) Option {
 	return func(d *rnet.Dialer) { d.LocalAddr = a }
 }
 
+// WithDevice makes connections leave from the RDMA device named name, such
+// as "mlx5_0" (see rnet.Dialer.Device).
+func WithDevice(name string) Option {
+	return func(d *rnet.Dialer) { d.Device = name }
+}
+
 // WithTimeout bounds each connection attempt (see rnet.Dialer.Timeout). gRPC
 // also bounds attempts by its own connect timeout (20 s by default).
 func WithTimeout(t time.Duration) Option {
