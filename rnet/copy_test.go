@@ -16,6 +16,12 @@ import (
 	"github.com/rnet-dev/rnet/internal/stream"
 )
 
+// io.Copy takes these, not its 32 KiB buffer, for a Conn either side.
+var (
+	_ io.ReaderFrom = (*Conn)(nil)
+	_ io.WriterTo   = (*Conn)(nil)
+)
+
 // readerOnly hides a reader's WriteTo, so that io.Copy uses the
 // destination's ReadFrom; oddReader also cuts its reads short.
 type readerOnly struct{ io.Reader }
