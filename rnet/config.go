@@ -188,7 +188,7 @@ func (c *Config) settings() settings {
 		busyPoll:         orDefault(cfg.BusyPoll, 10*time.Microsecond),
 		busyPollLimit:    orDefault(cfg.BusyPollLimit, defaultBusyPollLimit),
 		busyPollLimitMax: orDefault(cfg.BusyPollLimit, maxBusyPollLimit),
-		keepAlive:        orDefault(cfg.KeepAlive, 15*time.Second),
+		keepAlive:        orDefault(cfg.KeepAlive, stream.DefaultKeepAlive),
 		linger:           orDefault(cfg.Linger, 10*time.Second),
 		handshakeTimeout: orDefault(cfg.HandshakeTimeout, 10*time.Second),
 	}

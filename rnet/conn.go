@@ -1,6 +1,7 @@
 package rnet
 
 import (
+	"io"
 	"net"
 	"runtime"
 	"time"
@@ -59,7 +60,7 @@ func newHandle(c *stream.Conn, handshakeTimeout time.Duration) *Conn {
 func (h *Conn) Read(b []byte) (int, error) {
 	n, err := h.conn.Read(b)
 	runtime.KeepAlive(h)
-	return n, err
+	return n, exportError(err)
 }
 
 // Write writes b to the connection. It returns once every byte has been
@@ -68,7 +69,34 @@ func (h *Conn) Read(b []byte) (int, error) {
 func (h *Conn) Write(b []byte) (int, error) {
 	n, err := h.conn.Write(b)
 	runtime.KeepAlive(h)
-	return n, err
+	return n, exportError(err)
+}
+
+// ReadFrom implements io.ReaderFrom, which io.Copy uses: it reads from r
+// straight into the send ring, with no buffer between, until r returns
+// io.EOF (ReadFrom then returns nil) or another error (returned as it is),
+// or the connection fails. Bytes go out as Write's do (autocorking,
+// credits); the write deadline and Close end it as they end a Write,
+// though not a Read of r that blocks. r is read with none of the
+// connection's locks held, into memory that is the send ring's: as io.Reader
+// requires, r must not keep the slice it is given.
+func (h *Conn) ReadFrom(r io.Reader) (int64, error) {
+	n, err := h.conn.ReadFrom(r)
+	runtime.KeepAlive(h)
+	return n, exportError(err)
+}
+
+// WriteTo implements io.WriterTo, which io.Copy uses: it hands w the
+// received bytes straight from the receive ring, with no buffer between,
+// until the peer closes its side (WriteTo then returns nil), w fails, or the
+// connection does. The read deadline and Close end it as they end a Read.
+// w is called with none of the connection's locks held, on memory that is
+// the receive ring's: as io.Writer requires, w must not keep the slice it
+// is given. Bytes count as read once w has taken them.
+func (h *Conn) WriteTo(w io.Writer) (int64, error) {
+	n, err := h.conn.WriteTo(w)
+	runtime.KeepAlive(h)
+	return n, exportError(err)
 }
 
 // CloseWrite shuts down the sending side, like TCP's FIN: the peer reads
@@ -76,7 +104,7 @@ func (h *Conn) Write(b []byte) (int, error) {
 func (h *Conn) CloseWrite() error {
 	err := h.conn.CloseWrite()
 	runtime.KeepAlive(h)
-	return err
+	return exportError(err)
 }
 
 // CloseRead shuts down the receiving side: Read returns io.EOF, and bytes
@@ -84,7 +112,7 @@ func (h *Conn) CloseWrite() error {
 func (h *Conn) CloseRead() error {
 	err := h.conn.CloseRead()
 	runtime.KeepAlive(h)
-	return err
+	return exportError(err)
 }
 
 // Close sends what was written (waiting up to Config.Linger for the peer's
@@ -95,7 +123,7 @@ func (h *Conn) Close() error {
 	h.cleanup.Stop()
 	err := h.conn.Close()
 	runtime.KeepAlive(h)
-	return err
+	return exportError(err)
 }
 
 // LocalAddr returns the local address, an *Addr.

@@ -61,7 +61,7 @@ func (lc *ListenConfig) ListenDual(ctx context.Context, network, address string)
 	for try := 1; ; try++ {
 		dl, err := lc.listenDualOnce(ctx, network, tcpNet, laddr)
 		if err == nil || try == tries || !errors.Is(err, syscall.EADDRINUSE) {
-			return dl, err
+			return dl, exportError(err)
 		}
 	}
 }
@@ -203,7 +203,7 @@ func (dl *DualListener) Accept() (net.Conn, error) {
 	if err == nil {
 		err = net.ErrClosed
 	}
-	return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: dl.Addr(), Err: unwrapOp(err)}
+	return nil, exportError(&net.OpError{Op: "accept", Net: "rdma", Addr: dl.Addr(), Err: unwrapOp(err)})
 }
 
 func unwrapOp(err error) error {

@@ -182,6 +182,13 @@ func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Con
 		}
 		return c, nil
 	}
+	c, err := d.dialFallback(ctx, network, address)
+	return c, exportError(err)
+}
+
+// dialFallback is DialConn with TCPFallback, with the internal packages'
+// errors.
+func (d *Dialer) dialFallback(ctx context.Context, network, address string) (net.Conn, error) {
 	tcpNet, ok := tcpNetworks[network]
 	if !ok {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: net.UnknownNetworkError(network)}
@@ -248,7 +255,11 @@ func (d *Dialer) dialRDMA(ctx context.Context, network, address string) (*Conn, 
 	if hook := testHookDialRDMA.Load(); hook != nil {
 		return (*hook)(ctx, network, address)
 	}
-	return d.DialContext(ctx, network, address)
+	c, err := d.dialContext(ctx, network, address)
+	// Counted and logged as DialContext's are; the fallback classifies
+	// the internal error.
+	d.dialed(c, address, exportError(err))
+	return c, err
 }
 
 // dialTCP is the fallback's TCP connect, from the Dialer's local address;
@@ -277,7 +288,7 @@ func (d *Dialer) dialTCP(ctx context.Context, network, address string, reason Fa
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fallbackError{tcp: err, rdma: cause}}
 	}
 	dialCounts[reason].Add(1)
-	tc := newTCPConn(c.(*net.TCPConn), reason, cause)
+	tc := newTCPConn(c.(*net.TCPConn), reason, exportError(cause))
 	logFor(d.Logger).fellBack(tc, address)
 	return tc, nil
 }

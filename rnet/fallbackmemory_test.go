@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/verbs"
 )
 
 // fakeRDMA makes DialConn's RDMA attempts fail with fail's error for the
@@ -122,7 +123,7 @@ func TestBusyRejectIsNotRemembered(t *testing.T) {
 			return dialError(ctx, nil, nil, ErrNoDevice)
 		}, FallbackNoDevice, false},
 		{"NoRoute", func(ctx context.Context, a string) error {
-			return dialError(ctx, nil, nil, &DeviceError{Op: "rdma_resolve_route", Addr: a, Errno: syscall.ENETUNREACH})
+			return dialError(ctx, nil, nil, &verbs.Error{Op: "rdma_resolve_route", Addr: a, Errno: syscall.ENETUNREACH})
 		}, FallbackNoRoute, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

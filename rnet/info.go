@@ -84,7 +84,7 @@ type pathReporter interface {
 func (h *Conn) Info() (ConnInfo, error) {
 	info, err := h.info()
 	runtime.KeepAlive(h)
-	return info, err
+	return info, exportError(err)
 }
 
 func (h *Conn) info() (ConnInfo, error) {

@@ -50,7 +50,7 @@ func (h *Listener) Accept() (net.Conn, error) {
 func (h *Listener) AcceptRDMA() (*Conn, error) {
 	c, err := h.l.accept()
 	runtime.KeepAlive(h)
-	return c, err
+	return c, exportError(err)
 }
 
 // Close stops listening. A blocked Accept returns net.ErrClosed; connections
@@ -114,7 +114,7 @@ type listener struct {
 func (l *listener) handshakeFailed(remote net.Addr, device string, err error, refused bool) {
 	l.handshakeFailedCounted(remote, device, err, refused)
 	if l.handshakeError != nil {
-		l.handshakeError(remote, &net.OpError{Op: "accept", Net: "rdma", Source: l.addr, Addr: remote, Err: err})
+		l.handshakeError(remote, exportError(&net.OpError{Op: "accept", Net: "rdma", Source: l.addr, Addr: remote, Err: err}))
 	}
 }
 

@@ -25,6 +25,10 @@ func TestNoDeviceErrors(t *testing.T) {
 	if !errors.Is(err, ErrNoDevice) || !errors.As(err, &oe) || oe.Op != "dial" {
 		t.Errorf("Dial without a device = %v, want a dial OpError matching ErrNoDevice", err)
 	}
+	var de *DeviceError
+	if !errors.As(err, &de) || de.Op == "" || !errors.Is(de.Err, ErrNoDevice) {
+		t.Errorf("Dial without a device = %v, want a *DeviceError naming the call, its Err ErrNoDevice", err)
+	}
 	_, err = Listen("rdma", ":7471")
 	if !errors.Is(err, ErrNoDevice) || !errors.As(err, &oe) || oe.Op != "listen" {
 		t.Errorf("Listen without a device = %v, want a listen OpError matching ErrNoDevice", err)

@@ -128,11 +128,12 @@ func (r rejectReason) String() string {
 // unwraps to the *RejectError, so errors.As and ECONNREFUSED still match.
 type peerRejectError struct {
 	reason rejectReason
-	err    *cm.RejectError
+	addr   string // the address dialled
+	err    error  // the *cm.RejectError, or the *RejectError made of it
 }
 
 func (e *peerRejectError) Error() string {
-	return "rdma_connect " + e.err.Addr + ": rejected by the peer: " + e.reason.String()
+	return "rdma_connect " + e.addr + ": rejected by the peer: " + e.reason.String()
 }
 
 func (e *peerRejectError) Unwrap() error { return e.err }
@@ -148,7 +149,7 @@ func explainReject(err error) error {
 	if !ok {
 		return err
 	}
-	return &peerRejectError{reason: r, err: re}
+	return &peerRejectError{reason: r, addr: re.Addr, err: re}
 }
 
 // errHandshakesBusy is what a listener tells its HandshakeError hook when

@@ -126,7 +126,7 @@ func TestRejectReasonOf(t *testing.T) {
 
 func TestExplainReject(t *testing.T) {
 	raw := &cm.RejectError{Addr: "10.77.0.2:7471", Status: cm.RejectConsumer, PrivateData: append(rejectReason{rejectLockedMemory}.encode(), make([]byte, 142)...)}
-	err := dialError(t.Context(), nil, nil, explainReject(raw))
+	err := exportError(dialError(t.Context(), nil, nil, explainReject(raw)))
 	for _, want := range []string{"rdma_connect 10.77.0.2:7471: rejected by the peer: the listener is out of locked memory",
 		"RLIMIT_MEMLOCK", "HandshakeError"} {
 		if !strings.Contains(err.Error(), want) {
@@ -134,7 +134,7 @@ func TestExplainReject(t *testing.T) {
 		}
 	}
 	var re *RejectError
-	if !errors.As(err, &re) || re != raw || !errors.Is(err, syscall.ECONNREFUSED) {
+	if !errors.As(err, &re) || re.Addr != raw.Addr || re.Status != raw.Status || !re.ByApplication() || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("%v: want it to unwrap to the *RejectError and match ECONNREFUSED", err)
 	}
 	if errors.Is(err, ErrLockedMemory) {

@@ -50,6 +50,14 @@ type Dialer struct {
 	// String() is "host:port" or an IP address. nil lets the routing table
 	// choose.
 	LocalAddr net.Addr
+	// Device is the RDMA device to dial from, by name (such as "mlx5_0" or
+	// "rxe0", as `rnet devices` and `rdma link` list them): the dial goes
+	// from the device's address of the remote address's family. With
+	// LocalAddr too, LocalAddr must be one of the device's. "" lets
+	// LocalAddr or the routing table choose. A device this machine lacks
+	// fails the dial with an error naming the devices it has (on a machine
+	// without any, the error matches ErrNoDevice).
+	Device string
 	// FallbackDelay is how long a dial on "rdma" to a host name with both
 	// IPv4 and IPv6 addresses gives the resolver's first family before it
 	// also tries the other family (RFC 6555 Fast Fallback, as net.Dialer
@@ -102,10 +110,12 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // its family.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	c, err := d.dialContext(ctx, network, address)
+	err = exportError(err)
 	d.dialed(c, address, err)
 	return c, err
 }
 
+// dialContext is DialContext with the internal packages' errors.
 func (d *Dialer) dialContext(ctx context.Context, network, address string) (*Conn, error) {
 	if err := d.Config.validate(); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
@@ -129,13 +139,19 @@ func (d *Dialer) dialContext(ctx context.Context, network, address string) (*Con
 				Err: &net.AddrError{Err: "no suitable address found", Addr: address}}
 		}
 	}
+	from := func(netip.Addr) netip.Addr { return laddr }
+	if d.Device != "" {
+		if raddrs, from, err = deviceLocal(d.Device, laddr, raddrs); err != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		}
+	}
 	set := d.Config.settings()
 	set.logger = d.Logger
 	dialOne := func(ctx context.Context, raddr netip.AddrPort) (*Conn, error) {
 		if !raddr.Addr().IsValid() || raddr.Addr().IsUnspecified() {
 			return nil, &net.OpError{Op: "dial", Net: "rdma", Addr: netAddr(raddr), Err: errors.New("missing address to dial")}
 		}
-		return dial(ctx, set, laddr, raddr)
+		return dial(ctx, set, from(raddr.Addr()), raddr)
 	}
 	if network != "rdma" || d.FallbackDelay < 0 {
 		return dialSerial(ctx, raddrs, dialOne)
@@ -391,6 +407,14 @@ type ListenConfig struct {
 	// attribute keys are stable: listener, local, remote, device, qp,
 	// remote_qp, reason, error, ring, size. nil logs nothing.
 	Logger *slog.Logger
+	// Device is the RDMA device to listen on, by name (such as "mlx5_0"
+	// or "rxe0"): an address without a host (":7471") listens on the
+	// device's address (its IPv4 one for "rdma", if it has one); one with
+	// a host must be the device's. "" listens where the address says. A
+	// device this machine lacks fails Listen with an error naming the
+	// devices it has (on a machine without any, the error matches
+	// ErrNoDevice).
+	Device string
 }
 
 // Listen announces on the local address. ctx bounds only the setup, as with
@@ -406,10 +430,16 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if err := ctx.Err(); err != nil {
 		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: netAddr(laddr), Err: err}
 	}
+	if lc.Device != "" {
+		if laddr, err = deviceListenAddr(lc.Device, network, laddr); err != nil {
+			return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+		}
+	}
 	backlog, pending := lc.limits()
 	set := lc.Config.settings()
 	set.logger = lc.Logger
-	return listen(set, network, laddr, backlog, pending, lc.HandshakeError)
+	l, err := listen(set, network, laddr, backlog, pending, lc.HandshakeError)
+	return l, exportError(err)
 }
 
 // limits returns Backlog with its default and MaxPendingHandshakes, both

@@ -15,7 +15,7 @@ func (e *Engine) Complete(wcs []wr.Completion) error {
 			e.completeSend(wc)
 		}
 	}
-	if e.sendResize.has && e.sendDrained() {
+	if e.sendResize.has && !e.sendLent && e.sendDrained() {
 		e.moveSendRing()
 	}
 	return e.err

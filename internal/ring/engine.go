@@ -110,6 +110,12 @@ type Engine struct {
 	// sBacklog: the last Write could not take all its bytes (sbuf was
 	// full), so the writer is in the middle of a stream.
 	sBacklog bool
+	// creditsHeld: HoldCredits stopped credit updates.
+	creditsHeld bool
+	// sendLent: LendSend handed out free space of sbuf, which the driver
+	// fills without the engine; sbuf stays in its region until
+	// CommitSend (see lend.go).
+	sendLent bool
 	// uncork: the driver asked that the next PostSends hold nothing back
 	// (see cork.go).
 	uncork bool
@@ -303,6 +309,24 @@ func checkRegion(name string, r Region, need int) error {
 
 // Config returns the normalised configuration.
 func (e *Engine) Config() Config { return e.cfg }
+
+// SetAutocork turns autocorking (Config.Autocork) on or off from now on;
+// turned off, the next PostSends holds nothing back.
+func (e *Engine) SetAutocork(on bool) {
+	e.cfg.Autocork = on
+	if !on {
+		e.uncork = true
+	}
+}
+
+// HoldCredits stops (true) or resumes (false) the credit updates that let
+// the peer send more, as a peer whose receiver falls behind would: the
+// peer goes on until the credits and buffer space it holds run out, then
+// waits. For tests of the peer's stalls (package rnettest).
+func (e *Engine) HoldCredits(hold bool) { e.creditsHeld = hold }
+
+// Autocork reports whether autocorking is on.
+func (e *Engine) Autocork() bool { return e.cfg.Autocork }
 
 // Layout returns the layout of the engine's configuration.
 func (e *Engine) Layout() Layout { return e.layout }

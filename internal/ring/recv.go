@@ -25,12 +25,25 @@ func (e *Engine) Read(p []byte) (int, error) {
 	// Bytes that arrived before a failure are still read, as TCP reads
 	// what came before a reset: their messages passed every check, and
 	// the peer counts them as delivered. The error comes after them.
+	n := e.take(p, len(p))
+	if n == 0 && e.err != nil {
+		return 0, e.err
+	}
+	if n == 0 && (e.peerShutdown || e.peerDisconnected) {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// take consumes up to want received bytes, copying them into p unless p is
+// nil (see ConsumeRecv), and returns how many.
+func (e *Engine) take(p []byte, want int) int {
 	n := 0
-	for n < len(p) && e.msgCount > 0 {
+	for n < want && e.msgCount > 0 {
 		left := e.msgs[e.msgHead]
 		k := left
-		if rest := len(p) - n; rest < int(k) {
-			k = uint32(rest) // not min in uint32: len(p) may exceed 4 GiB
+		if rest := want - n; rest < int(k) {
+			k = uint32(rest) // not min in uint32: want may exceed 4 GiB
 		}
 		// A message never spans two grants (transfers are capped by the
 		// target entry), and the oldest grant holds the oldest bytes.
@@ -40,7 +53,9 @@ func (e *Engine) Read(p []byte) (int, error) {
 			buf = e.rxOld.Buf
 		}
 		at := g.off + e.readOff
-		copy(p[n:], buf[at:at+k])
+		if p != nil {
+			copy(p[n:], buf[at:at+k])
+		}
 		n += int(k)
 		e.readOff += k
 		if !g.old {
@@ -65,13 +80,7 @@ func (e *Engine) Read(p []byte) (int, error) {
 	if n > 0 {
 		e.sTurn = true // see sStart
 	}
-	if n == 0 && e.err != nil {
-		return 0, e.err
-	}
-	if n == 0 && (e.peerShutdown || e.peerDisconnected) {
-		return 0, io.EOF
-	}
-	return n, nil
+	return n
 }
 
 // popGrant drops the oldest grant, filled and read, and releases the

@@ -118,7 +118,7 @@ func (e *Engine) AddRegion(kind RegionKind, r Region) error {
 		return err
 	}
 	rs.region, rs.has = r, true
-	if kind == RegionSend && e.sendDrained() {
+	if kind == RegionSend && !e.sendLent && e.sendDrained() {
 		e.moveSendRing()
 	}
 	return nil

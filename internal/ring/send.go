@@ -10,7 +10,11 @@ import (
 // Write copies as much of p as fits into sbuf and returns how many bytes it
 // took; it never keeps p. (0, nil) means sbuf is full: wait for Writable.
 // The bytes go out on the next PostSends calls, as credits allow.
-func (e *Engine) Write(p []byte) (int, error) {
+func (e *Engine) Write(p []byte) (int, error) { return e.write(p, len(p)) }
+
+// write takes up to want bytes into sbuf, copying them from p unless p is
+// nil (see CommitSend), and returns how many.
+func (e *Engine) write(p []byte, want int) (int, error) {
 	switch {
 	case e.err != nil:
 		return 0, e.err
@@ -19,14 +23,14 @@ func (e *Engine) Write(p []byte) (int, error) {
 	case e.peerDisconnected:
 		return 0, ErrPeerDisconnected
 	}
-	n := min(len(p), e.SendSpace())
-	if n < len(p) {
+	n := min(want, e.SendSpace())
+	if n < want {
 		e.growSend() // see regions.go
 	} else if n > 0 && e.sendResize.ring != 0 && !e.sendResize.grow {
 		e.wantSendRing(len(e.sbuf)) // busy again: no shrink
 	}
 	if n == 0 {
-		if len(p) > 0 {
+		if want > 0 {
 			e.sBacklog = true
 		}
 		return 0, nil
@@ -35,12 +39,14 @@ func (e *Engine) Write(p []byte) (int, error) {
 		e.sStart = true // nothing unsent or unacknowledged, at a turn: see sStart
 	}
 	e.sTurn = false
-	e.sBacklog = n < len(p)
+	e.sBacklog = n < want
 	e.noteWrite()
-	size := uint64(len(e.sbuf))
-	pos := int(e.sHead % size)
-	c := copy(e.sbuf[pos:], p[:n])
-	copy(e.sbuf, p[c:n])
+	if p != nil {
+		size := uint64(len(e.sbuf))
+		pos := int(e.sHead % size)
+		c := copy(e.sbuf[pos:], p[:n])
+		copy(e.sbuf, p[c:n])
+	}
 	e.sHead += uint64(n)
 	e.stats.BytesWritten += uint64(n)
 	return n, nil
@@ -215,7 +221,7 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 // writing an rs_sge into the peer's target SGL, in the peer's byte order,
 // alternating between its two entries.
 func (e *Engine) postCredits(dst []wr.Send) []wr.Send {
-	if e.peerShutdown || e.readClosed || e.recvToPost > 0 {
+	if e.peerShutdown || e.readClosed || e.recvToPost > 0 || e.creditsHeld {
 		// The peer sends no more DATA, or nobody reads, or receives are
 		// not back on the queue yet (granting now could invite RNR).
 		return dst

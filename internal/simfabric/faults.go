@@ -29,6 +29,9 @@ func (f *Fabric) Kill(e *Endpoint) {
 	}
 }
 
+// Vanish is Kill of e on its fabric.
+func (e *Endpoint) Vanish() { e.f.Kill(e) }
+
 // InjectError makes the next completion generated on e (send or receive)
 // fail with status; the queue pair then goes to the error state.
 func (e *Endpoint) InjectError(status wr.WCStatus) {

@@ -41,7 +41,7 @@ func (c *Conn) corkWindow() time.Duration {
 // goes out at once instead, and reaps in the same crossing.
 func (c *Conn) writeModeLocked(n int, wasCorked bool) stepMode {
 	send, _ := c.eng.RingSizes()
-	if !c.set.Ring.Autocork || n >= ring.MaxTransfer || c.eng.SendSpace() < send/2 || c.eng.Credits() < 2 {
+	if !c.eng.Autocork() || n >= ring.MaxTransfer || c.eng.SendSpace() < send/2 || c.eng.Credits() < 2 {
 		return stepPoll
 	}
 	if !wasCorked && c.eng.InFlight() > 0 && monotonic()-c.lastPost >= c.corkWindow() {

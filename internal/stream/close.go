@@ -57,12 +57,13 @@ func (c *Conn) close() error {
 	c.driveLocked()
 	c.kickLocked() // a Read or Write parked on the completion channel returns
 	c.keepalive.Stop()
+	lingerFor := c.linger
 	c.mu.Unlock()
 	c.readDL.Stop()
 	c.writeDL.Stop()
 
 	lingered := make(chan struct{})
-	linger := time.AfterFunc(c.set.Linger, func() {
+	linger := time.AfterFunc(lingerFor, func() {
 		close(lingered)
 		c.qp.Kick()
 	})
@@ -83,7 +84,7 @@ func (c *Conn) close() error {
 		if dropped := c.eng.Abort(); dropped > 0 {
 			// The peer sees the connection torn down, not a clean
 			// end, and the caller learns that bytes were lost.
-			closeErr = fmt.Errorf("%w: %d bytes written were not sent within Linger (%v)", ring.ErrAborted, dropped, c.set.Linger)
+			closeErr = fmt.Errorf("%w: %d bytes written were not sent within Linger (%v)", ring.ErrAborted, dropped, lingerFor)
 		}
 	}
 	c.driveLocked()
@@ -99,6 +100,15 @@ func (c *Conn) close() error {
 	// Once a caller still parked on the completion channel has left
 	// (shutdown failed its wait), nothing touches the queue pair again.
 	c.takeWaitForGood()
+	c.mu.Lock()
+	late := c.lends > 0
+	c.destroyLate = late
+	c.mu.Unlock()
+	if late {
+		// A ReadFrom or WriteTo has ring memory out: the last one to
+		// return destroys the queue pair (see endLoanLocked).
+		return c.opError("close", closeErr)
+	}
 	if err := c.qp.Destroy(); err != nil {
 		closeErr = errors.Join(closeErr, err)
 	}

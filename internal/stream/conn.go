@@ -70,6 +70,15 @@ type Conn struct {
 	spins          uint64        // waits that busy-polled (Stats.Spins)
 	parks          uint64        // waits that parked (Stats.Parks)
 	handOffs       uint64        // the wait passed to a queued call or the pusher (Stats.HandOffs)
+	// Ring memory lent to ReadFrom or WriteTo (see lend.go): lends counts
+	// the loans running with mu released, recvLent says one holds
+	// received bytes (nothing else may consume them), and while any runs
+	// the regions the engine retires wait in lentRegions, and a Close
+	// leaves the queue pair's destruction to the last loan (destroyLate).
+	lends       int
+	recvLent    bool
+	lentRegions []ring.Region
+	destroyLate bool
 	// The completion channel wait (see wait.go): waitOwned says someone
 	// owns it, queued counts the blocked calls parked on their channels,
 	// armed says every completion not yet polled has left an event.
@@ -92,6 +101,12 @@ type Conn struct {
 	keepaliveStalls    int
 	keepaliveSendsDone uint64
 	keepalive          *time.Timer // keepalives and housekeeping, see tick
+	// keepAlive and linger are Settings.KeepAlive (off unless positive)
+	// and Settings.Linger as SetKeepAlive and SetLinger last changed them;
+	// keepAlivePeriod is the period SetKeepAlive turns keepalives on at.
+	keepAlive       time.Duration
+	keepAlivePeriod time.Duration
+	linger          time.Duration
 
 	// Wakeups, each with room for one pending signal so none is lost
 	// between checking the engine and parking.

@@ -28,8 +28,8 @@ const housekeepingPeriod = 15 * time.Second
 // tickPeriod is the keepalive period, or the housekeeping period when
 // keepalives are off.
 func (c *Conn) tickPeriod() time.Duration {
-	if c.set.KeepAlive > 0 {
-		return c.set.KeepAlive
+	if c.keepAlive > 0 {
+		return c.keepAlive
 	}
 	return housekeepingPeriod
 }
@@ -58,7 +58,7 @@ func (c *Conn) tickStep() (gone error) {
 	// below registers the smaller regions).
 	c.eng.Quiet()
 	switch {
-	case c.set.KeepAlive > 0:
+	case c.keepAlive > 0:
 		gone = c.keepaliveLocked()
 	default:
 		c.driveLocked()
@@ -87,7 +87,7 @@ func (c *Conn) keepaliveLocked() (gone error) {
 	}
 	if c.keepaliveStalls >= limit {
 		gone = fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
-			ring.ErrPeerGone, c.keepaliveStalls, c.set.KeepAlive)
+			ring.ErrPeerGone, c.keepaliveStalls, c.keepAlive)
 		c.failLocked(gone)
 		c.signalLocked()
 		return gone

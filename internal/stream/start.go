@@ -29,6 +29,10 @@ func Start(qp QueuePair, eng *ring.Engine, set Settings) *Conn {
 		readDL:     NewDeadline(qp.Kick),
 		writeDL:    NewDeadline(qp.Kick),
 	}
+	c.keepAlive, c.linger, c.keepAlivePeriod = set.KeepAlive, set.Linger, DefaultKeepAlive
+	if set.KeepAlive > 0 {
+		c.keepAlivePeriod = set.KeepAlive
+	}
 	if s, ok := qp.(SoftwarePoster); ok {
 		c.softPosts = s.PostsInSoftware()
 	}

@@ -37,8 +37,17 @@ func (c *Conn) EngineConfig() ring.Config {
 	return c.eng.Config()
 }
 
-// Settings returns the settings the connection was started with.
-func (c *Conn) Settings() Settings { return c.set }
+// Settings returns the settings the connection runs with: those it was
+// started with, KeepAlive and Linger as SetKeepAlive and SetLinger changed
+// them, Ring.Autocork as SetAutocork did.
+func (c *Conn) Settings() Settings {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	set := c.set
+	set.KeepAlive, set.Linger = c.keepAlive, c.linger
+	set.Ring.Autocork = c.eng.Autocork()
+	return set
+}
 
 // EngineInfo is what Info reports of the engine.
 type EngineInfo struct {

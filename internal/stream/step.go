@@ -161,6 +161,12 @@ func (c *Conn) serveRegionsLocked() (added bool) {
 		c.ringResized(kind, size, nil)
 	}
 	c.retiredRegions = c.eng.RetiredRegions(c.retiredRegions[:0])
+	if c.lends > 0 {
+		// A loan may be reading or writing it.
+		c.lentRegions = append(c.lentRegions, c.retiredRegions...)
+		clear(c.retiredRegions)
+		return added
+	}
 	for i, r := range c.retiredRegions {
 		// A region that fails to deregister stays in the queue pair's
 		// list, and teardown tries again.
@@ -241,7 +247,7 @@ func (c *Conn) roundsLocked(mode stepMode, flags wr.StepFlags) (moved, cut bool)
 		if n > 0 || len(c.recvs) > 0 || len(c.sends) > 0 {
 			moved = true
 		}
-		if c.closing || c.readShut {
+		if (c.closing || c.readShut) && !c.recvLent {
 			c.discardInboundLocked()
 		}
 		// A full batch may have left more behind; otherwise go round

@@ -2,15 +2,18 @@ package rnetgrpc_test
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/rnet-dev/rnet/rnet"
 	"github.com/rnet-dev/rnet/rnet/rnetgrpc"
+	"github.com/rnet-dev/rnet/rnet/rnettest"
 )
 
 // A gRPC client over RDMA: one more option to grpc.NewClient. The stubs
@@ -66,4 +69,33 @@ func Example_withTCPFallback() {
 		log.Fatal(err)
 	}
 	defer cc.Close()
+}
+
+// gRPC in a test, on any machine: serve a Listener of an in-memory
+// rnettest.Fabric and dial it with FabricDialOption. The Fabric's faults
+// (Cut, VanishPeer, HoldCredits, Delay) drive the client's error paths.
+func ExampleFabricDialOption() {
+	f := rnettest.NewFabric(nil)
+	ln, err := f.Listen("rdma", "127.0.0.1:50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthgrpc.RegisterHealthServer(s, health.NewServer())
+	go s.Serve(ln)
+	defer s.Stop()
+
+	cc, err := grpc.NewClient("passthrough:///127.0.0.1:50051",
+		rnetgrpc.FabricDialOption(f),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cc.Close()
+	resp, err := healthgrpc.NewHealthClient(cc).Check(context.Background(), &healthgrpc.HealthCheckRequest{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(resp.GetStatus())
+	// Output: SERVING
 }

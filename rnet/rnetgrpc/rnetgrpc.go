@@ -3,8 +3,10 @@
 //
 // It is its own package, in its own module (github.com/rnet-dev/rnet/rnet/rnetgrpc),
 // so that programs using rnet without gRPC neither link nor require grpc-go.
-// Tests can serve and dial gRPC over package rnettest's in-memory connections
-// (see this package's TestGRPCOverRnettest).
+// Tests can serve and dial gRPC over package rnettest's in-memory connections:
+// serve a Listener of an rnettest.Fabric and dial with FabricDialOption, on
+// any machine; the Fabric's faults (Cut, VanishPeer, HoldCredits, Delay)
+// then drive the client's error paths.
 //
 // # Client
 //
@@ -56,6 +58,12 @@ func WithLocalAddr(a net.Addr) Option {
 	return func(d *rnet.Dialer) { d.LocalAddr = a }
 }
 
+// WithDevice makes connections leave from the RDMA device named name, such
+// as "mlx5_0" (see rnet.Dialer.Device).
+func WithDevice(name string) Option {
+	return func(d *rnet.Dialer) { d.Device = name }
+}
+
 // WithTimeout bounds each connection attempt (see rnet.Dialer.Timeout). gRPC
 // also bounds attempts by its own connect timeout (20 s by default).
 func WithTimeout(t time.Duration) Option {
@@ -87,4 +95,20 @@ func Dialer(cfg *rnet.Config, opts ...Option) func(ctx context.Context, addr str
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		return d.DialConn(ctx, "rdma", addr)
 	}
+}
+
+// Fabric is an in-memory network to dial instead of RDMA, such as package
+// rnettest's *Fabric.
+type Fabric interface {
+	DialConn(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// FabricDialOption returns a grpc.DialOption that dials every connection of a
+// grpc.ClientConn in f, for tests: a server serving one of f's Listeners
+// answers it, with rnet's connections and errors, on a machine without an
+// RDMA device. Like DialOption it is grpc.WithContextDialer underneath.
+func FabricDialOption(f Fabric) grpc.DialOption {
+	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		return f.DialConn(ctx, "rdma", addr)
+	})
 }

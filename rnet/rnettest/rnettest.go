@@ -21,8 +21,11 @@
 // whose backlog of connections waiting for Accept is full.
 //
 // The connections carry no device, so the errors that only a device makes
-// (ErrDeviceRemoved, ErrLockedMemory, completion errors) never occur, and
-// nothing is measured here about speed: the simulated fabric copies memory.
+// (ErrDeviceRemoved, ErrLockedMemory) never occur, and nothing is measured
+// here about speed: the simulated fabric copies memory. A test makes a
+// connection fail or stall with the Fabric's faults: Cut, VanishPeer (a
+// completion error), HoldCredits and Delay. Pipe makes a connection
+// without a Listener, as net.Pipe does.
 //
 // rnettest reaches rnet's internal constructors through an internal
 // package (internal/rnetsim) that rnet fills in when it initialises, so
@@ -38,6 +41,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"weak"
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/rnetsim"
@@ -63,7 +67,8 @@ type Fabric struct {
 
 	mu        sync.Mutex
 	listeners map[netip.AddrPort]*listening
-	dials     uint32 // dials so far, which picks the next local port
+	dials     uint32                           // dials so far, which picks the next local port
+	ends      map[weak.Pointer[rnet.Conn]]*end // every connection's ends, for faults.go
 }
 
 // listening is one Listener's entry in its Fabric.
@@ -250,15 +255,19 @@ func (f *Fabric) pair(client, server netip.AddrPort) (*rnet.Conn, *rnet.Conn, er
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := f.handle(stream.Start(a.QP, a.Engine, set))
+	cq, sq := &faultQP{QP: a.QP}, &faultQP{QP: b.QP}
+	cs, ss := stream.Start(cq, a.Engine, set), stream.Start(sq, b.Engine, set)
+	c, err := f.handle(cs)
 	if err != nil {
+		ss.Close()
 		return nil, nil, err
 	}
-	s, err := f.handle(stream.Start(b.QP, b.Engine, set))
+	s, err := f.handle(ss)
 	if err != nil {
 		c.Close()
 		return nil, nil, err
 	}
+	f.register(c, s, cs, ss, cq, sq)
 	return c, s, nil
 }
 

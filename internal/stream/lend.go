@@ -1,0 +1,213 @@
+package stream
+
+import (
+	"io"
+	"net"
+	"os"
+
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// ReadFrom and WriteTo copy between the rings and the caller's reader or
+// writer without a buffer of their own: the engine lends them ring memory
+// (ring.LendSend, ring.RecvSpan), and they call the reader or writer with
+// mu released, so that a slow one holds up no completion, keepalive or
+// Close. While a loan runs, the regions the engine retires stay registered
+// (serveRegionsLocked), discarding inbound bytes waits (a loan of received
+// bytes consumes them itself), and Close leaves the queue pair's teardown,
+// which unmaps the rings, to the last loan to end.
+
+// ReadFrom: see rnet's Conn.ReadFrom.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	// Cleared without mu, as in writeInParts.
+	defer c.writing.Store(false)
+	var total int64
+	spun := false
+	for {
+		if isClosed(c.writeDL.Wait()) {
+			if isClosed(c.closed) {
+				return total, c.opError("write", net.ErrClosed)
+			}
+			c.uncork()
+			return total, c.opError("write", os.ErrDeadlineExceeded)
+		}
+		c.mu.Lock()
+		if c.closing {
+			c.mu.Unlock()
+			return total, c.opError("write", net.ErrClosed)
+		}
+		if c.fatal != nil {
+			err := c.fatal
+			c.mu.Unlock()
+			return total, c.opError("write", err)
+		}
+		c.writing.Store(true)
+		c.updateSendsNeededLocked()
+		span := c.eng.LendSend()
+		if span == nil {
+			if _, err := c.eng.Write(nil); err != nil {
+				c.mu.Unlock()
+				return total, c.opError("write", err)
+			}
+			c.mu.Unlock()
+			// No room: wait for the peer's reader as writeInParts does.
+			if !spun {
+				spun = true
+				c.busyPoll(c.set.BusyPoll, c.eng.Writable, c.writeDL.Wait(), false)
+				continue
+			}
+			c.block(c.writeReadyLocked, c.writable, c.writeDL.Wait(), c.closed)
+			continue
+		}
+		spun = false
+		c.lends++
+		c.mu.Unlock()
+
+		n, rerr := r.Read(span)
+		if n < 0 || n > len(span) {
+			n, rerr = 0, errInvalidRead
+		}
+
+		c.mu.Lock()
+		wasCorked := c.eng.Corked()
+		written, werr := c.eng.CommitSend(n)
+		if written > 0 {
+			c.wroteSinceRead = true
+			c.stepLocked(c.writeModeLocked(written, wasCorked), 0)
+		}
+		late := c.endLoanLocked()
+		c.mu.Unlock()
+		c.destroyIf(late)
+		total += int64(written)
+		switch {
+		case c.isClosing():
+			return total, c.opError("write", net.ErrClosed)
+		case werr != nil:
+			return total, c.opError("write", werr)
+		case rerr == io.EOF:
+			return total, nil
+		case rerr != nil:
+			return total, rerr
+		}
+	}
+}
+
+// errInvalidRead is a reader's count outside what it was given, as io.Copy
+// reports it.
+var errInvalidRead = io.ErrShortBuffer
+
+// WriteTo: see rnet's Conn.WriteTo.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	var total int64
+	var r readAttempt
+	var one [1]byte
+	for {
+		if isClosed(c.readDL.Wait()) {
+			if isClosed(c.closed) {
+				return total, c.opError("read", net.ErrClosed)
+			}
+			c.uncork()
+			return total, c.opError("read", os.ErrDeadlineExceeded)
+		}
+		c.mu.Lock()
+		var span []byte
+		if !c.closing && !c.readShut {
+			span = c.eng.RecvSpan()
+		}
+		if len(span) == 0 {
+			// Nothing to lend: ask as Read would, which says why (EOF, a
+			// failure) or uncorks before the wait. It takes a byte only
+			// from a message RecvSpan does not show (an empty one first).
+			n, err := c.readLocked(one[:], &r)
+			c.mu.Unlock()
+			if n > 0 {
+				m, werr := w.Write(one[:n])
+				total += int64(m)
+				if werr != nil {
+					return total, werr
+				}
+				continue
+			}
+			switch {
+			case err == io.EOF:
+				return total, nil
+			case err != nil:
+				return total, c.opError("read", err)
+			}
+			if !r.waiting {
+				c.beginReadWait(&r)
+				c.busyPoll(r.window, c.readReadyLocked, c.readDL.Wait(), r.reply)
+				continue
+			}
+			r.blocked = true
+			c.block(c.readReadyLocked, c.readable, c.readDL.Wait(), c.closed)
+			continue
+		}
+		c.lends++
+		c.recvLent = true
+		c.mu.Unlock()
+
+		n, werr := w.Write(span)
+		if n < 0 || n > len(span) {
+			n, werr = 0, errInvalidWrite
+		}
+
+		c.mu.Lock()
+		c.recvLent = false
+		if n > 0 && !c.closing {
+			c.eng.ConsumeRecv(n)
+			// Consuming may earn the peer a credit update: send it now.
+			c.flushLocked()
+			c.replyRest = c.wroteSinceRead
+			c.wroteSinceRead = false
+		}
+		late := c.endLoanLocked()
+		c.mu.Unlock()
+		c.destroyIf(late)
+		total += int64(n)
+		if n > 0 {
+			c.endReadWait(&r)
+			r = readAttempt{}
+		}
+		switch {
+		case werr != nil:
+			return total, werr
+		case n < len(span):
+			return total, io.ErrShortWrite
+		}
+	}
+}
+
+// errInvalidWrite is a writer's count outside what it was given.
+var errInvalidWrite = io.ErrShortWrite
+
+// endLoanLocked ends a loan: once none runs, it deregisters the regions
+// retired meanwhile, and reports whether the queue pair is to be destroyed
+// now, Close having left that to the last loan.
+func (c *Conn) endLoanLocked() (destroy bool) {
+	c.lends--
+	if c.lends > 0 {
+		return false
+	}
+	for i, r := range c.lentRegions {
+		c.qp.RemoveRegion(r)
+		c.lentRegions[i] = ring.Region{}
+	}
+	c.lentRegions = c.lentRegions[:0]
+	destroy, c.destroyLate = c.destroyLate, false
+	return destroy
+}
+
+// destroyIf destroys the queue pair for a Close that left it to a loan.
+func (c *Conn) destroyIf(late bool) {
+	if late {
+		c.qp.Destroy()
+	}
+}
+
+// isClosing reports whether Close has begun.
+func (c *Conn) isClosing() bool { return isClosed(c.closed) }
