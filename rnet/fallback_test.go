@@ -84,6 +84,13 @@ func TestDualListenerFallbackWithoutRDMA(t *testing.T) {
 	if c, err := (&Dialer{}).DialConn(ctx, "rdma", ln.Addr().String()); err == nil || c != nil {
 		t.Errorf("DialConn without TCPFallback = %v, %v; want the RDMA error", c, err)
 	}
+	// The package's DialConn is the zero Dialer's: the same error, and a
+	// nil net.Conn rather than a nil *Conn inside one.
+	if c, err := DialConn(ctx, "tcp", ln.Addr().String()); err == nil || c != nil {
+		t.Errorf("rnet.DialConn = %v, %v; want the RDMA error and a nil net.Conn", c, err)
+	} else if !errors.Is(err, ErrNoDevice) && !errors.Is(err, ErrNotSupported) {
+		t.Errorf("rnet.DialConn: %v, want ErrNoDevice", err)
+	}
 }
 
 func echoOnce(t *testing.T, a, b net.Conn) {

@@ -33,6 +33,16 @@ func DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	return d.DialContext(ctx, network, address)
 }
 
+// DialConn is the easy form of DialContext for code that wants a net.Conn:
+// it has net.Dialer.DialContext's signature and networks ("tcp", "tcp4"
+// and "tcp6" dial over RDMA), so it is the whole of http.Transport's
+// DialContext, and a failed dial returns a nil net.Conn, never a nil *Conn
+// inside one. It is (&Dialer{}).DialConn.
+func DialConn(ctx context.Context, network, address string) (net.Conn, error) {
+	var d Dialer
+	return d.DialConn(ctx, network, address)
+}
+
 // Dialer holds options for connecting. The zero value is ready to use.
 type Dialer struct {
 	// Config sizes the connection; nil means the defaults.
