@@ -16,27 +16,31 @@ import (
 	"strings"
 	"testing"
 
-	// The README's yamux snippet needs the module in this one's requirements.
+	// The README's snippets use these: keep them in this module's requirements.
 	_ "github.com/hashicorp/yamux"
+	_ "github.com/prometheus/client_golang/prometheus"
+	_ "github.com/rnet-dev/rnet/rnet/rnetprom"
 )
 
 // readmeImports are the packages README snippets may use without importing
 // them, by the name they are used under.
 var readmeImports = map[string]string{
-	"context":  "context",
-	"errors":   "errors",
-	"fmt":      "fmt",
-	"grpc":     "google.golang.org/grpc",
-	"http":     "net/http",
-	"insecure": "google.golang.org/grpc/credentials/insecure",
-	"io":       "io",
-	"log":      "log",
-	"net":      "net",
-	"rnet":     "github.com/rnet-dev/rnet/rnet",
-	"rnetgrpc": "github.com/rnet-dev/rnet/rnet/rnetgrpc",
-	"rnettest": "github.com/rnet-dev/rnet/rnet/rnettest",
-	"time":     "time",
-	"yamux":    "github.com/hashicorp/yamux",
+	"context":    "context",
+	"errors":     "errors",
+	"fmt":        "fmt",
+	"grpc":       "google.golang.org/grpc",
+	"http":       "net/http",
+	"insecure":   "google.golang.org/grpc/credentials/insecure",
+	"io":         "io",
+	"log":        "log",
+	"net":        "net",
+	"prometheus": "github.com/prometheus/client_golang/prometheus",
+	"rnet":       "github.com/rnet-dev/rnet/rnet",
+	"rnetgrpc":   "github.com/rnet-dev/rnet/rnet/rnetgrpc",
+	"rnetprom":   "github.com/rnet-dev/rnet/rnet/rnetprom",
+	"rnettest":   "github.com/rnet-dev/rnet/rnet/rnettest",
+	"time":       "time",
+	"yamux":      "github.com/hashicorp/yamux",
 }
 
 // readmeFree are the names snippets use as if a program around them had
@@ -44,6 +48,7 @@ var readmeImports = map[string]string{
 const readmeFree = `var (
 	grpcServer *grpc.Server
 	conn       net.Conn
+	ln         *rnet.Listener
 	err        error
 )
 `
@@ -180,7 +185,7 @@ func blockSource(text string) ([]byte, error) {
 		return true
 	})
 	// readmeFree names these.
-	used["grpc"], used["net"] = true, true
+	used["grpc"], used["net"], used["rnet"] = true, true, true
 	var names []string
 	for name := range declared {
 		names = append(names, name)
