@@ -60,6 +60,10 @@ func exported(err error) error {
 		return &peerRejectError{reason: e.reason, addr: e.addr, err: exported(e.err)}
 	case fallbackError:
 		return fallbackError{tcp: e.tcp, rdma: exported(e.rdma)}
+	case *NoAnswerError:
+		n := *e
+		n.Err = exported(e.Err)
+		return &n
 	case *rememberedRefusal:
 		r := *e
 		r.err = exported(e.err)

@@ -109,13 +109,22 @@ func (c *Conn) close() error {
 		// return destroys the queue pair (see endLoanLocked).
 		return c.opError("close", closeErr)
 	}
-	if err := c.qp.Destroy(); err != nil {
+	if err := c.releaseQP(); err != nil {
 		closeErr = errors.Join(closeErr, err)
 	}
+	return c.opError("close", closeErr)
+}
+
+// releaseQP destroys the queue pair, which unmaps the rings and releases
+// what it pinned, and tells the Observer the connection is closed: once,
+// from Close or, when Close left it to a ReadFrom or WriteTo that had ring
+// memory out, from the last of those to return.
+func (c *Conn) releaseQP() error {
+	err := c.qp.Destroy()
 	if c.set.Observer != nil {
 		c.set.Observer.Closed(c)
 	}
-	return c.opError("close", closeErr)
+	return err
 }
 
 // closeWait drives the connection until cond (called with c.mu held) holds

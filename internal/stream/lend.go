@@ -65,7 +65,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		c.lends++
 		c.mu.Unlock()
 
-		n, rerr := r.Read(span)
+		n, rerr := c.readLent(r, span)
 		if n < 0 || n > len(span) {
 			n, rerr = 0, errInvalidRead
 		}
@@ -86,6 +86,10 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			return total, c.opError("write", net.ErrClosed)
 		case werr != nil:
 			return total, c.opError("write", werr)
+		case written != n:
+			// Bytes read from r that the ring did not take are lost to
+			// the stream: say so rather than go on without them.
+			return total, c.opError("write", io.ErrShortWrite)
 		case rerr == io.EOF:
 			return total, nil
 		case rerr != nil:
@@ -151,7 +155,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		c.recvLent = true
 		c.mu.Unlock()
 
-		n, werr := w.Write(span)
+		n, werr := c.writeLent(w, span)
 		if n < 0 || n > len(span) {
 			n, werr = 0, errInvalidWrite
 		}
@@ -202,10 +206,51 @@ func (c *Conn) endLoanLocked() (destroy bool) {
 	return destroy
 }
 
-// destroyIf destroys the queue pair for a Close that left it to a loan.
+// readLent is r.Read on a send loan, and writeLent w.Write on a loan of
+// received bytes: if the caller's reader or writer panics, the loan ends
+// (nothing committed or consumed) before the panic goes on up, so that a
+// recovered panic leaves a connection that Close still tears down.
+func (c *Conn) readLent(r io.Reader, span []byte) (int, error) {
+	returned := false
+	defer func() {
+		if !returned {
+			c.abandonLoan(true)
+		}
+	}()
+	n, err := r.Read(span)
+	returned = true
+	return n, err
+}
+
+func (c *Conn) writeLent(w io.Writer, span []byte) (int, error) {
+	returned := false
+	defer func() {
+		if !returned {
+			c.abandonLoan(false)
+		}
+	}()
+	n, err := w.Write(span)
+	returned = true
+	return n, err
+}
+
+// abandonLoan ends a loan whose reader or writer did not return.
+func (c *Conn) abandonLoan(send bool) {
+	c.mu.Lock()
+	if send {
+		c.eng.CommitSend(0)
+	} else {
+		c.recvLent = false
+	}
+	late := c.endLoanLocked()
+	c.mu.Unlock()
+	c.destroyIf(late)
+}
+
+// destroyIf releases the queue pair for a Close that left it to a loan.
 func (c *Conn) destroyIf(late bool) {
 	if late {
-		c.qp.Destroy()
+		c.releaseQP()
 	}
 }
 
