@@ -79,7 +79,9 @@ func (h *Conn) Write(b []byte) (int, error) {
 // credits); the write deadline and Close end it as they end a Write,
 // though not a Read of r that blocks. r is read with none of the
 // connection's locks held, into memory that is the send ring's: as io.Reader
-// requires, r must not keep the slice it is given.
+// requires, r must not keep the slice it is given. A Close meanwhile
+// returns at once, but the queue pair and the rings it pins are released
+// only when r's Read returns.
 func (h *Conn) ReadFrom(r io.Reader) (int64, error) {
 	n, err := h.conn.ReadFrom(r)
 	runtime.KeepAlive(h)
@@ -92,7 +94,9 @@ func (h *Conn) ReadFrom(r io.Reader) (int64, error) {
 // connection does. The read deadline and Close end it as they end a Read.
 // w is called with none of the connection's locks held, on memory that is
 // the receive ring's: as io.Writer requires, w must not keep the slice it
-// is given. Bytes count as read once w has taken them.
+// is given. Bytes count as read once w has taken them. A Close meanwhile
+// returns at once, but the queue pair and the rings it pins are released
+// only when w's Write returns.
 func (h *Conn) WriteTo(w io.Writer) (int64, error) {
 	n, err := h.conn.WriteTo(w)
 	runtime.KeepAlive(h)

@@ -63,7 +63,7 @@ func (h *Conn) SetKeepAlivePeriod(d time.Duration) error {
 // ErrPeerGone, Close returns ErrAborted). sec == 0: Close drops it at once.
 // sec < 0: the Config.Linger the connection started with (10 s by default)
 // applies again. Unlike TCP's, Close never returns with data still going
-// out in the background: the rings are released when it returns.
+// out in the background: what was not sent by then is dropped.
 func (h *Conn) SetLinger(sec int) error {
 	err := h.conn.SetLinger(sec)
 	runtime.KeepAlive(h)
