@@ -363,9 +363,9 @@ func TestHostilePeer(t *testing.T) {
 			if !errors.Is(err, rnet.ErrProtocol) || !errors.Is(err, tc.check) {
 				t.Fatalf("Read after %s = %v, want rnet.ErrProtocol and %v", tc.name, err, tc.check)
 			}
-			var pe *ring.ProtocolError
-			if !errors.As(err, &pe) {
-				t.Errorf("%v is not a *ring.ProtocolError", err)
+			var pe *rnet.ProtocolError
+			if !errors.As(err, &pe) || !errors.Is(pe.Check, tc.check) {
+				t.Errorf("%v is not an *rnet.ProtocolError for %v", err, tc.check)
 			}
 			if _, werr := c.Write([]byte("x")); werr == nil {
 				t.Errorf("Write after %s succeeded", tc.name)
