@@ -4,13 +4,10 @@ import (
 	"errors"
 	"net"
 	"sync/atomic"
-	"syscall"
 	"testing"
 
-	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/simqp"
 	"github.com/rnet-dev/rnet/internal/stream"
-	"github.com/rnet-dev/rnet/internal/verbs"
 )
 
 // A Close that leaves the queue pair to a WriteTo still running counts the
@@ -92,23 +89,5 @@ func TestSimPanicInLoanLeavesConnClosable(t *testing.T) {
 				t.Errorf("Write after Close = %v, want net.ErrClosed", err)
 			}
 		})
-	}
-}
-
-// A NoAnswerError around the connection manager's own give-up stays one
-// through exportError, its cause exported.
-func TestNoAnswerErrorExported(t *testing.T) {
-	inner := &verbs.Error{Op: "rdma_connect", Addr: "10.0.0.2:7471", Errno: syscall.ETIMEDOUT, Err: cm.ErrUnreachable}
-	err := exportError(&net.OpError{Op: "dial", Net: "rdma", Err: &NoAnswerError{Addr: "10.0.0.2:7471", Step: stepConnect, Err: inner}})
-	var na *NoAnswerError
-	if !errors.As(err, &na) || na.Step != stepConnect {
-		t.Fatalf("errors.As(%v, *NoAnswerError) = false, want the dial's NoAnswerError", err)
-	}
-	var de *DeviceError
-	if !errors.As(err, &de) || de.Op != "rdma_connect" {
-		t.Errorf("errors.As(%v, *DeviceError) = false, want the exported cause", err)
-	}
-	if !errors.Is(err, syscall.ETIMEDOUT) {
-		t.Errorf("errors.Is(%v, ETIMEDOUT) = false", err)
 	}
 }

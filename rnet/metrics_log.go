@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 
-	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/stream"
 )
@@ -85,7 +84,8 @@ func (lg *logger) dialed(c *Conn, address string, err error) {
 // "canceled", or "error".
 func dialFailureReason(err error) string {
 	var pe *peerRejectError
-	var re *cm.RejectError
+	// The error is the one the caller sees, with rnet's exported types.
+	var re *RejectError
 	switch {
 	case errors.As(err, &pe):
 		if f, ok := refusalOf(pe.reason.code); ok {
