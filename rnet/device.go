@@ -153,6 +153,11 @@ func deviceLocal(device string, laddr netip.Addr, raddrs []netip.AddrPort) (kept
 	if err != nil {
 		return nil, nil, err
 	}
+	return localOn(device, addrs, laddr, raddrs)
+}
+
+// localOn is deviceLocal for a device with the addresses addrs.
+func localOn(device string, addrs []netip.Addr, laddr netip.Addr, raddrs []netip.AddrPort) (kept []netip.AddrPort, from func(netip.Addr) netip.Addr, err error) {
 	if laddr.IsValid() {
 		if !slices.Contains(addrs, laddr.WithZone("")) {
 			return nil, nil, fmt.Errorf("rnet: LocalAddr %v is not an address of RDMA device %q (%s)", laddr, device, joinAddrs(addrs))
@@ -186,6 +191,11 @@ func deviceListenAddr(device, network string, laddr netip.AddrPort) (netip.AddrP
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
+	return listenAddrOn(device, addrs, network, laddr)
+}
+
+// listenAddrOn is deviceListenAddr for a device with the addresses addrs.
+func listenAddrOn(device string, addrs []netip.Addr, network string, laddr netip.AddrPort) (netip.AddrPort, error) {
 	if ip := laddr.Addr(); ip.IsValid() && !ip.IsUnspecified() {
 		if !slices.Contains(addrs, ip.WithZone("")) {
 			return netip.AddrPort{}, fmt.Errorf("rnet: %v is not an address of RDMA device %q (%s)", ip, device, joinAddrs(addrs))

@@ -131,6 +131,75 @@ func TestGIDNamesNetdev(t *testing.T) {
 	}
 }
 
+// TestDeviceLocal: a dial with a Device goes from the device's address of
+// each remote's family, to the remotes of a family it has; a LocalAddr
+// must be the device's.
+func TestDeviceLocal(t *testing.T) {
+	dev := []netip.Addr{netip.MustParseAddr("10.78.0.1"), netip.MustParseAddr("fd78::1")}
+	v4 := netip.MustParseAddrPort("10.77.0.2:7471")
+	v6 := netip.MustParseAddrPort("[fd77::2]:7471")
+	kept, from, err := localOn("siw0", dev, netip.Addr{}, []netip.AddrPort{v6, v4})
+	if err != nil || !slices.Equal(kept, []netip.AddrPort{v6, v4}) {
+		t.Fatalf("localOn(v6, v4) = %v, %v", kept, err)
+	}
+	if got := from(v4.Addr()).String(); got != "10.78.0.1" {
+		t.Errorf("from for %v = %s, want 10.78.0.1", v4, got)
+	}
+	if got := from(netip.MustParseAddr("::ffff:10.77.0.2")).String(); got != "10.78.0.1" {
+		t.Errorf("from for ::ffff:10.77.0.2 = %s, want 10.78.0.1", got)
+	}
+	if got := from(v6.Addr()).String(); got != "fd78::1" {
+		t.Errorf("from for %v = %s, want fd78::1", v6, got)
+	}
+
+	v4only := dev[:1]
+	kept, _, err = localOn("siw0", v4only, netip.Addr{}, []netip.AddrPort{v6, v4})
+	if err != nil || !slices.Equal(kept, []netip.AddrPort{v4}) {
+		t.Errorf("an IPv4-only device keeps %v, %v; want the IPv4 remote alone", kept, err)
+	}
+	if _, _, err := localOn("siw0", v4only, netip.Addr{}, []netip.AddrPort{v6}); err == nil || !strings.Contains(err.Error(), "no address of the family of fd77::2") {
+		t.Errorf("an IPv6 remote from an IPv4-only device: %v", err)
+	}
+
+	laddr := netip.MustParseAddr("fd78::1")
+	if _, from, err := localOn("siw0", dev, laddr, []netip.AddrPort{v6}); err != nil || from(v6.Addr()) != laddr {
+		t.Errorf("LocalAddr of the device: %v", err)
+	}
+	if _, _, err := localOn("siw0", dev, netip.MustParseAddr("10.77.0.1"), []netip.AddrPort{v4}); err == nil || !strings.Contains(err.Error(), `LocalAddr 10.77.0.1 is not an address of RDMA device "siw0" (10.78.0.1, fd78::1)`) {
+		t.Errorf("LocalAddr not of the device: %v", err)
+	}
+}
+
+// TestDeviceListenAddr: a listen with a Device and no host listens on the
+// device's first address the network allows; a given host must be the
+// device's.
+func TestDeviceListenAddr(t *testing.T) {
+	dev := []netip.Addr{netip.MustParseAddr("10.78.0.1"), netip.MustParseAddr("fd78::1")}
+	for _, c := range []struct {
+		network, laddr, want string // want: the address, or the error's words
+	}{
+		{"rdma", "0.0.0.0:7471", "10.78.0.1:7471"},
+		{"rdma", "[::]:9000", "10.78.0.1:9000"},
+		{"rdma6", "[::]:9000", "[fd78::1]:9000"},
+		{"rdma4", "0.0.0.0:0", "10.78.0.1:0"},
+		{"rdma", "[fd78::1]:9000", "[fd78::1]:9000"},
+		{"rdma", "10.77.0.1:9000", `10.77.0.1 is not an address of RDMA device "siw0" (10.78.0.1, fd78::1)`},
+	} {
+		got, err := listenAddrOn("siw0", dev, c.network, netip.MustParseAddrPort(c.laddr))
+		switch {
+		case strings.Contains(c.want, " "):
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("listenAddrOn(%s, %s) = %v, %v; want an error saying %q", c.network, c.laddr, got, err, c.want)
+			}
+		case err != nil || got.String() != c.want:
+			t.Errorf("listenAddrOn(%s, %s) = %v, %v; want %s", c.network, c.laddr, got, err, c.want)
+		}
+	}
+	if _, err := listenAddrOn("siw1", dev[:1], "rdma6", netip.MustParseAddrPort("[::]:1")); err == nil || !strings.Contains(err.Error(), "no address for rdma6") {
+		t.Errorf("rdma6 on an IPv4-only device: %v", err)
+	}
+}
+
 // A Dialer or ListenConfig with a Device on a machine without RDMA fails
 // before it touches anything, with ErrNoDevice.
 func TestDeviceWithoutDevices(t *testing.T) {
