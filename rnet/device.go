@@ -1,6 +1,7 @@
 package rnet
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
@@ -14,21 +15,32 @@ import (
 // its IP addresses: the connection manager picks the device by the local
 // address, so rnet dials from, or listens on, one of the named device's.
 
-// deviceAddrs returns the IP addresses of the RDMA device name, or an
-// error naming it and the devices there are.
-func deviceAddrs(name string) ([]netip.Addr, error) {
-	infos, err := verbs.Devices()
-	if err != nil {
-		return nil, err
-	}
-	return findDeviceAddrs(infos, name, interfaceAddrs)
+// DeviceAddrs returns the IP addresses of the RDMA device name (such as
+// "mlx5_0" or "rxe0"), those Dialer.Device and ListenConfig.Device pick
+// from: IPv4 ones first, link-local ones left out. It lets other traffic,
+// such as a TCP baseline, use the same device. A device this machine lacks
+// gives an error naming the devices it has (on a machine without any, the
+// error matches ErrNoDevice).
+func DeviceAddrs(name string) ([]netip.Addr, error) {
+	addrs, err := deviceAddrs(name)
+	return addrs, exportError(err)
 }
 
-// findDeviceAddrs is deviceAddrs over infos: the addresses the device's
-// RoCE GIDs stand for and those of the network interfaces its GIDs belong
-// to (iWARP devices have only these), IPv4 first, link-local ones left out
-// (a link-local address needs a zone the GID table does not give).
-func findDeviceAddrs(infos []verbs.DeviceInfo, name string, ifAddrs func(ifindex int) []netip.Addr) ([]netip.Addr, error) {
+// deviceAddrs is DeviceAddrs with the internal packages' errors.
+func deviceAddrs(name string) ([]netip.Addr, error) {
+	infos, err := verbs.Devices()
+	return findDeviceAddrs(infos, err, name, hostInterfaces())
+}
+
+// findDeviceAddrs is DeviceAddrs over a device listing (cut short if
+// listErr is not nil): the addresses the device's RoCE GIDs stand for and
+// those of the network interfaces its GIDs belong to, found by the GID's
+// ifindex or, where the kernel gives none, by hardware address (an iWARP
+// GID begins with the netdev's MAC, an IPoIB hardware address ends with
+// the port's GID). Link-local addresses are left out: they need a zone,
+// and the device has a global address wherever it can be reached from off
+// the link.
+func findDeviceAddrs(infos []verbs.DeviceInfo, listErr error, name string, ifaces []netInterface) ([]netip.Addr, error) {
 	var names []string
 	for _, d := range infos {
 		names = append(names, d.Name)
@@ -45,9 +57,11 @@ func findDeviceAddrs(infos []verbs.DeviceInfo, name string, ifAddrs func(ifindex
 		for _, p := range d.Ports {
 			for _, g := range p.GIDs {
 				add(g.Addr)
-				if g.Ifindex > 0 && ifAddrs != nil {
-					for _, a := range ifAddrs(g.Ifindex) {
-						add(a)
+				for _, ifc := range ifaces {
+					if (g.Ifindex > 0 && g.Ifindex == ifc.index) || (!g.Addr.IsValid() && gidNamesNetdev(g.GID, ifc.hw)) {
+						for _, a := range ifc.addrs {
+							add(a)
+						}
 					}
 				}
 			}
@@ -67,10 +81,26 @@ func findDeviceAddrs(infos []verbs.DeviceInfo, name string, ifAddrs func(ifindex
 		})
 		return addrs, nil
 	}
+	if listErr != nil {
+		// The device may be among those the listing did not reach.
+		return nil, listErr
+	}
 	if len(names) == 0 {
 		return nil, ErrNoDevice
 	}
 	return nil, &noSuchDeviceError{name: name, present: names}
+}
+
+// gidNamesNetdev reports whether a GID that stands for no IP address
+// belongs to the netdev with hardware address hw.
+func gidNamesNetdev(gid [16]byte, hw net.HardwareAddr) bool {
+	switch len(hw) {
+	case 6: // iWARP: the MAC, then zeros
+		return bytes.Equal(gid[:6], hw) && gid != [16]byte{} && bytes.Count(gid[6:], []byte{0}) == 10
+	case 20: // IPoIB: flags and QPN, then the GID
+		return bytes.Equal(gid[:], hw[4:])
+	}
+	return false
 }
 
 // noSuchDeviceError is a Device that is not among the machine's RDMA
@@ -86,23 +116,31 @@ func (e *noSuchDeviceError) Error() string {
 	return fmt.Sprintf("rnet: no RDMA device %q on this machine; it has %s", e.name, strings.Join(e.present, ", "))
 }
 
-// interfaceAddrs is the IP addresses of the network interface ifindex.
-func interfaceAddrs(ifindex int) []netip.Addr {
-	ifc, err := net.InterfaceByIndex(ifindex)
+// netInterface is a network interface as findDeviceAddrs needs it.
+type netInterface struct {
+	index int
+	hw    net.HardwareAddr
+	addrs []netip.Addr
+}
+
+// hostInterfaces lists this machine's network interfaces.
+func hostInterfaces() []netInterface {
+	ifcs, err := net.Interfaces()
 	if err != nil {
 		return nil
 	}
-	ifaddrs, err := ifc.Addrs()
-	if err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, a := range ifaddrs {
-		if ipn, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
-				out = append(out, ip.Unmap())
+	out := make([]netInterface, 0, len(ifcs))
+	for _, ifc := range ifcs {
+		n := netInterface{index: ifc.Index, hw: ifc.HardwareAddr}
+		ifaddrs, _ := ifc.Addrs()
+		for _, a := range ifaddrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+					n.addrs = append(n.addrs, ip.Unmap())
+				}
 			}
 		}
+		out = append(out, n)
 	}
 	return out
 }
@@ -115,6 +153,11 @@ func deviceLocal(device string, laddr netip.Addr, raddrs []netip.AddrPort) (kept
 	if err != nil {
 		return nil, nil, err
 	}
+	return localOn(device, addrs, laddr, raddrs)
+}
+
+// localOn is deviceLocal for a device with the addresses addrs.
+func localOn(device string, addrs []netip.Addr, laddr netip.Addr, raddrs []netip.AddrPort) (kept []netip.AddrPort, from func(netip.Addr) netip.Addr, err error) {
 	if laddr.IsValid() {
 		if !slices.Contains(addrs, laddr.WithZone("")) {
 			return nil, nil, fmt.Errorf("rnet: LocalAddr %v is not an address of RDMA device %q (%s)", laddr, device, joinAddrs(addrs))
@@ -148,6 +191,11 @@ func deviceListenAddr(device, network string, laddr netip.AddrPort) (netip.AddrP
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
+	return listenAddrOn(device, addrs, network, laddr)
+}
+
+// listenAddrOn is deviceListenAddr for a device with the addresses addrs.
+func listenAddrOn(device string, addrs []netip.Addr, network string, laddr netip.AddrPort) (netip.AddrPort, error) {
 	if ip := laddr.Addr(); ip.IsValid() && !ip.IsUnspecified() {
 		if !slices.Contains(addrs, ip.WithZone("")) {
 			return netip.AddrPort{}, fmt.Errorf("rnet: %v is not an address of RDMA device %q (%s)", ip, device, joinAddrs(addrs))

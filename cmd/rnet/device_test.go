@@ -18,6 +18,7 @@ import (
 	"github.com/rnet-dev/rnet/internal/perfjson"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/internal/verbs"
+	"github.com/rnet-dev/rnet/rnet"
 )
 
 // rnetCmd runs the rnet command (this test binary, see TestMain) and returns
@@ -270,7 +271,7 @@ func deviceWith(t *testing.T, ip netip.Addr) string {
 		t.Fatal(err)
 	}
 	for _, d := range infos {
-		addrs, _ := deviceAddrs(d.Name, infos, hostIfaces())
+		addrs, _ := rnet.DeviceAddrs(d.Name)
 		if slices.Contains(addrs, ip) {
 			return d.Name
 		}
@@ -305,7 +306,7 @@ func TestRXEDeviceByName(t *testing.T) {
 		t.Errorf("devices -d %s: exit %d, %q %s; want that device alone", server, code, out, errs)
 	}
 	_, errs, code = rnetCmd(t, "ping", srv.addr, "-d", "nosuch0")
-	if code != 1 || !strings.Contains(errs, "no such RDMA device") || !strings.Contains(errs, client) {
+	if code != 1 || !strings.Contains(errs, `no RDMA device "nosuch0"`) || !strings.Contains(errs, client) {
 		t.Errorf("ping -d nosuch0: exit %d, stderr %q; want 1 and the devices present", code, errs)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
@@ -141,7 +142,11 @@ func reportDevices(o devicesOpts, stdout io.Writer, infos []verbs.DeviceInfo, er
 		case i < 0 && err != nil:
 			return fmt.Errorf("-d %s: not among the devices listed before the listing stopped: %w", o.device, err)
 		case i < 0:
-			return noSuchDevice(o.device, infos)
+			names := make([]string, len(infos))
+			for i, d := range infos {
+				names[i] = d.Name
+			}
+			return fmt.Errorf("no RDMA device %q on this machine; it has %s", o.device, strings.Join(names, ", "))
 		}
 		infos, err = infos[i:i+1], nil
 	}

@@ -359,7 +359,7 @@ func TestTCPDialFromZonedAddress(t *testing.T) {
 			c.Close()
 		}
 	}()
-	c, err := dial(true, false, ln.Addr().String(), from.String(), nil)
+	c, err := dial(true, false, ln.Addr().String(), from.String(), "", nil)
 	if err != nil {
 		t.Fatalf("dial -tcp -from %v: %v", from, err)
 	}

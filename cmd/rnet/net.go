@@ -111,9 +111,14 @@ func withFallback(transport, fallback string) string {
 
 // listen listens on addr over TCP, RDMA, or (fallback) both on one port,
 // and says what it listens over: with -fallback on a machine where RDMA
-// cannot listen, TCP alone and why.
-func listen(tcp, fallback bool, addr string, cfg *rnet.Config) (ln net.Listener, over string, err error) {
+// cannot listen, TCP alone and why. A device (-d) picks the address.
+func listen(tcp, fallback bool, addr, device string, cfg *rnet.Config) (ln net.Listener, over string, err error) {
 	if tcp {
+		if device != "" {
+			if addr, err = tcpListenOnDevice(device, addr); err != nil {
+				return nil, "", err
+			}
+		}
 		ln, err := net.Listen("tcp", addr)
 		return ln, "tcp", err
 	}
@@ -122,7 +127,7 @@ func listen(tcp, fallback bool, addr string, cfg *rnet.Config) (ln net.Listener,
 			return nil, "", err
 		}
 	}
-	lc := &rnet.ListenConfig{Config: cfg}
+	lc := &rnet.ListenConfig{Config: cfg, Device: device}
 	if fallback {
 		dl, err := lc.ListenDual(context.Background(), "rdma", addr)
 		if err != nil {
@@ -140,8 +145,9 @@ func listen(tcp, fallback bool, addr string, cfg *rnet.Config) (ln net.Listener,
 	return rl, "rdma", nil
 }
 
-// dial connects to addr over TCP, RDMA, or RDMA falling back to TCP.
-func dial(tcp, fallback bool, addr, from string, cfg *rnet.Config) (net.Conn, error) {
+// dial connects to addr over TCP, RDMA, or RDMA falling back to TCP, from
+// the address from or the device (-d) picks, if either.
+func dial(tcp, fallback bool, addr, from, device string, cfg *rnet.Config) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialLimit)
 	defer cancel()
 	var fromIP netip.Addr
@@ -152,6 +158,12 @@ func dial(tcp, fallback bool, addr, from string, cfg *rnet.Config) (net.Conn, er
 		}
 	}
 	if tcp {
+		if device != "" {
+			var err error
+			if fromIP, addr, err = tcpDialFromDevice(ctx, device, addr); err != nil {
+				return nil, err
+			}
+		}
 		d := net.Dialer{}
 		if fromIP.IsValid() {
 			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(fromIP, 0)) // keeps a zone
@@ -162,7 +174,7 @@ func dial(tcp, fallback bool, addr, from string, cfg *rnet.Config) (net.Conn, er
 		}
 		return c, nil
 	}
-	d := rnet.Dialer{Config: cfg, TCPFallback: fallback}
+	d := rnet.Dialer{Config: cfg, TCPFallback: fallback, Device: device}
 	if fromIP.IsValid() {
 		if err := checkRDMAAddr(fromIP, "-from address"); err != nil && !fallback {
 			return nil, err

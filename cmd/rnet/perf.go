@@ -70,7 +70,7 @@ func perfTest(o perfOpts, size int, cfg *rnet.Config, stderr io.Writer, progress
 	}()
 	// Every stream connects before any starts, so that they run together.
 	for i := range streams {
-		c, err := dial(o.tcp, o.fallback, o.addr, o.from, cfg)
+		c, err := dial(o.tcp, o.fallback, o.addr, o.from, o.device, cfg)
 		if err != nil {
 			return perfjson.PerfResult{}, streamErr(i, o.parallel, "dial", err)
 		}

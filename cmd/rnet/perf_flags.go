@@ -50,18 +50,7 @@ the write size. Progress goes to stderr, the summary to stdout.
 		}
 		where.addr, where.transport = o.addr, netName(o.tcp)
 		if o.server {
-			if o.device != "" {
-				if o.addr, err = listenOnDevice(o.device, o.addr); err != nil {
-					return err
-				}
-				where.addr = o.addr
-			}
 			return runServer(o, stdout, stderr)
-		}
-		if o.device != "" {
-			if o.from, o.addr, err = dialFromDevice(o.device, o.addr); err != nil {
-				return err
-			}
 		}
 		return runPerf(o, stdout, stderr)
 	},

@@ -19,7 +19,7 @@ import (
 // runServer serves perf and ping clients concurrently, each connection in
 // its own goroutine; with -once it returns after the first test.
 func runServer(o perfOpts, stdout, stderr io.Writer) error {
-	ln, over, err := listen(o.tcp, o.fallback, o.addr, o.rdma.config())
+	ln, over, err := listen(o.tcp, o.fallback, o.addr, o.device, o.rdma.config())
 	if err != nil {
 		return err
 	}

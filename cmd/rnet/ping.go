@@ -48,11 +48,6 @@ line per -progress interval on stderr.
 			return err
 		}
 		where.addr, where.transport = o.addr, netName(o.tcp)
-		if o.device != "" {
-			if o.from, o.addr, err = dialFromDevice(o.device, o.addr); err != nil {
-				return err
-			}
-		}
 		return runPing(o, stdout, stderr)
 	},
 }
@@ -107,7 +102,7 @@ func parsePing(args []string) (pingOpts, error) {
 }
 
 func runPing(o pingOpts, stdout, stderr io.Writer) error {
-	c, err := dial(o.tcp, o.fallback, o.addr, o.from, o.rdma.config())
+	c, err := dial(o.tcp, o.fallback, o.addr, o.from, o.device, o.rdma.config())
 	if err != nil {
 		return err
 	}

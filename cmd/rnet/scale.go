@@ -71,20 +71,6 @@ threads and CQs, streams -busy-bytes on -busy of them, and prints a SCALE line.
 			return err
 		}
 		where.addr, where.transport = o.addr, netName(o.tcp)
-		if o.device != "" {
-			if o.server {
-				o.addr, err = listenOnDevice(o.device, o.addr)
-			} else {
-				o.from, o.addr, err = dialFromDevice(o.device, o.addr)
-			}
-			if err != nil {
-				return err
-			}
-			where.addr = o.addr
-			if o.ctlAddr, err = controlAddr(o.addr); err != nil {
-				return err
-			}
-		}
 		if o.server {
 			return runScaleServer(o, stdout, stderr)
 		}
@@ -219,6 +205,13 @@ func limitHint(err error) string {
 }
 
 func runScaleClient(o scaleOpts, stdout, stderr io.Writer) error {
+	if o.device != "" {
+		// A device that is not there fails the run before the server
+		// is asked to start it.
+		if _, err := rnet.DeviceAddrs(o.device); err != nil {
+			return explain(err, o.addr)
+		}
+	}
 	ctl, err := dialControl(o.ctlAddr, time.Minute)
 	if err != nil {
 		return err
@@ -347,7 +340,7 @@ func openOne(o scaleOpts, i int) (net.Conn, error) {
 	fail := func(step string, err error) error {
 		return fmt.Errorf("connection %d of %d, %s: %w%s", i, o.conns, step, err, limitHint(err))
 	}
-	c, err := dial(o.tcp, false, o.addr, o.from, rdmaConfig())
+	c, err := dial(o.tcp, false, o.addr, o.from, o.device, rdmaConfig())
 	if err != nil {
 		return nil, fail("dial", err)
 	}

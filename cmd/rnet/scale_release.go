@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -28,16 +29,18 @@ func (h holdings) releasedFrom(base holdings) bool {
 		h.QPs <= base.QPs && h.CQs <= base.CQs && h.MRs <= base.MRs
 }
 
-// warmUpRDMA listens on addr's host, any port, and closes the listener
-// again, which leaves librdmacm's per-device contexts open.
-func warmUpRDMA(addr string) error {
+// warmUpRDMA listens on addr's host (on device, if not ""), any port, and
+// closes the listener again, which leaves librdmacm's per-device contexts
+// open.
+func warmUpRDMA(addr, device string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return err
 	}
-	ln, err := rnet.Listen("rdma", net.JoinHostPort(host, "0"))
+	lc := rnet.ListenConfig{Device: device}
+	ln, err := lc.Listen(context.Background(), "rdma", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return err
+		return explain(err, addr)
 	}
 	return ln.Close()
 }

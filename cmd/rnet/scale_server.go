@@ -54,7 +54,7 @@ func runScaleServer(o scaleOpts, stdout, stderr io.Writer) error {
 	if !o.tcp {
 		// The RDMA libraries keep a context per device open for the life
 		// of the process once first used: open them before the baseline.
-		if err := warmUpRDMA(o.addr); err != nil {
+		if err := warmUpRDMA(o.addr, o.device); err != nil {
 			return err
 		}
 	}
@@ -62,11 +62,17 @@ func runScaleServer(o scaleOpts, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ln, err := s.listen(o.addr)
+	ln, err := s.listen(o.addr, o.device)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
+	if o.device != "" {
+		// The control connection goes to the address the device gave.
+		if o.ctlAddr, err = controlAddr(ln.Addr().String()); err != nil {
+			return err
+		}
+	}
 	ctlLn, err := net.Listen("tcp", o.ctlAddr)
 	if err != nil {
 		return fmt.Errorf("control listener on %s (TCP, the RDMA port + 1): %w", o.ctlAddr, err)
@@ -100,8 +106,14 @@ func (s *scaleServer) run(ln, ctlLn net.Listener) error {
 	return err
 }
 
-func (s *scaleServer) listen(addr string) (net.Listener, error) {
+func (s *scaleServer) listen(addr, device string) (net.Listener, error) {
 	if s.tcp {
+		if device != "" {
+			var err error
+			if addr, err = tcpListenOnDevice(device, addr); err != nil {
+				return nil, err
+			}
+		}
 		return net.Listen("tcp", addr)
 	}
 	if ap, err := netip.ParseAddrPort(addr); err == nil {
@@ -111,6 +123,7 @@ func (s *scaleServer) listen(addr string) (net.Listener, error) {
 	}
 	lc := rnet.ListenConfig{
 		Config: rdmaConfig(),
+		Device: device,
 		// Room for every dial a client keeps in flight, and then some.
 		Backlog:              1024,
 		MaxPendingHandshakes: 64,
