@@ -133,6 +133,10 @@ func (h *Host) boot(ctx context.Context) error {
 	case <-exited:
 		return h.bootFailed(ctx, "the guest powered off before it was ready")
 	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// The other host's boot failed, or the caller gave up.
+			return h.bootFailed(ctx, "boot cancelled before the guest was ready")
+		}
 		return h.bootFailed(ctx, "no ready within "+cfg.BootTimeout.String())
 	}
 	q, err := dialQMP(qmpPath)

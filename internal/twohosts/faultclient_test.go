@@ -119,6 +119,9 @@ wait:
 		}
 		if time.Since(lastReport) >= time.Second {
 			fmt.Printf("progress bytes=%d\n", total)
+			if expect == "end" && !markAt.IsZero() {
+				sampleEnding(streams, markAt)
+			}
 			lastReport = time.Now()
 		}
 		if !steady && least >= steadyBytes {
@@ -159,6 +162,16 @@ wait:
 	}
 	fmt.Printf("all-ended clean=%d failed=%d maxsincemark=%v maxsincelast=%v stalled=%v\n", clean, failed,
 		maxSinceMark.Round(time.Millisecond), maxSinceLast.Round(time.Millisecond), stalled.Round(time.Millisecond))
+	unexpected := false
+	for _, s := range streams {
+		if s.endErr != nil && (expect == "survive" || !errors.Is(s.endErr, rnet.ErrPeerGone)) {
+			fmt.Printf("diag-conn %d stats=%+v\n", s.id, s.c.Stats())
+			unexpected = true
+		}
+	}
+	if unexpected {
+		printDeviceDiag()
+	}
 
 	for _, s := range streams {
 		s.c.Close()
@@ -286,5 +299,23 @@ func diagnose(streams []*stream) {
 		for _, l := range strings.Split(st, "\n") {
 			fmt.Println("diag-stack", l)
 		}
+	}
+}
+
+// sampleEnding prints, after the mark of a fault that must end every
+// connection, what the first and the last connection dialled (one in each
+// poll group when there are two) have sent and had completed so far: a
+// keepalive that counts no stall while its peer is gone shows there.
+func sampleEnding(streams []*stream, markAt time.Time) {
+	for _, s := range []*stream{streams[0], streams[len(streams)-1]} {
+		select {
+		case <-s.writeDone:
+			continue
+		default:
+		}
+		st := s.c.Stats()
+		fmt.Printf("diag-ending %d at=%v sent=%d completed=%d errors=%d keepalives=%d credits-sent=%d polls=%d parks=%d\n",
+			s.id, time.Since(markAt).Round(time.Millisecond), st.MessagesSent, st.SendCompletions, st.ErrorCompletions,
+			st.KeepalivesSent, st.CreditUpdatesSent, st.CQPolls, st.Parks)
 	}
 }

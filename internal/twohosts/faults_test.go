@@ -216,6 +216,9 @@ func checkAllFailed(t *testing.T, who string, j *hostlab.Job, prefix string, wan
 	if gone != want {
 		t.Errorf("%s: %d connections ended with ErrPeerGone, want %d", who, gone, want)
 	}
+	if t.Failed() {
+		logDiag(t, j)
+	}
 }
 
 // finishSurvivors tells the client the fault is over and checks that every
@@ -233,6 +236,12 @@ func finishSurvivors(t *testing.T, ctx context.Context, s streams) {
 				t.Error(l)
 			}
 		}
+		// The server's device report comes once its ends of the failed
+		// connections are over too.
+		waitCtx, waitCancel := context.WithTimeout(ctx, time.Minute)
+		s.server.WaitFor(waitCtx, "server-done ")
+		waitCancel()
+		logDiag(t, s.client, s.server)
 		t.Fatalf("client: %s", line)
 	}
 	if err := s.client.Wait(ctx); err != nil {

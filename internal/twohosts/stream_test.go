@@ -138,6 +138,9 @@ func faultServer() int {
 		<-ended
 	}
 	ln.Close()
+	if failed.Load() > 0 {
+		printDeviceDiag()
+	}
 	fmt.Printf("server-done clean=%d failed=%d\n", clean.Load(), failed.Load())
 	return 0
 }

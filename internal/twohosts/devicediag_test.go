@@ -1,0 +1,59 @@
+package twohosts
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/rnet-dev/rnet/internal/hostlab"
+)
+
+// printDeviceDiag prints, in a guest, what its RDMA device counted (its
+// resends, sequence errors, NAKs and failed transmits) and what the kernel
+// logged about it, each line prefixed "diag-device": when a connection
+// ends where it should not, they tell a fault of the device's from ours.
+func printDeviceDiag() {
+	for _, cmd := range [][]string{
+		{"rdma", "statistic", "show"},
+		{"dmesg"},
+	} {
+		out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput()
+		if err != nil {
+			fmt.Printf("diag-device %s: %v\n", cmd[0], err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if cmd[0] == "dmesg" {
+			lines = kernelRDMALines(lines)
+		}
+		for _, l := range lines {
+			fmt.Printf("diag-device %s: %s\n", cmd[0], l)
+		}
+	}
+}
+
+// kernelRDMALines keeps the last kernel log lines about RDMA devices.
+func kernelRDMALines(lines []string) []string {
+	var keep []string
+	for _, l := range lines {
+		if strings.Contains(l, "rxe") || strings.Contains(l, "rdma") || strings.Contains(l, "infiniband") {
+			keep = append(keep, l)
+		}
+	}
+	return keep[max(len(keep)-30, 0):]
+}
+
+// logDiag logs the diagnostic lines the jobs printed, after a failure.
+func logDiag(t *testing.T, jobs ...*hostlab.Job) {
+	t.Helper()
+	for _, j := range jobs {
+		if j == nil {
+			continue
+		}
+		for _, l := range strings.Split(j.Output(), "\n") {
+			if strings.HasPrefix(l, "diag") {
+				t.Log(l)
+			}
+		}
+	}
+}
