@@ -97,10 +97,12 @@ type Conn struct {
 	readied bool
 	// keepaliveStalls counts the keepalive ticks in a row that found sends
 	// in flight and not one send completion since the tick before;
-	// keepaliveSendsDone is the count of send completions the last tick saw.
-	keepaliveStalls    int
-	keepaliveSendsDone uint64
-	keepalive          *time.Timer // keepalives and housekeeping, see tick
+	// keepaliveSendsDone is the count of send completions the last tick
+	// saw, and keepaliveQuietSince when a tick last saw the peer alive.
+	keepaliveStalls     int
+	keepaliveSendsDone  uint64
+	keepaliveQuietSince time.Time
+	keepalive           *time.Timer // keepalives and housekeeping, see tick
 	// keepAlive and linger are Settings.KeepAlive (off unless positive)
 	// and Settings.Linger as SetKeepAlive and SetLinger last changed them;
 	// keepAlivePeriod is the period SetKeepAlive turns keepalives on at.

@@ -71,30 +71,54 @@ func (c *Conn) tickStep() (gone error) {
 // down, its host dead) shows as sends that never complete; the transport's
 // retries should end that with a failed completion, but some devices retry
 // without limit (rxe takes retry_count 7 as "forever"), so the connection
-// gives up after keepaliveProbes periods without one send completion.
+// gives up once keepaliveProbes periods have passed without one send
+// completion. It counts the time, not its ticks: a process that the
+// device's resends keep from running (rxe resends in the host's kernel)
+// runs its ticks late, and a count of them would stretch the bound by as
+// much.
 func (c *Conn) keepaliveLocked() (gone error) {
 	c.driveLocked()
-	done := c.eng.Stats().SendCompletions
-	if c.eng.InFlight() > 0 && done == c.keepaliveSendsDone {
-		c.keepaliveStalls++
-	} else {
+	now := keepaliveNow()
+	if c.keepaliveProgressLocked() {
 		c.keepaliveStalls = 0
+		c.keepaliveQuietSince = now
+	} else {
+		c.keepaliveStalls++
 	}
-	c.keepaliveSendsDone = done
 	limit := keepaliveProbes
 	if c.eng.PeerMayLackReceives() {
 		limit = keepaliveProbesBusyPeer
 	}
-	if c.keepaliveStalls >= limit {
-		gone = fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
-			ring.ErrPeerGone, c.keepaliveStalls, c.keepAlive)
-		c.failLocked(gone)
-		c.signalLocked()
-		return gone
+	if quiet := now.Sub(c.keepaliveQuietSince); quiet >= time.Duration(limit)*c.keepAlive {
+		// Before giving up, take every completion the CQ holds: one the
+		// bounded drive left behind, in a CQ shared with busier
+		// connections, would be a live peer's.
+		c.qp.CollectAll()
+		c.driveLocked()
+		if c.keepaliveProgressLocked() {
+			c.keepaliveStalls = 0
+			c.keepaliveQuietSince = keepaliveNow()
+		} else {
+			gone = fmt.Errorf("%w: no acknowledgement for %v (%d keepalive periods of %v)",
+				ring.ErrPeerGone, quiet.Round(time.Millisecond), limit, c.keepAlive)
+			c.failLocked(gone)
+			c.signalLocked()
+			return gone
+		}
 	}
 	c.eng.Keepalive()
 	c.driveLocked()
 	return nil
+}
+
+// keepaliveProgressLocked reports whether the connection showed the peer
+// alive since the last call: a send completed, or nothing was in flight to
+// complete.
+func (c *Conn) keepaliveProgressLocked() bool {
+	done := c.eng.Stats().SendCompletions
+	moved := c.eng.InFlight() == 0 || done != c.keepaliveSendsDone
+	c.keepaliveSendsDone = done
+	return moved
 }
 
 // TransportDisconnected is called when the connection manager reports the

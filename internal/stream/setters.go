@@ -63,6 +63,7 @@ func (c *Conn) setKeepAliveLocked(period time.Duration) {
 	}
 	c.keepAlive = period
 	c.keepaliveStalls = 0
+	c.keepaliveQuietSince = keepaliveNow()
 	if c.keepalive != nil {
 		c.keepalive.Reset(c.tickPeriod())
 	}

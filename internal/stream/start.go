@@ -47,6 +47,7 @@ func Start(qp QueuePair, eng *ring.Engine, set Settings) *Conn {
 	// Under c.mu: the timer's callback reads the field under c.mu, and
 	// nothing else orders it after this write.
 	c.mu.Lock()
+	c.keepaliveQuietSince = keepaliveNow()
 	c.keepalive = time.AfterFunc(c.tickPeriod(), c.tick)
 	c.mu.Unlock()
 	return c
