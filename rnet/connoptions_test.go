@@ -128,6 +128,14 @@ func TestSimSetLinger(t *testing.T) {
 	if err := c.SetLinger(0); err != nil {
 		t.Fatal(err)
 	}
+	// The driver holds 0 (no wait), as Config{Linger: -1} gives it; Config
+	// shows that as -1, its way of saying Close drops unsent data at once.
+	if got := c.conn.Settings().Linger; got != 0 {
+		t.Errorf("after SetLinger(0), the driver's Linger = %v, want 0", got)
+	}
+	if got := c.Config().Linger; got != -1 {
+		t.Errorf("after SetLinger(0), Config().Linger = %v, want -1 (drop at once)", got)
+	}
 	start := time.Now()
 	if err := c.Close(); !errors.Is(err, ErrAborted) {
 		t.Errorf("Close with SetLinger(0) and unsent data = %v, want ErrAborted", err)
