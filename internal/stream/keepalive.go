@@ -71,7 +71,7 @@ func (c *Conn) tickStep() (gone error) {
 // retries should end that with a failed completion, but some devices retry
 // without limit (rxe takes retry_count 7 as "forever"), so the connection
 // gives up after keepaliveProbes periods without one send completion.
-func (c *Conn) keepaliveLocked() (gone error) {
+func (c *Conn) keepaliveLocked() {
 	c.driveLocked()
 	done := c.eng.Stats().SendCompletions
 	if c.eng.InFlight() > 0 && done == c.keepaliveSendsDone {
@@ -85,15 +85,13 @@ func (c *Conn) keepaliveLocked() (gone error) {
 		limit = keepaliveProbesBusyPeer
 	}
 	if c.keepaliveStalls >= limit {
-		gone = fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
-			ring.ErrPeerGone, c.keepaliveStalls, c.keepAlive)
-		c.failLocked(gone)
+		c.failLocked(fmt.Errorf("%w: no acknowledgement for %d keepalive periods of %v",
+			ring.ErrPeerGone, c.keepaliveStalls, c.keepAlive))
 		c.signalLocked()
-		return gone
+		return
 	}
 	c.eng.Keepalive()
 	c.driveLocked()
-	return nil
 }
 
 // TransportDisconnected is called when the connection manager reports the
