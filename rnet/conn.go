@@ -322,7 +322,7 @@ func (s *settings) streamSettings() stream.Settings {
 		BusyPollLimit:    s.busyPollLimit,
 		BusyPollLimitMax: s.busyPollLimitMax,
 		KeepAlive:        s.keepAlive,
-		Linger:           s.linger,
+		Linger:           max(s.linger, 0), // Config's negative is the driver's 0: no wait
 		Observer:         connObserver{logFor(s.logger)},
 		RingResized:      logFor(s.logger).ringResizedFunc(),
 	}

@@ -60,7 +60,8 @@ func (h *Conn) SetKeepAlivePeriod(d time.Duration) error {
 // SetLinger sets what Close does with written data the peer has not taken
 // yet, as *net.TCPConn's SetLinger does. sec > 0: Close waits up to sec
 // seconds for the peer to take it, then drops the rest (the peer sees
-// ErrPeerGone, Close returns ErrAborted). sec == 0: Close drops it at once.
+// ErrPeerGone, Close returns ErrAborted). sec == 0: Close drops it at once
+// (Config().Linger then shows -1, as a Config that asks for that does).
 // sec < 0: the Config.Linger the connection started with (10 s by default)
 // applies again. Unlike TCP's, Close never returns with data still going
 // out in the background: what was not sent by then is dropped.

@@ -108,10 +108,20 @@ func TestSimSetLinger(t *testing.T) {
 	small := &Config{SendBufferSize: 4096, RecvBufferSize: 4096, IdleBufferSize: 4096, Linger: 10 * time.Minute}
 	c, s := simPipe(t, small)
 	defer s.Close()
-	// Fill the peer's receive ring and our send ring: the peer reads nothing.
-	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	if _, err := c.Write(make([]byte, 1<<20)); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("Write to a peer that reads nothing = %v, want a timeout", err)
+	// Fill the peer's receive ring and our send ring: the peer reads
+	// nothing. Until a send has stalled for want of the peer's space, a
+	// slow machine may still send all that was written.
+	for deadline := time.Now().Add(time.Minute); ; {
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Write(make([]byte, 1<<20)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("Write to a peer that reads nothing = %v, want a timeout", err)
+		}
+		if st := c.Stats(); st.BufferStalls+st.CreditStalls > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a minute of Writes to a peer that reads nothing never stalled for its space")
+		}
 	}
 	if err := c.SetLinger(5); err != nil {
 		t.Fatal(err)
@@ -127,6 +137,14 @@ func TestSimSetLinger(t *testing.T) {
 	}
 	if err := c.SetLinger(0); err != nil {
 		t.Fatal(err)
+	}
+	// The driver holds 0 (no wait), as Config{Linger: -1} gives it; Config
+	// shows that as -1, its way of saying Close drops unsent data at once.
+	if got := c.conn.Settings().Linger; got != 0 {
+		t.Errorf("after SetLinger(0), the driver's Linger = %v, want 0", got)
+	}
+	if got := c.Config().Linger; got != -1 {
+		t.Errorf("after SetLinger(0), Config().Linger = %v, want -1 (drop at once)", got)
 	}
 	start := time.Now()
 	if err := c.Close(); !errors.Is(err, ErrAborted) {

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
@@ -26,8 +28,9 @@ func DeviceAddrs(name string) ([]netip.Addr, error) {
 	return addrs, exportError(err)
 }
 
-// deviceAddrs is DeviceAddrs with the internal packages' errors.
-func deviceAddrs(name string) ([]netip.Addr, error) {
+// deviceAddrs is DeviceAddrs with the internal packages' errors; a
+// variable, so that tests can count the lookups.
+var deviceAddrs = func(name string) ([]netip.Addr, error) {
 	infos, err := verbs.Devices()
 	return findDeviceAddrs(infos, err, name, hostInterfaces())
 }
@@ -145,11 +148,59 @@ func hostInterfaces() []netInterface {
 	return out
 }
 
+// deviceAddrsFresh is how long a dial trusts a device's addresses looked
+// up for an earlier one, unless a dial fails meanwhile.
+const deviceAddrsFresh = 10 * time.Second
+
+// dialDeviceAddrs keeps the addresses of the devices Dialers name, so that
+// a dial does not list every device of the machine (a Dialer making
+// thousands of connections would pay that each time). An entry goes when
+// it is deviceAddrsFresh old or a dial with the device fails, whose cause
+// may be an address that moved.
+var dialDeviceAddrs struct {
+	mu     sync.Mutex
+	byName map[string]deviceAddrsEntry // guarded by mu
+}
+
+type deviceAddrsEntry struct {
+	addrs  []netip.Addr
+	listed time.Time
+}
+
+// cachedDeviceAddrs is deviceAddrs, from dialDeviceAddrs while fresh. A
+// failed lookup is not kept.
+func cachedDeviceAddrs(name string) ([]netip.Addr, error) {
+	dialDeviceAddrs.mu.Lock()
+	e, ok := dialDeviceAddrs.byName[name]
+	dialDeviceAddrs.mu.Unlock()
+	if ok && time.Since(e.listed) < deviceAddrsFresh {
+		return e.addrs, nil
+	}
+	addrs, err := deviceAddrs(name)
+	if err != nil {
+		return nil, err
+	}
+	dialDeviceAddrs.mu.Lock()
+	if dialDeviceAddrs.byName == nil {
+		dialDeviceAddrs.byName = make(map[string]deviceAddrsEntry)
+	}
+	dialDeviceAddrs.byName[name] = deviceAddrsEntry{addrs: addrs, listed: time.Now()}
+	dialDeviceAddrs.mu.Unlock()
+	return addrs, nil
+}
+
+// forgetDeviceAddrs makes the next dial with device name look it up again.
+func forgetDeviceAddrs(name string) {
+	dialDeviceAddrs.mu.Lock()
+	delete(dialDeviceAddrs.byName, name)
+	dialDeviceAddrs.mu.Unlock()
+}
+
 // deviceLocal applies Dialer.Device to a dial of raddrs from laddr (if
 // valid): it returns the addresses the device can reach (those of a family
 // it has an address of) and the local address to dial each from.
 func deviceLocal(device string, laddr netip.Addr, raddrs []netip.AddrPort) (kept []netip.AddrPort, from func(netip.Addr) netip.Addr, err error) {
-	addrs, err := deviceAddrs(device)
+	addrs, err := cachedDeviceAddrs(device)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -215,3 +215,36 @@ func TestDeviceWithoutDevices(t *testing.T) {
 		t.Errorf("Listen with Device on a host without devices = %v, want ErrNoDevice", err)
 	}
 }
+
+// TestDialerDeviceLooksUpOnce: dials with Dialer.Device reuse the device's
+// addresses rather than list the machine's devices each time, and look
+// them up again after a dial with the device failed.
+func TestDialerDeviceLooksUpOnce(t *testing.T) {
+	var lookups int
+	orig := deviceAddrs
+	deviceAddrs = func(name string) ([]netip.Addr, error) {
+		lookups++
+		return []netip.Addr{netip.MustParseAddr("10.0.0.1")}, nil
+	}
+	t.Cleanup(func() { deviceAddrs = orig; forgetDeviceAddrs("fake0") })
+	raddrs := []netip.AddrPort{netip.MustParseAddrPort("10.0.0.2:7471")}
+	for range 3 {
+		if _, _, err := deviceLocal("fake0", netip.Addr{}, raddrs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lookups != 1 {
+		t.Errorf("3 dials' device addresses took %d lookups, want 1", lookups)
+	}
+	// No IPv6 address on the device: this dial fails.
+	d := &Dialer{Device: "fake0"}
+	if _, err := d.Dial("rdma", "[fd00::2]:7471"); err == nil {
+		t.Fatal("a dial of IPv6 from a device with IPv4 alone succeeded")
+	}
+	if _, _, err := deviceLocal("fake0", netip.Addr{}, raddrs); err != nil {
+		t.Fatal(err)
+	}
+	if lookups != 2 {
+		t.Errorf("after a failed dial, %d lookups in all, want 2 (the next dial looks again)", lookups)
+	}
+}

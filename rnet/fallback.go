@@ -117,8 +117,6 @@ type TCPConn struct {
 	// attempt failed and unwraps to that attempt's error. It is nil only
 	// for a TCPConn a dual listener accepted.
 	Cause error
-
-	open *tcpOpen // counts the connection as open until Close; nil if not counted
 }
 
 // Transport returns the transport a connection from this package runs

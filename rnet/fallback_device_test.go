@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 )
@@ -183,22 +182,8 @@ func TestRXEFallbackOnTimeout(t *testing.T) {
 	}
 	defer tl.Close()
 	port := tl.Addr().(*net.TCPAddr).Port
-	ch, err := cm.NewEventChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	id, err := ch.NewID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer id.Close()
-	if err := id.Bind(netip.AddrPortFrom(pair.Server, uint16(port))); err != nil {
-		t.Fatal(err)
-	}
-	if err := id.Listen(8); err != nil {
-		t.Fatal(err)
-	}
+	_, _, release := rawListener(t, netip.AddrPortFrom(pair.Server, uint16(port)))
+	defer release()
 	addr := tl.Addr().String()
 	defer refusedRecently.forget("rdma", addr)
 	d := &Dialer{LocalAddr: &Addr{netip.AddrPortFrom(pair.Client, 0)}, TCPFallback: true, RDMAAttemptTimeout: 200 * time.Millisecond}

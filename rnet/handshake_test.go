@@ -41,26 +41,10 @@ func TestRXEHostileHandshake(t *testing.T) {
 	// end it: request then returns the listener's giving up.
 	request := func(t *testing.T, private []byte, vanish, stall bool) error {
 		t.Helper()
-		ch, err := cm.NewEventChannel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ch.Close()
-		id, err := ch.NewID()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer id.Close()
-		if err := id.Resolve(ctx, pair.Client, target, cm.Retry{Tries: 3, Timeout: time.Second}); err != nil {
-			t.Fatal(err)
-		}
-		p := cm.RsocketConnParam(private)
-		p.QPNum = 0x1234
-		if err := id.Connect(p); err != nil {
-			t.Fatal(err)
-		}
+		id, release := rawRequest(ctx, t, pair.Client, target, private, 0x1234)
+		defer release()
 		if vanish {
-			return nil // the deferred Close destroys the id mid-handshake
+			return nil // the deferred release destroys the id mid-handshake
 		}
 		if stall {
 			if _, err := id.Await(ctx, cm.EventConnectResponse); err != nil {
@@ -183,20 +167,7 @@ func TestRXEDialFailuresRelease(t *testing.T) {
 	// returns the connection request with the dial's outcome to come.
 	rawRequest := func(t *testing.T, ctx context.Context) (req cm.Event, dialed <-chan error, cleanup func()) {
 		t.Helper()
-		ch, err := cm.NewEventChannel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		lid, err := ch.NewID()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lid.Bind(netip.AddrPortFrom(pair.Server, 0)); err != nil {
-			t.Fatal(err)
-		}
-		if err := lid.Listen(8); err != nil {
-			t.Fatal(err)
-		}
+		ch, lid, release := rawListener(t, netip.AddrPortFrom(pair.Server, 0))
 		out := make(chan error, 1)
 		go func() {
 			c, err := (&Dialer{LocalAddr: from}).DialContext(ctx, "rdma", lid.LocalAddr().String())
@@ -213,8 +184,7 @@ func TestRXEDialFailuresRelease(t *testing.T) {
 		}
 		return ev, out, func() {
 			ev.ID.Close()
-			lid.Close()
-			ch.Close()
+			release()
 		}
 	}
 	t.Run("CancelledAfterConnect", func(t *testing.T) {

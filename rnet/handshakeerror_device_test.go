@@ -40,22 +40,8 @@ func TestRXEHandshakeErrorHook(t *testing.T) {
 	}
 	// A request whose private data speaks rsocket version 2, from an id
 	// without a queue pair.
-	ch, err := cm.NewEventChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := ch.NewID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := id.Resolve(ctx, pair.Client, ln.Addr().(*Addr).AddrPort, cm.Retry{Tries: 3, Timeout: time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	p := cm.RsocketConnParam([]byte{2})
-	p.QPNum = 0x1234
-	if err := id.Connect(p); err != nil {
-		t.Fatal(err)
-	}
+	id, release := rawRequest(ctx, t, pair.Client, ln.Addr().(*Addr).AddrPort, []byte{2}, 0x1234)
+	defer release()
 	_, err = id.Await(ctx, cm.EventEstablished)
 	var re *cm.RejectError
 	if !errors.As(err, &re) {
@@ -79,8 +65,7 @@ func TestRXEHandshakeErrorHook(t *testing.T) {
 	if a, ok := f.remote.(*Addr); !ok || a.Addr() != pair.Client || a.AddrPort != id.LocalAddr() {
 		t.Errorf("HandshakeError remote = %v, want the requesting id's address %v", f.remote, id.LocalAddr())
 	}
-	id.Close()
-	ch.Close()
+	release()
 	ln.Close()
 	checkReleased(t, gor0, fds0, res0)
 }

@@ -42,7 +42,10 @@ type Gauges struct {
 // device.
 type OpenConnections struct {
 	// Transport is "rdma", or "tcp" for a *TCPConn, which DialConn made
-	// by falling back or a dual listener accepted.
+	// by falling back or a dual listener accepted. A *TCPConn counts
+	// until its Close or, dropped without one, until the garbage
+	// collector finds it unreachable (when package net closes its
+	// descriptor too).
 	Transport string `json:"transport"`
 	// Device is the RDMA device ("mlx5_0", "rxe0"), "simulated" for the
 	// test fabric of package rnettest, "" for TCP.
@@ -68,8 +71,11 @@ type Counters struct {
 	// present. See ListenerCounters for the reasons.
 	HandshakeErrors map[string]uint64 `json:"handshake_errors"`
 	// PeersGone are the connections whose peer vanished without closing
-	// (ErrPeerGone): their keepalives went unacknowledged, or the
-	// transport went down without the peer's DISCONNECT.
+	// (ErrPeerGone), each counted once: their keepalives went
+	// unacknowledged, the transport went down without the peer's
+	// DISCONNECT, or a completion failed on the peer's side (counted by
+	// the next keepalive tick or Close, whichever comes first). What
+	// fails once Close has begun is not counted.
 	PeersGone uint64 `json:"peers_gone"`
 	// SRQRefills are the receives poll groups posted back on their shared
 	// receive queues for peers that took them beyond their credits.
@@ -174,6 +180,9 @@ func openConnections() []OpenConnections {
 		list = append(list, OpenConnections{Transport: k.transport, Device: k.device, Count: n.Load()})
 	}
 	openConns.mu.Unlock()
+	if n, ok := openTCPConns(); ok {
+		list = append(list, OpenConnections{Transport: "tcp", Count: n})
+	}
 	slices.SortFunc(list, func(a, b OpenConnections) int {
 		return cmp.Or(cmp.Compare(a.Transport, b.Transport), cmp.Compare(a.Device, b.Device))
 	})

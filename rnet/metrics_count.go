@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"weak"
 
 	"github.com/rnet-dev/rnet/internal/stream"
 )
@@ -78,22 +79,47 @@ func (o connObserver) PeerGone(c *stream.Conn, err error) {
 	o.log.peerGone(c, err)
 }
 
-// tcpOpen tracks a *TCPConn in the open-connection gauge until its first
-// Close.
-type tcpOpen struct{ closed atomic.Bool }
+// tcpConns are the *TCPConns made and not yet closed, held weakly: one
+// dropped without Close stops counting once the collector has found it,
+// which is when package net closes its descriptor too. Nothing needs a
+// finalizer of its own.
+var tcpConns struct {
+	mu   sync.Mutex
+	open map[weak.Pointer[TCPConn]]struct{} // guarded by mu
+}
 
 // newTCPConn is a TCPConn counted as open.
 func newTCPConn(c *net.TCPConn, reason FallbackReason, cause error) *TCPConn {
-	openGauge("tcp", "").Add(1)
-	return &TCPConn{TCPConn: c, Reason: reason, Cause: cause, open: new(tcpOpen)}
+	tc := &TCPConn{TCPConn: c, Reason: reason, Cause: cause}
+	tcpConns.mu.Lock()
+	if tcpConns.open == nil {
+		tcpConns.open = make(map[weak.Pointer[TCPConn]]struct{})
+	}
+	tcpConns.open[weak.Make(tc)] = struct{}{}
+	tcpConns.mu.Unlock()
+	publishExpvar()
+	return tc
 }
 
 // Close closes the connection, as *net.TCPConn's Close does.
 func (c *TCPConn) Close() error {
-	if c.open != nil && c.open.closed.CompareAndSwap(false, true) {
-		openGauge("tcp", "").Add(-1)
-	}
+	tcpConns.mu.Lock()
+	delete(tcpConns.open, weak.Make(c))
+	tcpConns.mu.Unlock()
 	return c.TCPConn.Close()
+}
+
+// openTCPConns counts the TCPConns open now, forgetting those the collector
+// found dropped; ok is false if none was ever made.
+func openTCPConns() (n int64, ok bool) {
+	tcpConns.mu.Lock()
+	defer tcpConns.mu.Unlock()
+	for p := range tcpConns.open {
+		if p.Value() == nil {
+			delete(tcpConns.open, p)
+		}
+	}
+	return int64(len(tcpConns.open)), tcpConns.open != nil
 }
 
 // handshakeFailure is why a listener refused or dropped a connection

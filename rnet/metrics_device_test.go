@@ -231,24 +231,9 @@ func TestRXEListenerLogsAndCountsRefusal(t *testing.T) {
 	target := ln.Addr().(*Addr).AddrPort
 	before := ReadMetrics().Counters.HandshakeErrors
 
-	ch, err := cm.NewEventChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	id, err := ch.NewID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer id.Close()
-	if err := id.Resolve(ctx, pair.Client, target, cm.Retry{Tries: 3, Timeout: time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	p := cm.RsocketConnParam([]byte{1, 2}) // padded with zeros: no credits, no buffers
-	p.QPNum = 0x1234
-	if err := id.Connect(p); err != nil {
-		t.Fatal(err)
-	}
+	// Private data padded with zeros: no credits, no buffers.
+	id, release := rawRequest(ctx, t, pair.Client, target, []byte{1, 2}, 0x1234)
+	defer release()
 	if _, err := id.Await(ctx, cm.EventEstablished); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("the listener answered %v, want a reject", err)
 	}

@@ -120,6 +120,9 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // its family.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	c, err := d.dialContext(ctx, network, address)
+	if err != nil && d.Device != "" {
+		forgetDeviceAddrs(d.Device) // its addresses may have changed
+	}
 	err = exportError(err)
 	d.dialed(c, address, err)
 	return c, err

@@ -18,14 +18,22 @@ type End struct {
 // Pair connects two ends over a fresh simulated fabric, both configured by
 // cfg (normalised), the first at address client, the second at server.
 func Pair(cfg ring.Config, client, server net.Addr) (a, b End, err error) {
-	layout := cfg.Layout()
-	caps := simfabric.Caps{SendDepth: layout.SendDepth, RecvDepth: layout.RecvDepth, MaxInline: 256}
+	return PairConfigs(cfg, cfg, client, server)
+}
+
+// PairConfigs is Pair with each end configured by a Config of its own, as
+// a dialer's and a listener's can be.
+func PairConfigs(clientCfg, serverCfg ring.Config, client, server net.Addr) (a, b End, err error) {
+	caps := func(cfg ring.Config) simfabric.Caps {
+		layout := cfg.Layout()
+		return simfabric.Caps{SendDepth: layout.SendDepth, RecvDepth: layout.RecvDepth, MaxInline: 256}
+	}
 	f := simfabric.New(1, simfabric.Options{Auto: true, DirectLanding: true})
-	epa, epb := f.Pair(caps, caps)
-	if a.Engine, err = NewEngine(cfg, epa); err != nil {
+	epa, epb := f.Pair(caps(clientCfg), caps(serverCfg))
+	if a.Engine, err = NewEngine(clientCfg, epa); err != nil {
 		return End{}, End{}, fmt.Errorf("simulated fabric: client engine: %w", err)
 	}
-	if b.Engine, err = NewEngine(cfg, epb); err != nil {
+	if b.Engine, err = NewEngine(serverCfg, epb); err != nil {
 		return End{}, End{}, fmt.Errorf("simulated fabric: server engine: %w", err)
 	}
 	if err := Establish(a.Engine, b.Engine); err != nil {

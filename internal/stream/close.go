@@ -58,7 +58,9 @@ func (c *Conn) close() error {
 	c.kickLocked() // a Read or Write parked on the completion channel returns
 	c.keepalive.Stop()
 	lingerFor := c.linger
+	gone := c.peerGoneLocked() // a failed completion no tick has seen yet
 	c.mu.Unlock()
+	c.tellPeerGone(gone)
 	c.readDL.Stop()
 	c.writeDL.Stop()
 

@@ -64,6 +64,7 @@ type Conn struct {
 	closing        bool  // Close has begun: inbound bytes are discarded, calls fail
 	transportDown  bool  // the transport reported the connection gone
 	fatal          error // a failure the engine cannot see (a failed post, a removed device)
+	peerGoneTold   bool  // the Observer heard that the peer vanished (see peergone.go)
 	drainBuf       []byte
 	retiredRegions []ring.Region // serveRegionsLocked's reusable list
 	polls          uint64        // crossings into C (Stats.CQPolls)

@@ -38,33 +38,32 @@ func (c *Conn) tickPeriod() time.Duration {
 // steps the engine, which on an idle connection is the only thing that
 // reposts the receives the peer's control messages used.
 func (c *Conn) tick() {
-	if gone := c.tickStep(); gone != nil && c.set.Observer != nil {
-		c.set.Observer.PeerGone(c, gone)
-	}
+	c.tellPeerGone(c.tickStep())
 }
 
 // tickStep is tick's work, under c.mu; it returns the error that ended
-// the connection if its keepalives gave up on the peer.
+// the connection if the peer vanished and the Observer has yet to hear of
+// it (a failed completion found by this step or an earlier one counts).
 func (c *Conn) tickStep() (gone error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
-		return
+		return nil
 	}
 	if c.fatal != nil {
-		return // nothing left to keep alive
+		return c.peerGoneLocked() // nothing left to keep alive
 	}
 	// Rings that moved no byte since the last tick shrink back (the step
 	// below registers the smaller regions).
 	c.eng.Quiet()
 	switch {
 	case c.keepAlive > 0:
-		gone = c.keepaliveLocked()
+		c.keepaliveLocked()
 	default:
 		c.driveLocked()
 	}
 	c.keepalive.Reset(c.tickPeriod())
-	return gone
+	return c.peerGoneLocked()
 }
 
 // keepaliveLocked probes the peer. A peer gone without a word (its link
@@ -76,7 +75,7 @@ func (c *Conn) tickStep() (gone error) {
 // device's resends keep from running (rxe resends in the host's kernel)
 // runs its ticks late, and a count of them would stretch the bound by as
 // much.
-func (c *Conn) keepaliveLocked() (gone error) {
+func (c *Conn) keepaliveLocked() {
 	c.driveLocked()
 	now := keepaliveNow()
 	if c.keepaliveProgressLocked() {
@@ -99,16 +98,14 @@ func (c *Conn) keepaliveLocked() (gone error) {
 			c.keepaliveStalls = 0
 			c.keepaliveQuietSince = keepaliveNow()
 		} else {
-			gone = fmt.Errorf("%w: no acknowledgement for %v (%d keepalive periods of %v)",
-				ring.ErrPeerGone, quiet.Round(time.Millisecond), limit, c.keepAlive)
-			c.failLocked(gone)
+			c.failLocked(fmt.Errorf("%w: no acknowledgement for %v (%d keepalive periods of %v)",
+				ring.ErrPeerGone, quiet.Round(time.Millisecond), limit, c.keepAlive))
 			c.signalLocked()
-			return gone
+			return
 		}
 	}
 	c.eng.Keepalive()
 	c.driveLocked()
-	return nil
 }
 
 // keepaliveProgressLocked reports whether the connection showed the peer
@@ -135,19 +132,19 @@ func (c *Conn) TransportDisconnected() {
 	c.qp.Disconnect()
 	c.drainLocked() // account everything that arrived before the disconnect
 	c.transportDown = true
-	gone := false
 	if !c.eng.Finished() || c.eng.Err() != nil {
 		// An error already there stays, unless it is a flush: the
 		// disconnect is what caused that.
 		c.eng.Fail(ring.ErrPeerGone)
-		gone = !c.closing && c.fatal == nil
+	}
+	var gone error
+	if !c.closing {
+		gone = c.peerGoneLocked()
 	}
 	c.signalLocked()
 	c.kickLocked()
 	c.mu.Unlock()
-	if gone && c.set.Observer != nil {
-		c.set.Observer.PeerGone(c, ring.ErrPeerGone)
-	}
+	c.tellPeerGone(gone)
 }
 
 // TransportFailed is called when the connection cannot go on, such as when

@@ -8,8 +8,9 @@ type Observer interface {
 	// Opened: Start has begun driving c.
 	Opened(c *Conn)
 	// PeerGone: c failed with err, which matches ring.ErrPeerGone: its
-	// keepalives went unacknowledged, or the transport went down without
-	// the peer's DISCONNECT.
+	// keepalives went unacknowledged, the transport went down without the
+	// peer's DISCONNECT, or a completion failed on the peer's side. It is
+	// called at most once for c, and not for what fails after Close began.
 	PeerGone(c *Conn, err error)
 	// Closed: Close has released c's queue pair.
 	Closed(c *Conn)

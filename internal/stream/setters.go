@@ -94,7 +94,7 @@ func (c *Conn) SetLinger(sec int) error {
 	case sec < 0:
 		c.linger = c.set.Linger
 	case sec == 0:
-		c.linger = -1
+		c.linger = 0
 	default:
 		c.linger = time.Duration(sec) * time.Second
 	}

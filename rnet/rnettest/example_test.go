@@ -5,6 +5,7 @@ import (
 	"io"
 	"log"
 
+	"github.com/rnet-dev/rnet/rnet"
 	"github.com/rnet-dev/rnet/rnet/rnettest"
 )
 
@@ -46,4 +47,32 @@ func Example() {
 	}
 	fmt.Printf("%s from %v\n", reply, c.RemoteAddr())
 	// Output: HELLO OVER RDMA from 127.0.0.1:7471
+}
+
+// Dials of one Listener with a Config of their own, as per-dial options:
+// here send rings of two sizes.
+func ExampleDialer() {
+	f := rnettest.NewFabric(nil)
+	ln, err := f.Listen("rdma", "127.0.0.1:7471")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	for _, size := range []int{4096, 1 << 20} {
+		d := &rnettest.Dialer{Fabric: f, Config: &rnet.Config{SendBufferSize: size}}
+		c, err := d.Dial("rdma", "127.0.0.1:7471")
+		if err != nil {
+			log.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(c.Config().SendBufferSize)
+		s.Close()
+		c.Close()
+	}
+	// Output:
+	// 4096
+	// 1048576
 }

@@ -36,15 +36,24 @@ func TestPipe(t *testing.T) {
 	}
 }
 
-// A cut connection fails a blocked Read at both ends with ErrPeerGone.
-func TestCut(t *testing.T) {
-	f := rnettest.NewFabric(nil)
+// pipe is f.Pipe's two ends, closed when the test ends.
+func pipe(t *testing.T, f *rnettest.Fabric) (c, s *rnet.Conn) {
+	t.Helper()
 	c, s, err := f.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	defer s.Close()
+	t.Cleanup(func() {
+		s.Close()
+		c.Close()
+	})
+	return c, s
+}
+
+// A cut connection fails a blocked Read at both ends with ErrPeerGone.
+func TestCut(t *testing.T) {
+	f := rnettest.NewFabric(nil)
+	c, s := pipe(t, f)
 	read := make(chan error, 1)
 	go func() {
 		_, err := c.Read(make([]byte, 1))
@@ -111,12 +120,7 @@ func TestVanishPeer(t *testing.T) {
 // A peer that holds back credits stalls the writer until it grants them.
 func TestHoldCredits(t *testing.T) {
 	f := rnettest.NewFabric(nil)
-	c, s, err := f.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	defer s.Close()
+	c, s := pipe(t, f)
 	release, err := f.HoldCredits(s)
 	if err != nil {
 		t.Fatal(err)
@@ -149,12 +153,7 @@ func TestHoldCredits(t *testing.T) {
 // What a delayed end sends arrives no earlier than the delay.
 func TestDelay(t *testing.T) {
 	f := rnettest.NewFabric(nil)
-	c, s, err := f.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	defer s.Close()
+	c, s := pipe(t, f)
 	const d = 200 * time.Millisecond
 	if err := f.Delay(c, d); err != nil {
 		t.Fatal(err)

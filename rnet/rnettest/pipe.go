@@ -30,5 +30,5 @@ func (f *Fabric) Pipe() (*rnet.Conn, *rnet.Conn, error) {
 	lo := netip.MustParseAddr("127.0.0.1")
 	client := netip.AddrPortFrom(lo, uint16(firstEphemeralPort+n%ephemeralPorts))
 	server := netip.AddrPortFrom(lo, uint16(firstEphemeralPort+(n+1)%ephemeralPorts))
-	return f.pair(client, server)
+	return f.pair(client, server, f.cfg, f.cfg)
 }

@@ -11,6 +11,13 @@
 // Dial and DialContext use one process-wide Fabric, for code that cannot be
 // handed one.
 //
+// A Dialer dials with a Config of its own for its end, as an rnet.Dialer
+// does, while the accepting end keeps the Fabric's: a test can dial one
+// Listener with different Configs, as bufconn users pass per-dial options.
+//
+//	d := &rnettest.Dialer{Fabric: f, Config: &rnet.Config{SendBufferSize: 4096}}
+//	c, err := d.Dial("rdma", ln.Addr().String())
+//
 // Addresses are "host:port" with an IP address (or "localhost") as host,
 // on the networks "rdma", "rdma4" and "rdma6", as rnet.Listen takes them.
 // An empty host listens on every address of the Fabric ("[::]:port", or
@@ -96,7 +103,8 @@ func (e *listening) close() {
 }
 
 // NewFabric returns an empty Fabric whose connections are configured by
-// cfg at both ends (nil for rnet's defaults).
+// cfg at both ends (nil for rnet's defaults), but for the dialling end of
+// a Dialer's with a Config of its own.
 func NewFabric(cfg *rnet.Config) *Fabric {
 	return &Fabric{
 		cfg:       cfg,
@@ -192,14 +200,7 @@ func (f *Fabric) Dial(network, address string) (*rnet.Conn, error) {
 // http.Transport's DialContext, and, with the address's network bound, for
 // gRPC's WithContextDialer.
 func (f *Fabric) DialConn(ctx context.Context, network, address string) (net.Conn, error) {
-	if rdmaNet, ok := rnet.RDMANetwork(network); ok {
-		network = rdmaNet
-	}
-	c, err := f.DialContext(ctx, network, address)
-	if err != nil {
-		return nil, err // not a nil *rnet.Conn in a non-nil net.Conn
-	}
-	return c, nil
+	return (&Dialer{Fabric: f, Config: f.cfg}).DialConn(ctx, network, address)
 }
 
 // DialContext connects to a Listener at address in f. The connection is
@@ -208,6 +209,11 @@ func (f *Fabric) DialConn(ctx context.Context, network, address string) (net.Con
 // nothing listens there or the Listener's backlog is full, and with one
 // matching ctx's error when ctx is already done.
 func (f *Fabric) DialContext(ctx context.Context, network, address string) (*rnet.Conn, error) {
+	return f.dial(ctx, network, address, f.cfg)
+}
+
+// dial is DialContext with the dialling end configured by cfg.
+func (f *Fabric) dial(ctx context.Context, network, address string, cfg *rnet.Config) (*rnet.Conn, error) {
 	raddr, err := parseAddr(network, address, false)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: "rdma", Err: err}
@@ -229,7 +235,7 @@ func (f *Fabric) DialContext(ctx context.Context, network, address string) (*rne
 	if entry == nil {
 		return nil, refused(laddr, raddr, cm.RejectInvalidServiceID)
 	}
-	c, s, err := f.pair(laddr, raddr)
+	c, s, err := f.pair(laddr, raddr, cfg, f.cfg)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: "rdma", Source: rnetAddr(laddr), Addr: rnetAddr(raddr), Err: err}
 	}
@@ -245,24 +251,29 @@ func (f *Fabric) DialContext(ctx context.Context, network, address string) (*rne
 }
 
 // pair connects two Conns over a fresh simulated fabric, the first at
-// address client, the second at server, both configured by f's Config.
-func (f *Fabric) pair(client, server netip.AddrPort) (*rnet.Conn, *rnet.Conn, error) {
-	set, err := rnetsim.Settings(f.cfg)
+// address client configured by clientCfg, the second at server by
+// serverCfg.
+func (f *Fabric) pair(client, server netip.AddrPort, clientCfg, serverCfg *rnet.Config) (*rnet.Conn, *rnet.Conn, error) {
+	cset, err := rnetsim.Settings(clientCfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	a, b, err := simqp.Pair(set.Ring, rnetAddr(client), rnetAddr(server))
+	sset, err := rnetsim.Settings(serverCfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, b, err := simqp.PairConfigs(cset.Ring, sset.Ring, rnetAddr(client), rnetAddr(server))
 	if err != nil {
 		return nil, nil, err
 	}
 	cq, sq := &faultQP{QP: a.QP}, &faultQP{QP: b.QP}
-	cs, ss := stream.Start(cq, a.Engine, set), stream.Start(sq, b.Engine, set)
-	c, err := f.handle(cs)
+	cs, ss := stream.Start(cq, a.Engine, cset), stream.Start(sq, b.Engine, sset)
+	c, err := handle(cs, clientCfg)
 	if err != nil {
 		ss.Close()
 		return nil, nil, err
 	}
-	s, err := f.handle(ss)
+	s, err := handle(ss, serverCfg)
 	if err != nil {
 		c.Close()
 		return nil, nil, err
@@ -271,9 +282,9 @@ func (f *Fabric) pair(client, server netip.AddrPort) (*rnet.Conn, *rnet.Conn, er
 	return c, s, nil
 }
 
-// handle hands c out as package rnet does.
-func (f *Fabric) handle(c *stream.Conn) (*rnet.Conn, error) {
-	h, err := rnetsim.NewConn(c, f.cfg)
+// handle hands c, configured by cfg, out as package rnet does.
+func handle(c *stream.Conn, cfg *rnet.Config) (*rnet.Conn, error) {
+	h, err := rnetsim.NewConn(c, cfg)
 	if err != nil {
 		c.Close()
 		return nil, err

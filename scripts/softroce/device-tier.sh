@@ -13,7 +13,11 @@
 # -list FILE: the tests that asked for a device in the host tier (RNET_DEVICE_TESTS,
 # internal/rdmatest): only those run in the guest, since the others passed on the host
 # already; a package with none is left out. A FILE older than any test file is ignored
-# (every test runs), so a stale list never leaves a new device test out.
+# (every test runs), so a stale list never leaves a new device test out. A FILE that
+# names a directory none of the packages has (the host tier ran in another checkout, or
+# a package is missing from the arguments) fails the tier before any guest boots: those
+# device tests would otherwise run nowhere. In the guest, a run whose -test.run matches
+# no test fails (run-tests.sh).
 #
 # Output is go test's: one "ok" or "FAIL" line per package, a failing package's output above
 # its line. Environment: GO (default go), RNET_VM_TIMEOUT (seconds for each guest, default
@@ -51,6 +55,23 @@ if [ -n "$list" ]; then
   fi
 fi
 
+dirs=()
+for mp in "${pkgs[@]}"; do
+  dirs+=("$("$go" -C "${mp%%:*}" list -f '{{.Dir}}' "${mp#*:}")")
+done
+# Every directory the list names must be one of the packages', or its device tests
+# would run nowhere while the tier passes.
+if [ -n "$list" ]; then
+  unclaimed=$(awk -F'\t' 'NR == FNR { dir[$0] = 1; next } !($1 in dir) && !seen[$1]++ { print $1 }' \
+    <(printf '%s\n' "${dirs[@]}") "$list")
+  if [ -n "$unclaimed" ]; then
+    echo "device-tier: $list lists device tests in directories that none of the packages given has:" >&2
+    printf '%s\n' "$unclaimed" | sed 's/^/  /' >&2
+    echo "device-tier: they would run nowhere; run make test-host in this checkout (it rewrites the list), or name their packages" >&2
+    echo "FAIL	device-tier: device tests in the list match no package"
+    exit 1
+  fi
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/rnet-device-tier.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 : >"$work/shared.plan"
@@ -59,7 +80,7 @@ i=0
 is_own() { local o; for o in "${own[@]}"; do [ "$o" = "$1" ] && return 0; done; return 1; }
 for mp in "${pkgs[@]}"; do
   mod=${mp%%:*} pkg=${mp#*:}
-  dir=$("$go" -C "$mod" list -f '{{.Dir}}' "$pkg")
+  dir=${dirs[$i]}
   i=$((i + 1))
   bin=$work/$i-$(basename "$pkg").test
   plan=$work/shared.plan

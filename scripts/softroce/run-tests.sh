@@ -71,10 +71,20 @@ for run in "${runs[@]}"; do
       rc=1
     fi
   fi
+  note=
+  if [ "$rc" = 0 ]; then
+    if grep -q '^testing: warning: no tests to run' "$log"; then
+      note=' [no tests to run]'
+      # Tests asked for by name that do not exist here (renamed, or the plan's
+      # directory is another checkout's) would pass without running.
+      case " $flags " in *" -test.run="*)
+        echo "run-tests: $label: its -test.run matched no test" >>"$log"
+        rc=1 ;;
+      esac
+    fi
+  fi
   if [ "$rc" = 0 ]; then
     case " $flags " in *" -test.v "* | *" -test.v=true "*) cat "$log" ;; esac # as go test -v
-    note=
-    grep -q '^testing: warning: no tests to run' "$log" && note=' [no tests to run]'
     printf 'ok  \t%s\t%ss%s\n' "$label" "$secs" "$note"
   else
     cat "$log"
