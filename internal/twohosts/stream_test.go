@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rnet-dev/rnet/rnet"
@@ -98,7 +100,9 @@ func faultConfig() *rnet.Config {
 
 // faultServer echoes every connection on $RNET_HOST_ADDR0:$FAULT_PORT and
 // prints each one's end; after FAULT_SERVER_CONNS ends (if set) it exits.
+// From a SIGUSR1 on it measures how long its host kept it from running.
 func faultServer() int {
+	stall := newStallMeter()
 	addr := net.JoinHostPort(os.Getenv("RNET_HOST_ADDR0"), strconv.Itoa(envInt("FAULT_PORT", 7471)))
 	lc := rnet.ListenConfig{Config: faultConfig()}
 	ln, err := lc.Listen(context.Background(), "rdma", addr)
@@ -141,7 +145,7 @@ func faultServer() int {
 	if failed.Load() > 0 {
 		printDeviceDiag()
 	}
-	fmt.Printf("server-done clean=%d failed=%d\n", clean.Load(), failed.Load())
+	fmt.Printf("server-done clean=%d failed=%d stalled=%v\n", clean.Load(), failed.Load(), stall.total().Round(time.Millisecond))
 	return 0
 }
 
@@ -281,3 +285,28 @@ func (s *stream) read() {
 		}
 	}
 }
+
+// stallMeter measures, from the first SIGUSR1 on, how much later than due a
+// 100 ms ticker's ticks come: how long the host kept the process from
+// running its timers (a thawed host resending to a peer that is gone, for
+// one), which delays its keepalives as much.
+type stallMeter struct{ stalled atomic.Int64 }
+
+func newStallMeter() *stallMeter {
+	m := new(stallMeter)
+	marks := make(chan os.Signal, 1)
+	signal.Notify(marks, syscall.SIGUSR1)
+	go func() {
+		<-marks
+		const period = 100 * time.Millisecond
+		tick := time.NewTicker(period)
+		last := time.Now()
+		for now := range tick.C {
+			m.stalled.Add(int64(max(now.Sub(last)-period, 0)))
+			last = now
+		}
+	}()
+	return m
+}
+
+func (m *stallMeter) total() time.Duration { return time.Duration(m.stalled.Load()) }
