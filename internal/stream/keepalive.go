@@ -19,6 +19,10 @@ const keepaliveProbes = 3
 // advertising a zero window is.
 const keepaliveProbesBusyPeer = 20
 
+// minSilentTicks is how many ticks in a row must find the peer silent, however
+// long the silence lasted by the clock (see keepaliveLocked).
+const minSilentTicks = 2
+
 // housekeepingPeriod is how often an idle connection with keepalives off
 // still steps its engine. Nothing polls the CQ while no call is blocked
 // (as in rsocket), and the peer's control messages each use a posted
@@ -74,7 +78,9 @@ func (c *Conn) tickStep() (gone error) {
 // completion. It counts the time, not its ticks: a process that the
 // device's resends keep from running (rxe resends in the host's kernel)
 // runs its ticks late, and a count of them would stretch the bound by as
-// much.
+// much. It still waits for a second silent tick, a period after the
+// first: a host whose clock leapt (a paused virtual machine) gives its
+// device that period to resend before the peer is called gone.
 func (c *Conn) keepaliveLocked() {
 	c.driveLocked()
 	now := keepaliveNow()
@@ -88,7 +94,7 @@ func (c *Conn) keepaliveLocked() {
 	if c.eng.PeerMayLackReceives() {
 		limit = keepaliveProbesBusyPeer
 	}
-	if quiet := now.Sub(c.keepaliveQuietSince); quiet >= time.Duration(limit)*c.keepAlive {
+	if quiet := now.Sub(c.keepaliveQuietSince); quiet >= time.Duration(limit)*c.keepAlive && c.keepaliveStalls >= minSilentTicks {
 		// Before giving up, take every completion the CQ holds: one the
 		// bounded drive left behind, in a CQ shared with busier
 		// connections, would be a live peer's.

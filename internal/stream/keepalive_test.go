@@ -14,10 +14,11 @@ import (
 // TestSimKeepaliveCountsTime: a peer goes silent (its device takes our
 // sends and never acknowledges them, as rxe retrying without limit does)
 // and our process runs its keepalive tick only after three periods, as
-// one starved by the device's resends does. That one late tick ends the
-// connection with ErrPeerGone: the bound is keepaliveProbes periods of
-// silence, not that many ticks. A late tick that finds sends completing
-// ends nothing.
+// one starved by the device's resends does. That late tick ends nothing:
+// the clock may have leapt (a paused host) with the device paused too. The
+// next tick, a period later, ends the connection with ErrPeerGone: the
+// bound is keepaliveProbes periods of silence, not that many ticks. Late
+// ticks that find sends completing end nothing.
 func TestSimKeepaliveCountsTime(t *testing.T) {
 	var offset atomic.Int64 // how far the keepalive's clock is ahead
 	base := time.Now()
@@ -69,9 +70,14 @@ func TestSimKeepaliveCountsTime(t *testing.T) {
 	}
 	late()
 	c.tick()
+	if err := fatalOf(c); err != nil {
+		t.Fatalf("the first tick after a leap of the clock ended the connection: %v", err)
+	}
+	offset.Add(int64(period))
+	c.tick()
 	err := fatalOf(c)
 	if !errors.Is(err, ring.ErrPeerGone) {
-		t.Fatalf("after %v of silence and one late tick the connection's error is %v, want ErrPeerGone", keepaliveProbes*period, err)
+		t.Fatalf("after %v of silence and two ticks the connection's error is %v, want ErrPeerGone", keepaliveProbes*period+period, err)
 	}
 }
 
