@@ -1,6 +1,7 @@
 package rnet
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -246,5 +247,33 @@ func TestDialerDeviceLooksUpOnce(t *testing.T) {
 	}
 	if lookups != 2 {
 		t.Errorf("after a failed dial, %d lookups in all, want 2 (the next dial looks again)", lookups)
+	}
+	// DialConn's RDMA attempt, falling back to TCP, forgets them too: here
+	// the device has no IPv4 address, and a local listener takes the TCP.
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	deviceAddrs = func(name string) ([]netip.Addr, error) {
+		lookups++
+		return []netip.Addr{netip.MustParseAddr("fd00::1")}, nil
+	}
+	forgetDeviceAddrs("fake0")
+	fb := &Dialer{Device: "fake0", TCPFallback: true}
+	c, err := fb.DialConn(context.Background(), "rdma", tcp.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if _, ok := c.(*TCPConn); !ok {
+		t.Fatalf("DialConn from a device with IPv6 alone to an IPv4 address made a %T, want a *TCPConn", c)
+	}
+	if lookups != 3 {
+		t.Fatalf("the fallen-back dial took %d lookups in all, want 3", lookups)
+	}
+	deviceLocal("fake0", netip.Addr{}, []netip.AddrPort{netip.MustParseAddrPort("[fd00::2]:7471")})
+	if lookups != 4 {
+		t.Errorf("after a DialConn whose RDMA attempt failed, %d lookups in all, want 4 (the next dial looks again)", lookups)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"weak"
@@ -80,9 +81,9 @@ func (o connObserver) PeerGone(c *stream.Conn, err error) {
 }
 
 // tcpConns are the *TCPConns made and not yet closed, held weakly: one
-// dropped without Close stops counting once the collector has found it,
-// which is when package net closes its descriptor too. Nothing needs a
-// finalizer of its own.
+// dropped without Close stops counting once the collector finds it
+// unreachable (its descriptor closes when package net's own finalizer
+// finds the embedded *net.TCPConn so), and a cleanup then drops its entry.
 var tcpConns struct {
 	mu   sync.Mutex
 	open map[weak.Pointer[TCPConn]]struct{} // guarded by mu
@@ -95,17 +96,24 @@ func newTCPConn(c *net.TCPConn, reason FallbackReason, cause error) *TCPConn {
 	if tcpConns.open == nil {
 		tcpConns.open = make(map[weak.Pointer[TCPConn]]struct{})
 	}
-	tcpConns.open[weak.Make(tc)] = struct{}{}
+	p := weak.Make(tc)
+	tcpConns.open[p] = struct{}{}
 	tcpConns.mu.Unlock()
+	runtime.AddCleanup(tc, forgetTCPConn, p)
 	publishExpvar()
 	return tc
 }
 
+// forgetTCPConn drops p's entry: its TCPConn was closed or collected.
+func forgetTCPConn(p weak.Pointer[TCPConn]) {
+	tcpConns.mu.Lock()
+	delete(tcpConns.open, p)
+	tcpConns.mu.Unlock()
+}
+
 // Close closes the connection, as *net.TCPConn's Close does.
 func (c *TCPConn) Close() error {
-	tcpConns.mu.Lock()
-	delete(tcpConns.open, weak.Make(c))
-	tcpConns.mu.Unlock()
+	forgetTCPConn(weak.Make(c))
 	return c.TCPConn.Close()
 }
 

@@ -120,16 +120,22 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // its family.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	c, err := d.dialContext(ctx, network, address)
-	if err != nil && d.Device != "" {
-		forgetDeviceAddrs(d.Device) // its addresses may have changed
-	}
 	err = exportError(err)
 	d.dialed(c, address, err)
 	return c, err
 }
 
-// dialContext is DialContext with the internal packages' errors.
-func (d *Dialer) dialContext(ctx context.Context, network, address string) (*Conn, error) {
+// dialContext is DialContext with the internal packages' errors; after a
+// failure (and DialConn's RDMA attempts go through here too) the next dial
+// looks the Device's addresses up again, as they may have changed.
+func (d *Dialer) dialContext(ctx context.Context, network, address string) (c *Conn, err error) {
+	if d.Device != "" {
+		defer func() {
+			if err != nil {
+				forgetDeviceAddrs(d.Device)
+			}
+		}()
+	}
 	if err := d.Config.validate(); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}

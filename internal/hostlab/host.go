@@ -20,6 +20,9 @@ import (
 // that crashed.
 var ErrPoweredOff = errors.New("hostlab: host powered off")
 
+// errBootTimeout ends a boot that reached Config.BootTimeout.
+var errBootTimeout = errors.New("hostlab: boot timeout")
+
 // Host is one guest of the lab.
 type Host struct {
 	Name  string // "a" or "b"
@@ -111,7 +114,7 @@ func (h *Host) boot(ctx context.Context) error {
 	h.mu.Unlock()
 	fmt.Fprintf(h.lab.cfg.Log, "hostlab: host %s booting (qemu pid %d, files in %s)\n", h.Name, cmd.Process.Pid, run)
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.BootTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.BootTimeout, errBootTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
@@ -133,9 +136,9 @@ func (h *Host) boot(ctx context.Context) error {
 	case <-exited:
 		return h.bootFailed(ctx, "the guest powered off before it was ready")
 	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.Canceled) {
+		if !errors.Is(context.Cause(ctx), errBootTimeout) {
 			// The other host's boot failed, or the caller gave up.
-			return h.bootFailed(ctx, "boot cancelled before the guest was ready")
+			return h.bootFailed(ctx, "boot cancelled before the guest was ready: "+context.Cause(ctx).Error())
 		}
 		return h.bootFailed(ctx, "no ready within "+cfg.BootTimeout.String())
 	}

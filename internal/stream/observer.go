@@ -10,7 +10,9 @@ type Observer interface {
 	// PeerGone: c failed with err, which matches ring.ErrPeerGone: its
 	// keepalives went unacknowledged, the transport went down without the
 	// peer's DISCONNECT, or a completion failed on the peer's side. It is
-	// called at most once for c, and not for what fails after Close began.
+	// called at most once for c, and not for what fails after Close began;
+	// it may come after Closed, when a tick found the peer gone just as
+	// Close ran.
 	PeerGone(c *Conn, err error)
 	// Closed: Close has released c's queue pair.
 	Closed(c *Conn)
