@@ -51,6 +51,8 @@ func (q *simGroupQP) NeedSends(need bool) { q.member.NeedSends(need) }
 func (q *simGroupQP) Dispatches() uint64  { return q.member.Dispatches() }
 func (q *simGroupQP) Collected() bool     { return q.member.Collected() }
 func (q *simGroupQP) CollectAll()         { q.member.CollectAll() }
+func (q *simGroupQP) TrySpin() bool       { return q.member.TrySpin() }
+func (q *simGroupQP) EndSpin()            { q.member.EndSpin() }
 
 func (q *simGroupQP) Shutdown() {
 	q.member.Stop()

@@ -287,6 +287,7 @@ func (g *Group) leave(m *Member, destroyQP func() error) error {
 	}
 	last := g.dropLocked(m)
 	g.pollMu.Unlock()
+	m.EndSpin() // a caller left spinning must not keep the others parked
 	g.unfollow(m)
 	if !last {
 		return err

@@ -52,6 +52,10 @@ type Group struct {
 	stepper *Member
 	strays  uint64 // completions for no member (a queue pair already gone)
 
+	// spinner is the member whose caller busy-polls the CQ for the whole
+	// group, if any (see TrySpin); atomic, taken by compare-and-swap.
+	spinner atomic.Pointer[Member]
+
 	// lmu guards the lead: the member waiting on the channel for the
 	// group, and the followers waiting for it to hand over, oldest first.
 	lmu       lockcount.Mutex

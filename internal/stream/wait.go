@@ -216,11 +216,23 @@ func (c *Conn) pusher() {
 
 // busyPoll steps the connection for up to window, until ready reports true
 // or deadline is closed, so that a reply microseconds away does not cost a
-// park and a wakeup. It does not take the wait. reply says the caller waits
+// park and a wakeup. It does not take the wait. On a CQ shared with other
+// connections it spins only if no other caller does (see SpinSharer). reply says the caller waits
 // for the answer to its own Write.
 func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) {
 	if window <= 0 {
 		return
+	}
+	if s, ok := c.qp.(SpinSharer); ok {
+		if !s.TrySpin() {
+			// Another connection's caller spins on the shared CQ and
+			// will wake ours: park at once.
+			c.mu.Lock()
+			c.spinsDeferred++
+			c.mu.Unlock()
+			return
+		}
+		defer s.EndSpin()
 	}
 	start := time.Now()
 	end := start.Add(window)
