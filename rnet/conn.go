@@ -244,10 +244,13 @@ type Stats struct {
 	// park.
 	// SpinsDeferred counts the waits that would have spun but parked at
 	// once, because another connection of the poll group was spinning
-	// and polls the shared CQ for them all.
+	// and polls the shared CQ for them all; SpinsLeft the spins that
+	// ended early, and parked, because their polls found work for other
+	// connections of the group, which then need the CPU.
 	Spins         uint64 `json:"spins"`
 	Parks         uint64 `json:"parks"`
 	SpinsDeferred uint64 `json:"spins_deferred"`
+	SpinsLeft     uint64 `json:"spins_left"`
 	// HandOffs counts the times the wait for completions passed from one
 	// of the connection's goroutines to another (a Read, Write or Close
 	// blocked behind it, or the goroutine that sends what a returned Write
@@ -308,6 +311,7 @@ func statsOf(snap stream.Snapshot) Stats {
 		Spins:                 snap.Spins,
 		Parks:                 snap.Parks,
 		SpinsDeferred:         snap.SpinsDeferred,
+		SpinsLeft:             snap.SpinsLeft,
 		HandOffs:              snap.HandOffs,
 		RingGrowths:           s.SendRingGrowths + s.RecvRingGrowths,
 		RingShrinks:           s.SendRingShrinks + s.RecvRingShrinks,

@@ -86,6 +86,8 @@ func (q *verbsQP) TrySpin() bool { return q.member.TrySpin() }
 
 func (q *verbsQP) EndSpin() { q.member.EndSpin() }
 
+func (q *verbsQP) SpinWokeOthers() bool { return q.member.SpinWokeOthers() }
+
 func (q *verbsQP) Start(h stream.EventHandler) {
 	q.startOnce.Do(func() {
 		err := setupStage(q.accepting, "attach events")

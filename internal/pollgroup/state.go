@@ -102,6 +102,9 @@ type Member struct {
 	// has left and never counts again; both under pollMu.
 	needSends bool
 	gone      bool
+	// spinWoke says a spinning Step of m woke another member's waiter
+	// since SpinWokeOthers last looked.
+	spinWoke atomic.Bool
 
 	// With a shared receive queue: the receives m claimed (under the
 	// group's mu), and the ones its engine posted and its queue pair has

@@ -89,6 +89,10 @@ type SpinSharer interface {
 	TrySpin() bool
 	// EndSpin ends a spin that TrySpin allowed.
 	EndSpin()
+	// SpinWokeOthers reports, once, whether the spinner's steps woke
+	// another connection's waiter since the last call: the spin then
+	// ends, since the others' work needs the CPU.
+	SpinWokeOthers() bool
 }
 
 // SoftwarePoster is a QueuePair whose device is a kernel driver doing the

@@ -14,16 +14,24 @@ import (
 // spinSharedQP is a simulated queue pair on a CQ that other connections
 // share (a SpinSharer): turn is the one spinner's turn of them all, which
 // the test may hold for another connection. waiting receives a token each
-// time the connection's wait parks, spinning when a spinning step polls.
+// time the connection's wait parks, spinning when a spinning step polls;
+// asked counts the spinner's questions whether it woke another waiter.
 type spinSharedQP struct {
 	*simqp.QP
 	turn     *atomic.Bool
 	waiting  chan struct{}
 	spinning chan struct{}
+	asked    atomic.Int64
+	// wokeOthers is what the next SpinWokeOthers reports.
+	wokeOthers atomic.Bool
 }
 
 func (q *spinSharedQP) TrySpin() bool { return q.turn.CompareAndSwap(false, true) }
 func (q *spinSharedQP) EndSpin()      { q.turn.Store(false) }
+func (q *spinSharedQP) SpinWokeOthers() bool {
+	q.asked.Add(1)
+	return q.wokeOthers.Swap(false)
+}
 
 func (q *spinSharedQP) Step(flags wr.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	if tries > 1 {
@@ -90,8 +98,9 @@ func TestReadParksWhileAnotherSpins(t *testing.T) {
 }
 
 // TestSpinHoldsTheSharedTurn: a Read that spins holds the one spinner's
-// turn for as long as it spins, and gives it back however the spin ends:
-// with data, and with Close.
+// turn for as long as it spins, asks after its rounds whether it woke
+// another connection's waiter, and gives the turn back however the spin
+// ends: with data, and with Close.
 func TestSpinHoldsTheSharedTurn(t *testing.T) {
 	c, s, q := spinSharedPipe(t, time.Hour)
 	got := make(chan error, 1)
@@ -122,6 +131,9 @@ func TestSpinHoldsTheSharedTurn(t *testing.T) {
 	if st := c.Stats(); st.Spins != 1 || st.SpinsDeferred != 0 {
 		t.Fatalf("a Read alone on the CQ: %d spins, %d deferred; want 1 and 0", st.Spins, st.SpinsDeferred)
 	}
+	if q.asked.Load() == 0 {
+		t.Fatal("the spinner never asked whether its polls woke another connection's waiter")
+	}
 
 	read()
 	c.Close()
@@ -130,5 +142,33 @@ func TestSpinHoldsTheSharedTurn(t *testing.T) {
 	}
 	if q.turn.Load() {
 		t.Fatal("the Read ended by Close kept the spinner's turn")
+	}
+}
+
+// TestSpinEndsWhenOthersHaveWork: a spin whose polls woke another
+// connection's waiter on the shared CQ ends there and parks, leaving the
+// CPU to that connection's work; its own data still wakes it.
+func TestSpinEndsWhenOthersHaveWork(t *testing.T) {
+	// As in TestReadParksWhileAnotherSpins, a spin that went on would
+	// reach the wait only after this window, and not count as left.
+	c, s, q := spinSharedPipe(t, 200*time.Millisecond)
+	q.wokeOthers.Store(true)
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		got <- err
+	}()
+	<-q.waiting
+	if q.turn.Load() {
+		t.Fatal("the Read parked and kept the spinner's turn")
+	}
+	if _, err := s.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Spins != 1 || st.SpinsLeft != 1 {
+		t.Fatalf("a spin that woke another connection: %d spins, %d left; want 1 and 1", st.Spins, st.SpinsLeft)
 	}
 }

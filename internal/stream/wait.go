@@ -217,13 +217,15 @@ func (c *Conn) pusher() {
 // busyPoll steps the connection for up to window, until ready reports true
 // or deadline is closed, so that a reply microseconds away does not cost a
 // park and a wakeup. It does not take the wait. On a CQ shared with other
-// connections it spins only if no other caller does (see SpinSharer). reply says the caller waits
+// connections it spins only if no other caller does, and only while its
+// polls find nothing for the others (see SpinSharer). reply says the caller waits
 // for the answer to its own Write.
 func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) {
 	if window <= 0 {
 		return
 	}
-	if s, ok := c.qp.(SpinSharer); ok {
+	sharer, _ := c.qp.(SpinSharer)
+	if s := sharer; s != nil {
 		if !s.TrySpin() {
 			// Another connection's caller spins on the shared CQ and
 			// will wake ours: park at once.
@@ -259,6 +261,12 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 		}
 		c.mu.Unlock()
 		if ok {
+			return
+		}
+		if sharer != nil && sharer.SpinWokeOthers() {
+			// The other connections have work: the CPU is theirs, and
+			// their steps and the group's channel will wake this one.
+			c.spinsLeft++
 			return
 		}
 		if spin == look {
