@@ -218,8 +218,8 @@ func (c *Conn) pusher() {
 // or deadline is closed, so that a reply microseconds away does not cost a
 // park and a wakeup. It does not take the wait. On a CQ shared with other
 // connections it spins only if no other caller does, and only while its
-// polls find nothing for the others (see SpinSharer). reply says the caller waits
-// for the answer to its own Write.
+// polls find nothing for the others (see SpinSharer). reply says the
+// caller waits for the answer to its own Write.
 func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) {
 	if window <= 0 {
 		return
@@ -255,18 +255,19 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 		}
 		moved, _ := c.stepLocked(stepPoll|stepSpin, 0)
 		ok := ready() || c.fatal != nil || c.closing
+		// Once the spin's polls woke another connection's waiter, the
+		// CPU is that connection's: its steps and the group's channel
+		// will wake this one.
+		left := !ok && sharer != nil && sharer.SpinWokeOthers()
+		if left {
+			c.spinsLeft++
+		}
 		yield := (moved || spin == 1) && c.readied || spin == 1 && reply
 		if yield {
 			c.readied = false
 		}
 		c.mu.Unlock()
-		if ok {
-			return
-		}
-		if sharer != nil && sharer.SpinWokeOthers() {
-			// The other connections have work: the CPU is theirs, and
-			// their steps and the group's channel will wake this one.
-			c.spinsLeft++
+		if ok || left {
 			return
 		}
 		if spin == look {
