@@ -242,8 +242,15 @@ type Stats struct {
 	// post first) and a wakeup through the netpoller, a spin one crossing
 	// per round. A wait that finds the channel already signalled is no
 	// park.
-	Spins uint64 `json:"spins"`
-	Parks uint64 `json:"parks"`
+	// SpinsDeferred counts the waits that would have spun but parked at
+	// once, because another connection of the poll group was spinning
+	// and polls the shared CQ for them all; SpinsLeft the spins that
+	// ended early, and parked, because their polls found work for other
+	// connections of the group, which then need the CPU.
+	Spins         uint64 `json:"spins"`
+	Parks         uint64 `json:"parks"`
+	SpinsDeferred uint64 `json:"spins_deferred"`
+	SpinsLeft     uint64 `json:"spins_left"`
 	// HandOffs counts the times the wait for completions passed from one
 	// of the connection's goroutines to another (a Read, Write or Close
 	// blocked behind it, or the goroutine that sends what a returned Write
@@ -303,6 +310,8 @@ func statsOf(snap stream.Snapshot) Stats {
 		CQPolls:               snap.CQPolls,
 		Spins:                 snap.Spins,
 		Parks:                 snap.Parks,
+		SpinsDeferred:         snap.SpinsDeferred,
+		SpinsLeft:             snap.SpinsLeft,
 		HandOffs:              snap.HandOffs,
 		RingGrowths:           s.SendRingGrowths + s.RecvRingGrowths,
 		RingShrinks:           s.SendRingShrinks + s.RecvRingShrinks,

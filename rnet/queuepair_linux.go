@@ -54,6 +54,7 @@ type verbsQP struct {
 var (
 	_ stream.CreditClaimer  = (*verbsQP)(nil)
 	_ stream.SoftwarePoster = (*verbsQP)(nil)
+	_ stream.SpinSharer     = (*verbsQP)(nil)
 )
 
 // Step posts on the queue pair and takes the completions the group has
@@ -78,6 +79,14 @@ func (q *verbsQP) Kick() { q.member.Kick() }
 func (q *verbsQP) NeedSends(need bool) { q.member.NeedSends(need) }
 
 func (q *verbsQP) Dispatches() uint64 { return q.member.Dispatches() }
+
+// TrySpin and EndSpin let one caller of the poll group at a time spin on
+// its CQ (see stream.SpinSharer).
+func (q *verbsQP) TrySpin() bool { return q.member.TrySpin() }
+
+func (q *verbsQP) EndSpin() { q.member.EndSpin() }
+
+func (q *verbsQP) SpinWokeOthers() bool { return q.member.SpinWokeOthers() }
 
 func (q *verbsQP) Start(h stream.EventHandler) {
 	q.startOnce.Do(func() {

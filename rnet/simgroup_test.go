@@ -45,12 +45,15 @@ func (q *simGroupQP) Step(flags verbs.StepFlags, recvs []wr.Recv, sends []wr.Sen
 	return n, err
 }
 
-func (q *simGroupQP) Wait() (bool, error) { return q.member.Wait() }
-func (q *simGroupQP) Kick()               { q.member.Kick() }
-func (q *simGroupQP) NeedSends(need bool) { q.member.NeedSends(need) }
-func (q *simGroupQP) Dispatches() uint64  { return q.member.Dispatches() }
-func (q *simGroupQP) Collected() bool     { return q.member.Collected() }
-func (q *simGroupQP) CollectAll()         { q.member.CollectAll() }
+func (q *simGroupQP) Wait() (bool, error)  { return q.member.Wait() }
+func (q *simGroupQP) Kick()                { q.member.Kick() }
+func (q *simGroupQP) NeedSends(need bool)  { q.member.NeedSends(need) }
+func (q *simGroupQP) Dispatches() uint64   { return q.member.Dispatches() }
+func (q *simGroupQP) Collected() bool      { return q.member.Collected() }
+func (q *simGroupQP) CollectAll()          { q.member.CollectAll() }
+func (q *simGroupQP) TrySpin() bool        { return q.member.TrySpin() }
+func (q *simGroupQP) EndSpin()             { q.member.EndSpin() }
+func (q *simGroupQP) SpinWokeOthers() bool { return q.member.SpinWokeOthers() }
 
 func (q *simGroupQP) Shutdown() {
 	q.member.Stop()

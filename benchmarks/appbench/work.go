@@ -20,6 +20,7 @@ import (
 type counters struct {
 	Wakeups         uint64            `json:"wakeups"`
 	ContextSwitches uint64            `json:"context_switches"`
+	CPUMicros       uint64            `json:"cpu_us"`
 	Syscalls        uint64            `json:"syscalls"`
 	SyscallsAll     *uint64           `json:"syscalls_all,omitempty"` // nil when perf is not counting
 	SyscallsByName  map[string]uint64 `json:"syscalls_by_name,omitempty"`
@@ -47,6 +48,7 @@ func snapshot(conns *connSet) (counters, error) {
 		return c, fmt.Errorf("getrusage: %w", err)
 	}
 	c.ContextSwitches = uint64(ru.Nvcsw + ru.Nivcsw)
+	c.CPUMicros = uint64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e3
 	n, err := readProcIO("/proc/self/io")
 	if err != nil {
 		return c, err
@@ -119,6 +121,7 @@ func perCall(before, after counters, calls int64) perfjson.Work {
 	w := perfjson.Work{
 		Wakeups:         per(before.Wakeups, after.Wakeups),
 		ContextSwitches: per(before.ContextSwitches, after.ContextSwitches),
+		CPUMicros:       per(before.CPUMicros, after.CPUMicros),
 		Syscalls:        per(before.Syscalls, after.Syscalls),
 	}
 	if before.SyscallsAll != nil && after.SyscallsAll != nil {

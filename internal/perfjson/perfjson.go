@@ -123,6 +123,9 @@ type Work struct {
 	// ContextSwitches are the OS threads' switches, voluntary and not
 	// (getrusage RUSAGE_SELF ru_nvcsw + ru_nivcsw).
 	ContextSwitches float64 `json:"context_switches"`
+	// CPUMicros is the CPU time the process took, user and system, in µs
+	// (getrusage RUSAGE_SELF ru_utime + ru_stime).
+	CPUMicros float64 `json:"cpu_us"`
 	// Syscalls are the read and write system calls of /proc/self/io
 	// (syscr + syscw): reads and writes of sockets, of the device's
 	// doorbells and of completion channels, but not epoll or futex calls.

@@ -219,10 +219,11 @@ func (g *Group) needSendsLocked(m *Member, on bool) {
 }
 
 // deliverLocked hands each completion to the member whose queue pair it
-// belongs to. Called with pollMu held.
-func (g *Group) deliverLocked(wcs []wr.Completion) {
+// belongs to. wokeOthers says it woke the waiter of another member than
+// the stepper. Called with pollMu held.
+func (g *Group) deliverLocked(wcs []wr.Completion) (wokeOthers bool) {
 	if len(wcs) == 0 {
-		return
+		return false
 	}
 	for i := range wcs {
 		m := g.members[wcs[i].QPNum]
@@ -233,13 +234,16 @@ func (g *Group) deliverLocked(wcs []wr.Completion) {
 			g.strays++
 			continue
 		}
-		m.deliver(&wcs[i], m != g.stepper)
+		if m.deliver(&wcs[i], m != g.stepper) && m != g.stepper {
+			wokeOthers = true
+		}
 	}
 	if g.srq != nil {
 		if err := g.srq.refillLocked(); err != nil {
 			g.failLocked(err)
 		}
 	}
+	return wokeOthers
 }
 
 // fail fails every member with the CQ's error.
@@ -287,6 +291,7 @@ func (g *Group) leave(m *Member, destroyQP func() error) error {
 	}
 	last := g.dropLocked(m)
 	g.pollMu.Unlock()
+	m.EndSpin() // a caller left spinning must not keep the others parked
 	g.unfollow(m)
 	if !last {
 		return err

@@ -15,8 +15,8 @@ import (
 // is the first since the inbox was last emptied that the waiter needs: a
 // receive (the peer's message), an error, or a send's completion while m
 // needs those (see Member.NeedSends). byOther says another goroutine than
-// m's own polled it.
-func (m *Member) deliver(wc *wr.Completion, byOther bool) {
+// m's own polled it. woke says it woke the waiter.
+func (m *Member) deliver(wc *wr.Completion, byOther bool) (woke bool) {
 	m.mu.Lock()
 	if m.n == len(m.inbox) && !m.growInbox() {
 		// More completions than work requests posted: the device broke
@@ -24,7 +24,7 @@ func (m *Member) deliver(wc *wr.Completion, byOther bool) {
 		m.err = errInboxOverflow
 		m.mu.Unlock()
 		notify(m.wake)
-		return
+		return true
 	}
 	m.inbox[(m.head+m.n)%len(m.inbox)] = *wc
 	m.n++
@@ -40,6 +40,7 @@ func (m *Member) deliver(wc *wr.Completion, byOther bool) {
 	if first {
 		notify(m.wake)
 	}
+	return first
 }
 
 // inboxFirst is the inbox's first size: an idle connection has few

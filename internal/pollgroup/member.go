@@ -57,7 +57,9 @@ func (m *Member) Step(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tri
 				if err == nil {
 					g.notePollLocked(k)
 					g.stepper = m
-					g.deliverLocked(g.buf[:k])
+					if g.deliverLocked(g.buf[:k]) && tries > 1 {
+						m.spinWoke.Store(true)
+					}
 					g.stepper = nil
 				}
 			}

@@ -52,6 +52,10 @@ type Group struct {
 	stepper *Member
 	strays  uint64 // completions for no member (a queue pair already gone)
 
+	// spinner is the member whose caller busy-polls the CQ for the whole
+	// group, if any (see TrySpin); atomic, taken by compare-and-swap.
+	spinner atomic.Pointer[Member]
+
 	// lmu guards the lead: the member waiting on the channel for the
 	// group, and the followers waiting for it to hand over, oldest first.
 	lmu       lockcount.Mutex
@@ -98,6 +102,9 @@ type Member struct {
 	// has left and never counts again; both under pollMu.
 	needSends bool
 	gone      bool
+	// spinWoke says a spinning Step of m woke another member's waiter
+	// since SpinWokeOthers last looked.
+	spinWoke atomic.Bool
 
 	// With a shared receive queue: the receives m claimed (under the
 	// group's mu), and the ones its engine posted and its queue pair has

@@ -70,6 +70,8 @@ type Conn struct {
 	polls          uint64        // crossings into C (Stats.CQPolls)
 	spins          uint64        // waits that busy-polled (Stats.Spins)
 	parks          uint64        // waits that parked (Stats.Parks)
+	spinsDeferred  uint64        // spins left to another connection's caller (Stats.SpinsDeferred)
+	spinsLeft      uint64        // spins ended for other connections' work (Stats.SpinsLeft)
 	handOffs       uint64        // the wait passed to a queued call or the pusher (Stats.HandOffs)
 	// Ring memory lent to ReadFrom or WriteTo (see lend.go): lends counts
 	// the loans running with mu released, recvLent says one holds

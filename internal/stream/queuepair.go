@@ -79,6 +79,22 @@ type CreditClaimer interface {
 	ClaimCredits(n int) int
 }
 
+// SpinSharer is a QueuePair whose CQ other connections share (a poll
+// group): a spinning step polls it for all of them and wakes their
+// waiters, so only one caller of them all spins at a time, and the rest
+// park at once rather than take the CPU their peers' work needs.
+type SpinSharer interface {
+	// TrySpin makes the caller the one spinner and reports true, or
+	// reports false while another caller spins.
+	TrySpin() bool
+	// EndSpin ends a spin that TrySpin allowed.
+	EndSpin()
+	// SpinWokeOthers reports, once, whether the spinner's steps woke
+	// another connection's waiter since the last call: the spin then
+	// ends, since the others' work needs the CPU.
+	SpinWokeOthers() bool
+}
+
 // SoftwarePoster is a QueuePair whose device is a kernel driver doing the
 // adapter's work (rxe, siw).
 type SoftwarePoster interface {

@@ -14,16 +14,20 @@ type Snapshot struct {
 	// into C; Spins the waits that polled in a loop, Parks the waits that
 	// parked until the completion channel or another caller woke them;
 	// HandOffs the times the completion wait passed to another of the
-	// connection's goroutines (a queued call, the pusher).
-	CQPolls, Spins, Parks, HandOffs uint64
-	SendRingSize, RecvRingSize      int
+	// connection's goroutines (a queued call, the pusher); SpinsDeferred
+	// the waits that parked without spinning because another connection
+	// on the same CQ spun, SpinsLeft the spins that ended early because
+	// their polls woke another connection's waiter (see SpinSharer).
+	CQPolls, Spins, Parks, HandOffs, SpinsDeferred, SpinsLeft uint64
+	SendRingSize, RecvRingSize                                int
 }
 
 // Stats returns a snapshot of the connection's counters.
 func (c *Conn) Stats() Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Snapshot{Engine: c.eng.Stats(), CQPolls: c.polls, Spins: c.spins, Parks: c.parks, HandOffs: c.handOffs}
+	s := Snapshot{Engine: c.eng.Stats(), CQPolls: c.polls, Spins: c.spins, Parks: c.parks, HandOffs: c.handOffs,
+		SpinsDeferred: c.spinsDeferred, SpinsLeft: c.spinsLeft}
 	s.SendRingSize, s.RecvRingSize = c.eng.RingSizes()
 	return s
 }

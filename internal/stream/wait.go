@@ -216,11 +216,25 @@ func (c *Conn) pusher() {
 
 // busyPoll steps the connection for up to window, until ready reports true
 // or deadline is closed, so that a reply microseconds away does not cost a
-// park and a wakeup. It does not take the wait. reply says the caller waits
-// for the answer to its own Write.
+// park and a wakeup. It does not take the wait. On a CQ shared with other
+// connections it spins only if no other caller does, and only while its
+// polls find nothing for the others (see SpinSharer). reply says the
+// caller waits for the answer to its own Write.
 func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) {
 	if window <= 0 {
 		return
+	}
+	sharer, _ := c.qp.(SpinSharer)
+	if s := sharer; s != nil {
+		if !s.TrySpin() {
+			// Another connection's caller spins on the shared CQ and
+			// will wake ours: park at once.
+			c.mu.Lock()
+			c.spinsDeferred++
+			c.mu.Unlock()
+			return
+		}
+		defer s.EndSpin()
 	}
 	start := time.Now()
 	end := start.Add(window)
@@ -241,12 +255,19 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 		}
 		moved, _ := c.stepLocked(stepPoll|stepSpin, 0)
 		ok := ready() || c.fatal != nil || c.closing
+		// Once the spin's polls woke another connection's waiter, the
+		// CPU is that connection's: its steps and the group's channel
+		// will wake this one.
+		left := !ok && sharer != nil && sharer.SpinWokeOthers()
+		if left {
+			c.spinsLeft++
+		}
 		yield := (moved || spin == 1) && c.readied || spin == 1 && reply
 		if yield {
 			c.readied = false
 		}
 		c.mu.Unlock()
-		if ok {
+		if ok || left {
 			return
 		}
 		if spin == look {
