@@ -53,7 +53,12 @@ type Config struct {
 	// completion queue before it parks, as rsocket's polling_time: CPU for
 	// latency. Default 10 µs; negative turns spinning off. A very long
 	// value (a minute) polls until the data comes, as rstream does. A
-	// streaming reader whose spins rarely catch data stops spinning.
+	// streaming reader whose spins rarely catch data stops spinning. Of
+	// the connections of one poll group (those on one device in one
+	// process, see docs/design.md) one caller spins at a time, for them
+	// all: another wait of the group, the same connection's Write while
+	// its Read spins too, parks instead, and a spin that hands another
+	// connection its completions ends there.
 	BusyPoll time.Duration
 	// BusyPollLimit is the longest a Read that waits for the answer to its
 	// own Write may spin: about twice the recent reply time, at least as

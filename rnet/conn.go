@@ -242,11 +242,13 @@ type Stats struct {
 	// post first) and a wakeup through the netpoller, a spin one crossing
 	// per round. A wait that finds the channel already signalled is no
 	// park.
-	// SpinsDeferred counts the waits that would have spun but parked at
-	// once, because another connection of the poll group was spinning
-	// and polls the shared CQ for them all; SpinsLeft the spins that
-	// ended early, and parked, because their polls found work for other
-	// connections of the group, which then need the CPU.
+	//
+	// SpinsDeferred counts the waits that would have spun but went to
+	// park at once, because another caller of the poll group (another
+	// connection's, or this one's other Read or Write) was spinning and
+	// polls the shared CQ for them all; SpinsLeft the spins that ended
+	// early, and went to park, because their polls handed other
+	// connections of the group completions, and they then need the CPU.
 	Spins         uint64 `json:"spins"`
 	Parks         uint64 `json:"parks"`
 	SpinsDeferred uint64 `json:"spins_deferred"`

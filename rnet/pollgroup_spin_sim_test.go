@@ -2,19 +2,18 @@ package rnet
 
 import (
 	"io"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/conntest"
-	"github.com/rnet-dev/rnet/internal/procstat"
+	"github.com/rnet-dev/rnet/internal/pollgroup"
 )
 
 // TestSimPollGroupOneSpinner: of two Reads on connections of one poll
 // group, with spins of an hour, only the first spins; the second parks at
-// once, and its data wakes it while the first still spins (the spinner's
-// polls or the group's channel hand it over). The spinner's data then
-// ends its spin.
+// once, and its data wakes it (the spinner's polls or the group's channel
+// hand it over; a spin that hands it over ends there). Both Reads return
+// and the group's spinner's turn is free again.
 func TestSimPollGroupOneSpinner(t *testing.T) {
 	sn := simGroupPipes(t, 2, simGroupOptions{armedCQ: true, cfg: &Config{BusyPoll: time.Hour, BusyPollLimit: -1}})
 	defer sn.closeAll()
@@ -26,17 +25,27 @@ func TestSimPollGroupOneSpinner(t *testing.T) {
 		}()
 		return done
 	}
+	// The hook fires once the second Read's wait has found nothing ready
+	// and is about to park: data written after it must wake a park.
+	parking := make(chan struct{}, 1)
+	t.Cleanup(pollgroup.SetTestHooks(&pollgroup.Hooks{
+		Parking: func(m *pollgroup.Member) {
+			if m == sn.serverQPs[1].member {
+				select {
+				case parking <- struct{}{}:
+				default:
+				}
+			}
+		},
+	}))
 	first := read(sn.servers[0])
 	conntest.Until(t, "the first Read to spin", func() bool { return sn.servers[0].Stats().Spins == 1 })
 	second := read(sn.servers[1])
-	conntest.Until(t, "the second Read to park while the first spins", func() bool {
-		for _, st := range procstat.Stacks() {
-			if strings.Contains(st, "pollgroup.(*Member).Wait(") {
-				return true
-			}
-		}
-		return false
-	})
+	select {
+	case <-parking:
+	case <-time.After(time.Minute): // a failure bound only
+		t.Fatal("the second Read did not park while the first spins")
+	}
 	if _, err := sn.clients[1].Write([]byte("b")); err != nil {
 		t.Fatal(err)
 	}

@@ -113,6 +113,9 @@ func TestSpinHoldsTheSharedTurn(t *testing.T) {
 			_, err := c.Read(make([]byte, 1))
 			got <- err
 		}()
+		// The second spinning step comes after the first found nothing
+		// and asked whether it woke another waiter.
+		<-q.spinning
 		<-q.spinning
 		if q.TrySpin() {
 			t.Fatal("a Read spins, and another connection could spin too")
