@@ -144,7 +144,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			}
 			if !r.waiting {
 				c.beginReadWait(&r)
-				c.busyPoll(r.window, c.readReadyLocked, c.readDL.Wait(), r.reply)
+				r.cutShort = !c.busyPoll(r.window, c.readReadyLocked, c.readDL.Wait(), r.reply)
 				continue
 			}
 			r.blocked = true

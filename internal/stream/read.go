@@ -41,7 +41,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		}
 		if !r.waiting {
 			c.beginReadWait(&r)
-			c.busyPoll(r.window, c.readReadyLocked, c.readDL.Wait(), r.reply)
+			r.cutShort = !c.busyPoll(r.window, c.readReadyLocked, c.readDL.Wait(), r.reply)
 			continue
 		}
 		r.blocked = true
@@ -66,6 +66,7 @@ type readAttempt struct {
 	parked    bool          // a block did park, if measure
 	streamed  bool          // the wait spun under streamSpin's rule
 	blocked   bool          // the spin ended without data, and the Read blocked
+	cutShort  bool          // the spin was left to another connection's caller or cut short for its work
 }
 
 // readLocked is one look of a Read: it returns what the engine holds, or
@@ -124,8 +125,13 @@ func (c *Conn) beginReadWait(r *readAttempt) {
 }
 
 // endReadWait tells the spin policy how the wait of a Read that got data
-// went.
+// went, unless its spin did not run as the policy asked: a wait that parked
+// at once because another connection's caller spun lasts a park longer
+// than a spun one, which would turn this connection's spinning off.
 func (c *Conn) endReadWait(r *readAttempt) {
+	if r.cutShort {
+		return
+	}
 	if r.waiting && r.reply {
 		c.readWait.observe(time.Since(r.start), r.window, c.readWait.limit(&c.set))
 		if r.parked {

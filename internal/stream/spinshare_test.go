@@ -2,6 +2,7 @@ package stream
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -55,8 +56,14 @@ func (q *spinSharedQP) Wait() (bool, error) {
 // of window (no adaptive limit).
 func spinSharedPipe(t *testing.T, window time.Duration) (*Conn, *Conn, *spinSharedQP) {
 	t.Helper()
+	return spinSharedPipeWith(t, func(s *Settings) { s.BusyPoll, s.BusyPollLimit, s.BusyPollLimitMax = window, 0, 0 })
+}
+
+// spinSharedPipeWith is spinSharedPipe with the settings mod gives.
+func spinSharedPipeWith(t *testing.T, mod func(*Settings)) (*Conn, *Conn, *spinSharedQP) {
+	t.Helper()
 	var q *spinSharedQP
-	c, s := simPipeWrap(t, func(s *Settings) { s.BusyPoll, s.BusyPollLimit, s.BusyPollLimitMax = window, 0, 0 },
+	c, s := simPipeWrap(t, mod,
 		func(qp *simqp.QP) QueuePair {
 			q = &spinSharedQP{QP: qp, turn: new(atomic.Bool), waiting: make(chan struct{}, 1), spinning: make(chan struct{}, 1)}
 			return q
@@ -173,5 +180,64 @@ func TestSpinEndsWhenOthersHaveWork(t *testing.T) {
 	}
 	if st := c.Stats(); st.Spins != 1 || st.SpinsLeft != 1 {
 		t.Fatalf("a spin that woke another connection: %d spins, %d left; want 1 and 1", st.Spins, st.SpinsLeft)
+	}
+}
+
+// TestDeferredSpinsTeachNothing: a wait whose spin was left to another
+// connection's caller parks at once, and one whose spin woke another
+// connection's waiter stops spinning early; either lasts longer than a
+// spun wait would. Such waits must not feed the spin policy, which would
+// take them for replies too slow to spin for (or for a dear park) and turn
+// this connection's spinning off once the CPU is its own again.
+func TestDeferredSpinsTeachNothing(t *testing.T) {
+	for _, cutShort := range []bool{false, true} {
+		name := map[bool]string{false: "deferred", true: "cut short"}[cutShort]
+		t.Run(name, func(t *testing.T) {
+			c, s, q := spinSharedPipeWith(t, func(set *Settings) {
+				set.BusyPoll, set.BusyPollLimit, set.BusyPollLimitMax = 50*time.Microsecond, time.Millisecond, 2*time.Millisecond
+			})
+			if !cutShort {
+				q.turn.Store(true) // another connection spins throughout
+			}
+			one := make([]byte, 1)
+			const waits = 2 * streamSpinWarmup
+			for i := 0; i < waits; i++ {
+				if i%2 == 0 {
+					// A request first: the next Read waits for its reply.
+					if _, err := c.Write([]byte("q")); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := io.ReadFull(s, one); err != nil {
+						t.Fatal(err)
+					}
+				}
+				select {
+				case <-q.waiting: // a token of an earlier park
+				default:
+				}
+				q.wokeOthers.Store(cutShort) // the spin's first round wakes another connection
+				got := make(chan error, 1)
+				go func() {
+					_, err := c.Read(make([]byte, 1))
+					got <- err
+				}()
+				<-q.waiting
+				if _, err := s.Write([]byte("a")); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-got; err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := c.Stats()
+			if n := map[bool]uint64{false: st.SpinsDeferred, true: st.SpinsLeft}[cutShort]; n < waits {
+				t.Fatalf("%d of %d waits' spins %s (stats %+v)", n, waits, name, st)
+			}
+			// The Reads have returned: their writes to the policy happened before.
+			if w := &c.readWait; w.avg != 0 || w.nParked != 0 || c.streamSpin.spins != 0 {
+				t.Fatalf("waits whose spin was %s fed the spin policy: reply average %v, %d parks measured, %d stream spins observed",
+					name, w.avg, w.nParked, c.streamSpin.spins)
+			}
+		})
 	}
 }

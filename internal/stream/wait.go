@@ -219,10 +219,12 @@ func (c *Conn) pusher() {
 // park and a wakeup. It does not take the wait. On a CQ shared with other
 // connections it spins only if no other caller does, and only while its
 // polls find nothing for the others (see SpinSharer). reply says the
-// caller waits for the answer to its own Write.
-func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) {
+// caller waits for the answer to its own Write. full is false when it left
+// the spin to another caller or cut it short for their work: then how the
+// wait went says nothing about whether spinning pays this connection.
+func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan struct{}, reply bool) (full bool) {
 	if window <= 0 {
-		return
+		return true
 	}
 	sharer, _ := c.qp.(SpinSharer)
 	if s := sharer; s != nil {
@@ -232,7 +234,7 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 			c.mu.Lock()
 			c.spinsDeferred++
 			c.mu.Unlock()
-			return
+			return false
 		}
 		defer s.EndSpin()
 	}
@@ -248,7 +250,7 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 			// Close may destroy the queue pair once it owns the wait,
 			// which a spinner does not hold.
 			c.mu.Unlock()
-			return
+			return true
 		}
 		if spin == 1 {
 			c.spins++
@@ -268,12 +270,12 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 		}
 		c.mu.Unlock()
 		if ok || left {
-			return
+			return !left
 		}
 		if spin == look {
 			now := time.Now()
 			if !now.Before(end) || isClosed(deadline) {
-				return
+				return true
 			}
 			perRound := max(now.Sub(lastLook)/time.Duration(spin-lastSpin), 1)
 			look += int(min(max(window/8/perRound, 1), 32))
