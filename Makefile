@@ -3,7 +3,7 @@
 # addresses from RNET_TEST_*), otherwise inside the Soft-RoCE guest (scripts/softroce-vm).
 GO        ?= go
 VM        := $(CURDIR)/scripts/softroce-vm
-FUZZTIME  ?= 1000000x
+FUZZTIME  ?= 300000x
 # Device tests run once more without -race, as PACKAGE=REGEXP: those whose checks hold only
 # without it (allocations per call), and faults' volume tests, whose worth at full length is
 # volume and checksums (under -race, which slows each access several times over, they run as

@@ -37,7 +37,7 @@ func init() { roles["across-splice"] = spliceRole }
 // on host A and whose peers are on host B, over IPv4 and over IPv6.
 func TestConnContractBetweenHosts(t *testing.T) {
 	needLab(t)
-	l := bootLab(t, hostlab.Config{})
+	l := labFor(t, hostlab.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	splice, addrs := startServerRole(t, ctx, l.B, "across-splice")

@@ -43,7 +43,7 @@ func init() { roles["across-grpc-server"] = grpcServerRole }
 // checked at both ends.
 func TestGRPCBetweenHosts(t *testing.T) {
 	needLab(t)
-	l := bootLab(t, hostlab.Config{})
+	l := labFor(t, hostlab.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	server, addrs := startServerRole(t, ctx, l.B, "across-grpc-server")

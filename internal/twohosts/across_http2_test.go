@@ -31,7 +31,7 @@ const (
 // bodies up to 256 KiB both ways, every byte checked at both ends.
 func TestHTTP2BetweenHosts(t *testing.T) {
 	needLab(t)
-	l := bootLab(t, hostlab.Config{})
+	l := labFor(t, hostlab.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	server, addrs := startServerRole(t, ctx, l.B, "across-http2-server")

@@ -86,7 +86,7 @@ func init() { roles["across-rstream-server"] = rstreamServerRole }
 // hosts, each as server and as client, every byte verified by both sides.
 func TestRstreamInteropBetweenHosts(t *testing.T) {
 	needLab(t)
-	l := bootLab(t, hostlab.Config{})
+	l := labFor(t, hostlab.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	t.Run("rstream-server-on-B/rnet-client-on-A", func(t *testing.T) {

@@ -69,17 +69,14 @@ func startStreams(t *testing.T, ctx context.Context, srv, cli *hostlab.Host, por
 	return s
 }
 
-// massFailureLab boots the lab for a fault that fails all of host A's
+// massFailureLab is the lab for a fault that fails all of host A's
 // connections at once: two CPUs per host. Until A's connections end, rxe
 // on A resends every unacknowledged packet of each of them at every ACK
 // timeout, thousands of frames a second, which on one emulated CPU starves
 // A's user space for seconds (docs/performance.md, "Two hosts").
 func massFailureLab(t *testing.T) *hostlab.Lab {
 	t.Helper()
-	start := time.Now()
-	l := bootLab(t, hostlab.Config{CPUs: 2})
-	t.Logf("two CPUs per host: booted in %v", time.Since(start).Round(time.Second))
-	return l
+	return labFor(t, hostlab.Config{CPUs: 2})
 }
 
 // needDetectionFix skips TestPowerOffEndsConnections and
@@ -264,53 +261,6 @@ func checkReleased(t *testing.T, ctx context.Context, j *hostlab.Job) {
 	}
 }
 
-// TestPowerOffEndsConnections: host B loses power mid-stream. Every
-// connection on A ends with ErrPeerGone within the keepalive bound, A's
-// process holds again what it held before it dialled, and a new dial to B
-// fails promptly, saying that B does not answer.
-func TestPowerOffEndsConnections(t *testing.T) {
-	needLab(t)
-	needDetectionFix(t)
-	l := massFailureLab(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	s := startStreams(t, ctx, l.B, l.A, faultPort, "end", 0)
-
-	off := time.Now()
-	l.B.PowerOff()
-	if err := s.client.Signal(syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	awaitAllFailed(t, ctx, l, s, off, "power-off")
-	checkReleased(t, ctx, s.client)
-	if err := s.client.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// Whether A still holds a valid neighbour entry for B decides which
-	// step of the dial meets the silence: the connection request, or the
-	// address resolution.
-	if neigh, err := l.A.Run(ctx, nil, "ip", "neigh", "show", l.B.Addr(0).String()); err == nil {
-		t.Logf("A's neighbour entry for B before the dial: %s", strings.TrimSpace(neigh))
-	}
-	peer := net.JoinHostPort(l.B.Addr(0).String(), strconv.Itoa(faultPort))
-	out, err := l.A.Run(ctx, append([]string{"RNET_TWOHOSTS_ROLE=fault-dial"}, faultEnv("FAULT_ADDR="+peer)...), binary(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("dial after the power-off: %s", strings.TrimSpace(out))
-	dial := linesWith(out, "dial-failed ")
-	if len(dial) != 1 {
-		t.Fatalf("a dial to the powered-off host: %s", out)
-	}
-	if d := durationField(t, dial[0], "elapsed"); d > dialBound {
-		t.Errorf("the dial took %v to fail; want at most %v", d, dialBound)
-	}
-	if !strings.Contains(dial[0], "does not answer") {
-		t.Errorf("the dial's error does not say the host does not answer: %s", dial[0])
-	}
-}
-
 // awaitAllFailed waits for every connection of the client of s to end
 // after a fault that began at start, and checks that each failed and that
 // the last did so within the keepalive bound.
@@ -346,7 +296,7 @@ const shortFault = survivableSilence / 2
 // goes on, and every byte comes back once, in order.
 func TestFreezeShortSurvives(t *testing.T) {
 	needLab(t)
-	l := bootLab(t, hostlab.Config{})
+	l := labFor(t, hostlab.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := startStreams(t, ctx, l.B, l.A, faultPort, "survive", faultConns+1)
@@ -365,10 +315,11 @@ func TestFreezeShortSurvives(t *testing.T) {
 // on, and every byte comes back once, in order.
 func TestWireCutSurvives(t *testing.T) {
 	needLab(t)
-	l := bootLab(t, hostlab.Config{})
+	l := labFor(t, hostlab.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := startStreams(t, ctx, l.B, l.A, faultPort, "survive", faultConns+1)
+	_, droppedBefore := l.Wire(0).Counts()
 	if err := l.Wire(0).Cut(); err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +327,7 @@ func TestWireCutSurvives(t *testing.T) {
 	if err := l.Wire(0).Restore(); err != nil {
 		t.Fatal(err)
 	}
-	if _, dropped := l.Wire(0).Counts(); dropped == 0 {
+	if _, dropped := l.Wire(0).Counts(); dropped == droppedBefore {
 		t.Error("the relay dropped nothing during the cut")
 	}
 	finishSurvivors(t, ctx, s)
@@ -455,6 +406,54 @@ func TestRebootListensAgain(t *testing.T) {
 	finishSurvivors(t, ctx, again)
 }
 
+// TestPowerOffEndsConnections: host B loses power mid-stream. Every
+// connection on A ends with ErrPeerGone within the keepalive bound, A's
+// process holds again what it held before it dialled, and a new dial to B
+// fails promptly, saying that B does not answer.
+func TestPowerOffEndsConnections(t *testing.T) {
+	needLab(t)
+	needDetectionFix(t)
+	l := massFailureLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := startStreams(t, ctx, l.B, l.A, faultPort, "end", 0)
+
+	off := time.Now()
+	l.B.PowerOff()
+	spoilLab(l)
+	if err := s.client.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	awaitAllFailed(t, ctx, l, s, off, "power-off")
+	checkReleased(t, ctx, s.client)
+	if err := s.client.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Whether A still holds a valid neighbour entry for B decides which
+	// step of the dial meets the silence: the connection request, or the
+	// address resolution.
+	if neigh, err := l.A.Run(ctx, nil, "ip", "neigh", "show", l.B.Addr(0).String()); err == nil {
+		t.Logf("A's neighbour entry for B before the dial: %s", strings.TrimSpace(neigh))
+	}
+	peer := net.JoinHostPort(l.B.Addr(0).String(), strconv.Itoa(faultPort))
+	out, err := l.A.Run(ctx, append([]string{"RNET_TWOHOSTS_ROLE=fault-dial"}, faultEnv("FAULT_ADDR="+peer)...), binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dial after the power-off: %s", strings.TrimSpace(out))
+	dial := linesWith(out, "dial-failed ")
+	if len(dial) != 1 {
+		t.Fatalf("a dial to the powered-off host: %s", out)
+	}
+	if d := durationField(t, dial[0], "elapsed"); d > dialBound {
+		t.Errorf("the dial took %v to fail; want at most %v", d, dialBound)
+	}
+	if !strings.Contains(dial[0], "does not answer") {
+		t.Errorf("the dial's error does not say the host does not answer: %s", dial[0])
+	}
+}
+
 // TestMTUMismatch: host A's NIC has MTU 1500 and B's 9000. Connections
 // dialled either way run at the smaller path MTU (rxe's 1024 for 1500) on
 // both ends, and carry checked bytes. When B dials, its connection manager
@@ -462,7 +461,7 @@ func TestRebootListensAgain(t *testing.T) {
 // port MTU, and A's own port bring both queue pairs down to 1024.
 func TestMTUMismatch(t *testing.T) {
 	needLab(t)
-	l := bootLab(t, hostlab.Config{MTU: [2]int{1500, 9000}})
+	l := labFor(t, hostlab.Config{MTU: [2]int{1500, 9000}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for _, dir := range []struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +26,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(role())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	closeSharedLab()
+	os.Exit(code)
 }
 
 // needLab skips unless the two-host tier was asked for: each boot costs two
@@ -48,25 +51,81 @@ func inGuest(t *testing.T) {
 	}
 }
 
-// bootLab boots the lab for one test and powers it off when the test ends,
-// with both hosts' logs in the test's output if it failed.
-func bootLab(t *testing.T, cfg hostlab.Config) *hostlab.Lab {
+// labFor returns a lab booted as cfg says. Consecutive tests that ask for
+// the same Config share one boot, since booting two emulated guests is most
+// of a short test's time; asking for another Config powers the shared lab
+// off first, so that no two labs share the machine's two cores. A test that
+// fails, or that leaves a host unusable (spoilLab), retires the lab: the
+// next test boots its own, and the failing test's log has both hosts' logs.
+func labFor(t *testing.T, cfg hostlab.Config) *hostlab.Lab {
 	t.Helper()
-	var log strings.Builder
-	cfg.Log = &log
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	l, err := hostlab.Boot(ctx, cfg)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
+	key := labKey(cfg)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.lab != nil && shared.key != key {
+		closeSharedLabLocked()
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("lab log:\n%s\n%s\n%s", log.String(), l.A.Logs(), l.B.Logs())
+	if shared.lab == nil {
+		log := new(strings.Builder)
+		cfg.Log = log
+		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+		defer cancel()
+		start := time.Now()
+		l, err := hostlab.Boot(ctx, cfg)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
 		}
-		l.Close()
+		t.Logf("lab booted in %v", time.Since(start).Round(time.Second))
+		shared.lab, shared.key, shared.log = l, key, log
+	} else {
+		t.Log("lab shared with the test before")
+	}
+	l, log := shared.lab, shared.log
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		t.Logf("lab log:\n%s\n%s\n%s", log.String(), l.A.Logs(), l.B.Logs())
+		spoilLab(l)
 	})
 	return l
+}
+
+// shared is the lab the last test used, kept for the next.
+var shared struct {
+	mu  sync.Mutex
+	lab *hostlab.Lab     // guarded by mu; nil when none is booted
+	key string           // guarded by mu; labKey of lab's Config
+	log *strings.Builder // guarded by mu; lab's boot and driver log
+}
+
+// labKey names what a Config boots, so that equal Configs share a lab.
+func labKey(cfg hostlab.Config) string {
+	cfg.Log = nil
+	return fmt.Sprintf("%+v", cfg)
+}
+
+// spoilLab retires l if it is the shared lab: a host was powered off, or a
+// test failed on it, so the next test must not inherit its state.
+func spoilLab(l *hostlab.Lab) {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.lab == l {
+		closeSharedLabLocked()
+	}
+}
+
+func closeSharedLab() {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	closeSharedLabLocked()
+}
+
+func closeSharedLabLocked() {
+	if shared.lab != nil {
+		shared.lab.Close()
+		shared.lab, shared.key, shared.log = nil, "", nil
+	}
 }
 
 // binary is this test binary's path, which the hosts see at the same path.
@@ -88,14 +147,24 @@ func startRole(t *testing.T, h *hostlab.Host, role string, env ...string) *hostl
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		select {
-		case <-j.Done():
-		default:
-			j.Signal(9)
-		}
-	})
+	t.Cleanup(func() { stopRole(t, j) })
 	return j
+}
+
+// stopRole kills j unless it has ended and waits until it has, so that the
+// next test on a shared lab finds its ports and devices free.
+func stopRole(t *testing.T, j *hostlab.Job) {
+	select {
+	case <-j.Done():
+		return
+	default:
+	}
+	j.Signal(9)
+	select {
+	case <-j.Done():
+	case <-time.After(time.Minute):
+		t.Errorf("a role on the lab did not end within a minute of SIGKILL")
+	}
 }
 
 // runGuestTest runs the guest test name on h to its end and fails t if it
