@@ -4,8 +4,9 @@
 # and boots the guest). Each line of PLAN is tab-separated: a label (the import path), the
 # package directory (the binary runs there, as under go test), the binary, and its flags
 # (space-separated). Each run prints its output only when it fails (or has -test.v), then
-# a line as go test's: "ok  <label>  <seconds>s" or "FAIL  <label>  <seconds>s". The exit code is 1 if
-# any run failed.
+# a line as go test's: "ok  <label>  <seconds>s" or "FAIL  <label>  <seconds>s", and after an
+# ok line its tests that took RNET_SLOW_TEST seconds or more (default 10), slowest first,
+# so that a CI log shows where the tier's time goes. The exit code is 1 if any run failed.
 #
 # Between runs, what a package may leave behind that would change the next one's lab is
 # removed: processes still in its session, and traffic-control qdiscs on the lab's
@@ -43,6 +44,12 @@ settle() {
   done
   echo "run-tests: after $1 the kernel still holds RDMA objects: $(objects | tr '\n' ' ') (before: $(echo "$objects_before" | tr '\n' ' '))"
 }
+# slow_tests LOG prints the top-level tests of LOG that took RNET_SLOW_TEST seconds or more.
+slow_tests() {
+  sed -n 's/^--- \(PASS\|SKIP\): \([^ ]*\) (\([0-9.]*\)s)$/\3 \2/p' "$1" |
+    awk -v min="${RNET_SLOW_TEST:-10}" '$1 >= min' | sort -rn |
+    awk '{ printf "    %-50s %8.1fs\n", $2, $1 }'
+}
 lab_before=$(devices)
 objects_before=$(objects)
 mapfile -t runs < <(grep -v '^[[:space:]]*$' "$plan")
@@ -53,8 +60,10 @@ for run in "${runs[@]}"; do
   log=$logs/$n.log
   start=$(date +%s%N)
   # Its own session, so that whatever it leaves running can be found and stopped.
+  # -test.v for the tests' times (see slow_tests); the output shows only on failure, or
+  # when the plan asked for -test.v.
   # shellcheck disable=SC2086 # flags are words by design (no spaces inside one)
-  (cd "$dir" && exec setsid "$bin" -test.paniconexit0 $flags) >"$log" 2>&1 </dev/null &
+  (cd "$dir" && exec setsid "$bin" -test.paniconexit0 $flags -test.v) >"$log" 2>&1 </dev/null &
   sid=$!
   wait "$sid"
   rc=$?
@@ -86,6 +95,7 @@ for run in "${runs[@]}"; do
   if [ "$rc" = 0 ]; then
     case " $flags " in *" -test.v "* | *" -test.v=true "*) cat "$log" ;; esac # as go test -v
     printf 'ok  \t%s\t%ss%s\n' "$label" "$secs" "$note"
+    slow_tests "$log"
   else
     cat "$log"
     printf 'FAIL\t%s\t%ss\n' "$label" "$secs"
