@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -57,16 +56,7 @@ func processObjects(t *testing.T, kind string) []rdmaObject {
 		if before != after || len(all) != after {
 			continue
 		}
-		tasks, err := os.ReadDir("/proc/self/task")
-		if err != nil {
-			t.Fatal(err)
-		}
-		tids := map[int]bool{}
-		for _, e := range tasks {
-			if id, err := strconv.Atoi(e.Name()); err == nil {
-				tids[id] = true
-			}
-		}
+		tids := procstat.Threads(t, os.Getpid())
 		var mine []rdmaObject
 		for _, o := range all {
 			if o.Pid != 0 && tids[o.Pid] {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/rnet"
 )
@@ -209,16 +209,7 @@ func serverQPNumbers(t *testing.T, pid int) map[uint32]bool {
 	if err := json.Unmarshal(bytes.TrimSpace(out), &qps); err != nil {
 		t.Fatalf("rdma -j resource show qp: %v: %s", err, out)
 	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tids := map[int]bool{}
-	for _, e := range tasks {
-		if id, err := strconv.Atoi(e.Name()); err == nil {
-			tids[id] = true
-		}
-	}
+	tids := procstat.Threads(t, pid)
 	numbers := map[uint32]bool{}
 	for _, q := range qps {
 		if q.Pid != 0 && tids[q.Pid] {

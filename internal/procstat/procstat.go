@@ -236,3 +236,20 @@ func ParseResources(out string) (map[string]int, error) {
 	}
 	return res, nil
 }
+
+// Threads returns the thread IDs of the process pid, as /proc lists them:
+// the kernel names the thread that created an RDMA object as its owner.
+func Threads(tb testing.TB, pid int) map[int]bool {
+	tb.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tids := map[int]bool{}
+	for _, e := range tasks {
+		if id, err := strconv.Atoi(e.Name()); err == nil {
+			tids[id] = true
+		}
+	}
+	return tids
+}
