@@ -47,6 +47,8 @@ type ConnSocket struct {
 }
 
 // sockets are the open listeners and RDMA connections, for ReadSockets.
+// No connection's lock is taken with mu held: a connection may report its
+// close with its own lock held.
 var sockets struct {
 	mu        sync.Mutex
 	listeners map[*listener]struct{}    // guarded by mu

@@ -79,6 +79,9 @@ func TestReadSocketsListsListenersAndConns(t *testing.T) {
 		t.Errorf("the TCP connection %+v (listed %t); want transport tcp", st, ok)
 	}
 
+	if publishSockets(socketsExpvarName) {
+		t.Errorf("publishSockets published %q a second time", socketsExpvarName)
+	}
 	var published Sockets
 	if err := json.Unmarshal([]byte(expvar.Get(socketsExpvarName).String()), &published); err != nil {
 		t.Fatalf("the %s variable: %v", socketsExpvarName, err)
