@@ -4,7 +4,6 @@ package rnet
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -24,13 +23,7 @@ func TestRXEHTTPTransportDialConn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "over "+Transport(r.Context().Value(connKey{}).(net.Conn))+" for "+r.URL.Path)
-	}), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-		return context.WithValue(ctx, connKey{}, c)
-	}}
-	go srv.Serve(ln)
-	defer srv.Close()
+	serveTransport(t, ln)
 
 	local := netip.AddrPortFrom(pair.Client, 0)
 	d := &Dialer{LocalAddr: &Addr{local}, TCPFallback: true, Timeout: time.Minute}
@@ -43,17 +36,7 @@ func TestRXEHTTPTransportDialConn(t *testing.T) {
 		return c, err
 	}}}
 	defer client.CloseIdleConnections()
-	for _, path := range []string{"/a", "/b"} {
-		resp, err := client.Get("http://" + ln.Addr().String() + path)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if want := "over rdma for " + path; err != nil || string(body) != want {
-			t.Fatalf("GET %s = %q, %v; want %q", path, body, err, want)
-		}
-	}
+	getOver(t, client, ln.Addr().String(), "rdma", "/a", "/b")
 	c := <-dialed
 	if Transport(c) != "rdma" {
 		t.Fatalf("DialConn(\"tcp\") made a %s connection, want rdma", Transport(c))

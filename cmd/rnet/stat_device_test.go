@@ -86,7 +86,7 @@ func TestRXEStatShowsPerfServer(t *testing.T) {
 	}
 
 	conns := reading(st.Sockets.Connections, srv.addr, p.Client)
-	serverQPs := serverQPNumbers(t, srv.cmd.Process.Pid)
+	serverQPs := procstat.HeldRDMAOf(t, srv.cmd.Process.Pid).QPNumbers
 	for _, c := range conns {
 		if c.Device != device || c.QPNumber == 0 || !serverQPs[c.QPNumber] || c.SendRingSize+c.RecvRingSize <= 0 {
 			t.Errorf("connection %+v; want one on %s with a queue pair number among the server's %v, and rings", c, device, serverQPs)
@@ -192,29 +192,4 @@ func atoi(s string) int64 {
 		return -1
 	}
 	return n
-}
-
-// serverQPNumbers lists the queue pair numbers `rdma resource show qp`
-// lists for the process pid (created by any of its threads).
-func serverQPNumbers(t *testing.T, pid int) map[uint32]bool {
-	t.Helper()
-	out, err := exec.Command("rdma", "-j", "resource", "show", "qp").Output()
-	if err != nil {
-		t.Fatalf("rdma -j resource show qp: %v", err)
-	}
-	var qps []struct {
-		Pid  int    `json:"pid"`
-		LQPN uint32 `json:"lqpn"`
-	}
-	if err := json.Unmarshal(bytes.TrimSpace(out), &qps); err != nil {
-		t.Fatalf("rdma -j resource show qp: %v: %s", err, out)
-	}
-	tids := procstat.Threads(t, pid)
-	numbers := map[uint32]bool{}
-	for _, q := range qps {
-		if q.Pid != 0 && tids[q.Pid] {
-			numbers[q.LQPN] = true
-		}
-	}
-	return numbers
 }
