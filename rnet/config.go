@@ -17,11 +17,11 @@ type Config struct {
 	// SendBufferSize is the most the registered send ring, where written
 	// bytes wait until the peer has them, grows to (see IdleBufferSize).
 	// Default 128 KiB; range 64 B to 1 GiB.
-	SendBufferSize int
+	SendBufferSize int `json:"send_buffer_size"`
 	// RecvBufferSize is the most the registered receive ring the peer
 	// writes into, advertised in two halves, grows to. Default 128 KiB;
 	// range 64 B to 1 GiB.
-	RecvBufferSize int
+	RecvBufferSize int `json:"recv_buffer_size"`
 	// IdleBufferSize is the size both rings start at and shrink back to
 	// after a quiet keepalive period, so that an idle connection pins
 	// little memory. A ring grows, four times at a step up to its maximum,
@@ -33,22 +33,22 @@ type Config struct {
 	// iWARP the receive ring stays at RecvBufferSize. Default 16 KiB; range
 	// 64 B to 1 GiB; a value at least a ring's maximum keeps that ring
 	// fixed.
-	IdleBufferSize int
+	IdleBufferSize int `json:"idle_buffer_size"`
 	// SendQueueSize is the send queue depth, 4 of which carry control
 	// messages. Default 384; range 16 to 65534, lowered to what the device
 	// allows.
-	SendQueueSize int
+	SendQueueSize int `json:"send_queue_size"`
 	// RecvQueueSize is the credit window: how many messages the peer may
 	// send before Read consumes them. Default 384; range 16 to 65534. On a
 	// device whose poll groups share a receive queue (RoCE, InfiniBand)
 	// it is the most the window grows to: it starts at 32 and doubles
 	// while the peer keeps using it up and the queue has receives to spare.
-	RecvQueueSize int
+	RecvQueueSize int `json:"recv_queue_size"`
 	// InlineThreshold is the largest transfer copied into the work request
 	// itself rather than read by the NIC from the send ring, which cuts
 	// small messages' latency. Default 64 bytes; negative turns it off;
 	// capped at what the device grants.
-	InlineThreshold int
+	InlineThreshold int `json:"inline_threshold"`
 	// BusyPoll is how long a Read or Write that would block spins on the
 	// completion queue before it parks, as rsocket's polling_time: CPU for
 	// latency. Default 10 µs; negative turns spinning off. A very long
@@ -59,24 +59,24 @@ type Config struct {
 	// all: another wait of the group, the same connection's Write while
 	// its Read spins too, parks instead, and a spin that hands another
 	// connection its completions ends there.
-	BusyPoll time.Duration
+	BusyPoll time.Duration `json:"busy_poll_ns"`
 	// BusyPollLimit is the longest a Read that waits for the answer to its
 	// own Write may spin: about twice the recent reply time, at least as
 	// long as a park has been measured to cost. Default 250 µs, raised to
 	// the measured cost of a park up to 2 ms; a positive value is a fixed
 	// limit; negative keeps every spin at BusyPoll.
-	BusyPollLimit time.Duration
+	BusyPollLimit time.Duration `json:"busy_poll_limit_ns"`
 	// KeepAlive is the idle period after which a keepalive (a zero-byte
 	// RDMA write) probes the peer; a peer that leaves sends unacknowledged
 	// for three periods (twenty while it may lack posted receives, as a
 	// busy C rsocket peer does) is declared gone. Default 15 s; negative
 	// turns keepalives off.
-	KeepAlive time.Duration
+	KeepAlive time.Duration `json:"keep_alive_ns"`
 	// Linger bounds how long Close waits for written data to reach the
 	// peer; past it Close drops the rest, the peer sees ErrPeerGone and
 	// Close returns ErrAborted. Default 10 s; negative drops unsent data at
 	// once, as TCP's SetLinger(0).
-	Linger time.Duration
+	Linger time.Duration `json:"linger_ns"`
 	// HandshakeTimeout bounds the waits of a connection's handshake on
 	// the network, so that a peer that is gone costs each side a bounded
 	// time. A Dial waits at most this long, in all, for the peer's address
@@ -94,7 +94,7 @@ type Config struct {
 	// slots). Negative leaves both sides to the connection manager's own
 	// retries (about a minute); a positive value must be at least 100 ms.
 	// The Dialer's Timeout and its context bound the whole dial as well.
-	HandshakeTimeout time.Duration
+	HandshakeTimeout time.Duration `json:"handshake_timeout_ns"`
 	// AckTimeout is how long the transport waits for an acknowledgement
 	// before it resends (the queue pair's local ACK timeout): on a lossy
 	// wire, each loss that no later packet reveals costs this long. The
@@ -106,7 +106,7 @@ type Config struct {
 	// so that one as short would fail connections across a switch failover
 	// (docs/performance.md). Negative: the connection manager's everywhere.
 	// It sets this side's queue pair only; iWARP ignores it.
-	AckTimeout time.Duration
+	AckTimeout time.Duration `json:"ack_timeout_ns"`
 	// RetryCount is how often the transport resends an unacknowledged
 	// packet before the connection fails with ErrPeerGone, so that
 	// AckTimeout × (RetryCount+1) is how long a silent peer or a cut wire
@@ -114,7 +114,7 @@ type Config struct {
 	// none. Soft-RoCE (rxe) retries without limit at 7. The dialling side's
 	// value applies to both ends (the connection request carries it); a
 	// Listener's is not used. iWARP ignores it.
-	RetryCount int
+	RetryCount int `json:"retry_count"`
 	// RNRRetryCount is how often the peer resends a message that found no
 	// receive posted on this side: rnet's credits never let that happen,
 	// and C rsocket peers rely on it. Default 7, which means without limit
@@ -122,7 +122,7 @@ type Config struct {
 	// request and reply carry each side's to the other. iWARP ignores it.
 	// Below 7, connections keep receive queues of their own rather than
 	// share their poll group's (see docs/design.md, "Poll groups").
-	RNRRetryCount int
+	RNRRetryCount int `json:"rnr_retry_count"`
 	// NoDelay turns autocorking off: each Write is posted as soon as
 	// credits allow, as rsocket does. Default false (autocorking on):
 	// while a transfer of the connection is in flight, small Writes wait
@@ -130,7 +130,7 @@ type Config struct {
 	// completes, when they fill a transfer, or when a Read or Write is
 	// about to wait, so a request and its reply never wait on the cork.
 	// As TCP_NODELAY, it trades message rate for a Write's own latency.
-	NoDelay bool
+	NoDelay bool `json:"no_delay"`
 	// TrafficClass is the IP TOS byte (DSCP << 2, ECN in the low two bits)
 	// of the connection's packets on RoCE, which a lossless fabric maps to
 	// a priority; the kernel derives the Ethernet priority (the service
@@ -141,7 +141,7 @@ type Config struct {
 	// takes the request's, so a Listener's is not used. iWARP
 	// ignores it, and InfiniBand takes its service level from the subnet
 	// manager's path record. See docs/config.md.
-	TrafficClass int
+	TrafficClass int `json:"traffic_class"`
 }
 
 // defaultBusyPollLimit is the spin limit of a connection that has not

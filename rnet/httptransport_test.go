@@ -19,28 +19,12 @@ func TestHTTPTransportDialConn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "over "+Transport(r.Context().Value(connKey{}).(net.Conn))+" for "+r.URL.Path)
-	}), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-		return context.WithValue(ctx, connKey{}, c)
-	}}
-	go srv.Serve(ln)
-	defer srv.Close()
+	serveTransport(t, ln)
 
 	d := &Dialer{TCPFallback: true}
 	client := &http.Client{Transport: &http.Transport{DialContext: d.DialConn}}
 	defer client.CloseIdleConnections()
-	for _, path := range []string{"/a", "/b"} {
-		resp, err := client.Get("http://" + ln.Addr().String() + path)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || string(body) != "over tcp for "+path {
-			t.Fatalf("GET %s = %q, %v; want %q", path, body, err, "over tcp for "+path)
-		}
-	}
+	getOver(t, client, ln.Addr().String(), "tcp", "/a", "/b")
 
 	for _, network := range []string{"tcp", "tcp4"} {
 		if _, err := (&Dialer{}).DialConn(context.Background(), network, ln.Addr().String()); err == nil ||
@@ -55,6 +39,35 @@ func TestHTTPTransportDialConn(t *testing.T) {
 }
 
 type connKey struct{}
+
+// serveTransport serves HTTP on ln until the test ends, answering each
+// request with the transport of the connection it came on and its path.
+func serveTransport(t *testing.T, ln net.Listener) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "over "+Transport(r.Context().Value(connKey{}).(net.Conn))+" for "+r.URL.Path)
+	}), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, c)
+	}}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// getOver GETs each path from serveTransport's server at addr and checks
+// that it came over transport.
+func getOver(t *testing.T, client *http.Client, addr, transport string, paths ...string) {
+	t.Helper()
+	for _, path := range paths {
+		resp, err := client.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := "over " + transport + " for " + path; err != nil || string(body) != want {
+			t.Fatalf("GET %s = %q, %v; want %q", path, body, err, want)
+		}
+	}
+}
 
 func TestRDMANetwork(t *testing.T) {
 	for in, want := range map[string]string{"tcp": "rdma", "rdma": "rdma", "tcp4": "rdma4", "rdma4": "rdma4", "tcp6": "rdma6", "rdma6": "rdma6", "udp": "", "unix": ""} {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSimInfo: over the test fabric, Info reports the settings and ring
@@ -39,19 +40,38 @@ func TestSimInfo(t *testing.T) {
 	}
 }
 
-// TestInfoAndStatsJSON: ConnInfo, Stats and FallbackStats marshal with
-// snake_case keys, a FallbackReason as its label name, and back.
+// jsonKeys lists the object keys in v, a decoded JSON value, at every depth.
+func jsonKeys(v any) []string {
+	var keys []string
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			keys = append(keys, k)
+			keys = append(keys, jsonKeys(e)...)
+		}
+	case []any:
+		for _, e := range v {
+			keys = append(keys, jsonKeys(e)...)
+		}
+	}
+	return keys
+}
+
+// TestInfoAndStatsJSON: ConnInfo, Stats, FallbackStats, Config, the
+// metrics and the sockets marshal with snake_case keys at every depth, a
+// FallbackReason as its label name, and back.
 func TestInfoAndStatsJSON(t *testing.T) {
-	for _, v := range []any{ConnInfo{QPNumber: 7, PathMTU: 1024}, Stats{CQPolls: 3}, FallbackStats{RDMA: 1, TCP: map[FallbackReason]uint64{FallbackNoRoute: 2}}} {
+	for _, v := range []any{ConnInfo{QPNumber: 7, PathMTU: 1024}, Stats{CQPolls: 3}, FallbackStats{RDMA: 1, TCP: map[FallbackReason]uint64{FallbackNoRoute: 2}},
+		Config{KeepAlive: time.Second, RNRRetryCount: 7}, Metrics{}, ListenerMetrics{}, Sockets{Connections: []ConnSocket{{}}, Listeners: []ListenerSocket{{}}}} {
 		b, err := json.Marshal(v)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var keys map[string]any
-		if err := json.Unmarshal(b, &keys); err != nil {
+		var decoded any
+		if err := json.Unmarshal(b, &decoded); err != nil {
 			t.Fatal(err)
 		}
-		for k := range keys {
+		for _, k := range jsonKeys(decoded) {
 			if strings.ToLower(k) != k || strings.Contains(k, "-") {
 				t.Errorf("%T: key %q is not snake_case", v, k)
 			}

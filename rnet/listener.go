@@ -31,6 +31,7 @@ type Listener struct {
 // alive until it returns.
 func newListener(l *listener) *Listener {
 	publishExpvar()
+	listenerOpened(l)
 	h := &Listener{l: l}
 	// Close may wait up to Linger for unaccepted connections.
 	h.cleanup = runtime.AddCleanup(h, func(l *listener) { go l.Close() }, l)
@@ -195,6 +196,7 @@ func (l *listener) Close() error {
 	first := false
 	l.closeOnce.Do(func() {
 		first = true
+		listenerClosed(l)
 		close(l.done)
 		l.acceptDL.Stop()
 		l.stop()

@@ -2,6 +2,7 @@ package rnet
 
 import (
 	"cmp"
+	"runtime"
 	"slices"
 )
 
@@ -156,7 +157,12 @@ type ListenerCounters struct {
 
 // Metrics returns the Listener's metrics now.
 func (h *Listener) Metrics() ListenerMetrics {
-	l := h.l
+	m := h.l.metrics()
+	runtime.KeepAlive(h)
+	return m
+}
+
+func (l *listener) metrics() ListenerMetrics {
 	m := ListenerMetrics{
 		Gauges: ListenerGauges{Backlog: int64(len(l.conns))},
 		Counters: ListenerCounters{

@@ -71,9 +71,15 @@ func connDevice(c *stream.Conn) string {
 // ListenConfig gives the logger.
 type connObserver struct{ log *logger }
 
-func (o connObserver) Opened(c *stream.Conn) { openGauge("rdma", connDevice(c)).Add(1) }
+func (o connObserver) Opened(c *stream.Conn) {
+	openGauge("rdma", connDevice(c)).Add(1)
+	connOpened(c)
+}
 
-func (o connObserver) Closed(c *stream.Conn) { openGauge("rdma", connDevice(c)).Add(-1) }
+func (o connObserver) Closed(c *stream.Conn) {
+	connClosed(c)
+	openGauge("rdma", connDevice(c)).Add(-1)
+}
 
 func (o connObserver) PeerGone(c *stream.Conn, err error) {
 	processCounts.peersGone.Add(1)
@@ -128,6 +134,19 @@ func openTCPConns() (n int64, ok bool) {
 		}
 	}
 	return int64(len(tcpConns.open)), tcpConns.open != nil
+}
+
+// openTCPConnList returns the TCPConns open now.
+func openTCPConnList() []*TCPConn {
+	tcpConns.mu.Lock()
+	defer tcpConns.mu.Unlock()
+	list := make([]*TCPConn, 0, len(tcpConns.open))
+	for p := range tcpConns.open {
+		if tc := p.Value(); tc != nil {
+			list = append(list, tc)
+		}
+	}
+	return list
 }
 
 // handshakeFailure is why a listener refused or dropped a connection

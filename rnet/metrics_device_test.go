@@ -3,16 +3,11 @@
 package rnet
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -22,91 +17,19 @@ import (
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 )
 
-// rdmaObject is one object of `rdma -j resource show qp|mr`. Its pid is the
-// thread that created it; the kernel's own have none.
-type rdmaObject struct {
-	Pid   int    `json:"pid"`
-	LQPN  uint32 `json:"lqpn"`
-	MRLen int64  `json:"mrlen"`
-}
-
-// heldByProcess is what `rdma resource show` lists for this process.
-type heldByProcess struct {
-	qps, mrs    int
-	pinnedBytes int64
-	qpNumbers   map[uint32]bool
-}
-
-// processObjects lists this process's objects of kind (qp, mr), from a
-// dump that holds as many objects as the summary read before and after it
-// counts: the kernel's dump of many objects comes in many netlink
-// messages and can miss some.
-func processObjects(t *testing.T, kind string) []rdmaObject {
-	t.Helper()
-	for range 5 {
-		before := procstat.Resources(t)[kind]
-		out, err := exec.Command("rdma", "-j", "resource", "show", kind).Output()
-		if err != nil {
-			t.Fatalf("rdma -j resource show %s: %v", kind, err)
-		}
-		after := procstat.Resources(t)[kind]
-		var all []rdmaObject
-		if err := json.Unmarshal(bytes.TrimSpace(out), &all); err != nil {
-			t.Fatalf("rdma -j resource show %s: %v: %s", kind, err, out)
-		}
-		if before != after || len(all) != after {
-			continue
-		}
-		tasks, err := os.ReadDir("/proc/self/task")
-		if err != nil {
-			t.Fatal(err)
-		}
-		tids := map[int]bool{}
-		for _, e := range tasks {
-			if id, err := strconv.Atoi(e.Name()); err == nil {
-				tids[id] = true
-			}
-		}
-		var mine []rdmaObject
-		for _, o := range all {
-			if o.Pid != 0 && tids[o.Pid] {
-				mine = append(mine, o)
-			}
-		}
-		return mine
-	}
-	t.Fatalf("rdma -j resource show %s never listed as many objects as rdma resource show counts", kind)
-	return nil
-}
-
-// heldNow is what the rdma tool lists for this process now.
-func heldNow(t *testing.T) heldByProcess {
-	t.Helper()
-	h := heldByProcess{qpNumbers: map[uint32]bool{}}
-	for _, o := range processObjects(t, "qp") {
-		h.qps++
-		h.qpNumbers[o.LQPN] = true
-	}
-	for _, o := range processObjects(t, "mr") {
-		h.mrs++
-		h.pinnedBytes += o.MRLen
-	}
-	return h
-}
-
 // agrees reports whether m counts what h lists.
-func agrees(m Metrics, h heldByProcess) bool {
-	return m.Gauges.QueuePairs == int64(h.qps) && m.Gauges.MemoryRegions == int64(h.mrs) && m.Gauges.PinnedBytes == h.pinnedBytes
+func agrees(m Metrics, h procstat.RDMAHeld) bool {
+	return m.Gauges.QueuePairs == int64(h.QPs) && m.Gauges.MemoryRegions == int64(h.MRs) && m.Gauges.PinnedBytes == h.PinnedBytes
 }
 
 // awaitAgreement waits up to 10 s for the rdma tool to list what
 // ReadMetrics counts (rxe destroys queue pairs from a work queue, after
 // the call that destroyed them returned) and returns both.
-func awaitAgreement(t *testing.T) (Metrics, heldByProcess) {
+func awaitAgreement(t *testing.T) (Metrics, procstat.RDMAHeld) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		m, h := ReadMetrics(), heldNow(t)
+		m, h := ReadMetrics(), procstat.HeldRDMA(t)
 		if agrees(m, h) || time.Now().After(deadline) {
 			return m, h
 		}
@@ -128,7 +51,8 @@ func openRDMA(m Metrics) int64 {
 // TestRXEMetricsAgreeWithRdmaTool: with 100 connections open (both ends in
 // this process), Metrics counts the queue pairs, memory regions and
 // pinned bytes `rdma resource show` lists for the process, and each
-// connection's QP numbers are among those it lists; once they and the
+// connection's QP numbers are among those it lists, ReadSockets listing
+// the same; once they and the
 // listener are closed, Metrics is back to where it started, and so is the
 // rdma tool.
 func TestRXEMetricsAgreeWithRdmaTool(t *testing.T) {
@@ -137,7 +61,7 @@ func TestRXEMetricsAgreeWithRdmaTool(t *testing.T) {
 	base, baseHeld := awaitAgreement(t)
 	if !agrees(base, baseHeld) {
 		t.Fatalf("before any connection, Metrics %+v and the rdma tool (%d QPs, %d MRs, %d bytes) disagree",
-			base.Gauges, baseHeld.qps, baseHeld.mrs, baseHeld.pinnedBytes)
+			base.Gauges, baseHeld.QPs, baseHeld.MRs, baseHeld.PinnedBytes)
 	}
 	ln, err := (&ListenConfig{Backlog: 200}).Listen(context.Background(), "rdma", net.JoinHostPort(pair.Server.String(), "0"))
 	if err != nil {
@@ -168,7 +92,7 @@ func TestRXEMetricsAgreeWithRdmaTool(t *testing.T) {
 	m, h := awaitAgreement(t)
 	if !agrees(m, h) {
 		t.Errorf("with %d connections, Metrics counts %d QPs, %d MRs, %d pinned bytes; the rdma tool lists %d, %d, %d",
-			conns, m.Gauges.QueuePairs, m.Gauges.MemoryRegions, m.Gauges.PinnedBytes, h.qps, h.mrs, h.pinnedBytes)
+			conns, m.Gauges.QueuePairs, m.Gauges.MemoryRegions, m.Gauges.PinnedBytes, h.QPs, h.MRs, h.PinnedBytes)
 	}
 	if got := m.Gauges.QueuePairs - base.Gauges.QueuePairs; got != 2*conns {
 		t.Errorf("QueuePairs grew by %d, want %d (both ends of %d connections)", got, 2*conns, conns)
@@ -185,14 +109,20 @@ func TestRXEMetricsAgreeWithRdmaTool(t *testing.T) {
 	if lm := ln.Metrics(); lm.Counters.Accepted != conns || lm.Gauges.PendingHandshakes != 0 || lm.Gauges.Backlog != 0 {
 		t.Errorf("listener metrics %+v, want %d accepted and nothing pending", lm, conns)
 	}
+	sockets := ReadSockets()
 	for _, c := range open {
 		info, err := c.Info()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !h.qpNumbers[info.QPNumber] || !h.qpNumbers[info.RemoteQPNumber] {
+		if !h.QPNumbers[info.QPNumber] || !h.QPNumbers[info.RemoteQPNumber] {
 			t.Errorf("QP numbers %d and %d (remote) of %v are not among those the rdma tool lists for the process",
 				info.QPNumber, info.RemoteQPNumber, c.LocalAddr())
+			break
+		}
+		// rnet stat's view: the connection listed with the same number.
+		if cs, ok := findConn(sockets, c.LocalAddr().String(), c.RemoteAddr().String()); !ok || cs.QPNumber != info.QPNumber || cs.Device != info.Device {
+			t.Errorf("ReadSockets lists %v as %+v (listed %t); want queue pair %d on %s", c.LocalAddr(), cs, ok, info.QPNumber, info.Device)
 			break
 		}
 	}
@@ -205,7 +135,7 @@ func TestRXEMetricsAgreeWithRdmaTool(t *testing.T) {
 	after, afterHeld := awaitAgreement(t)
 	if !agrees(after, afterHeld) {
 		t.Errorf("after Close, Metrics counts %d QPs, %d MRs, %d pinned bytes; the rdma tool lists %d, %d, %d",
-			after.Gauges.QueuePairs, after.Gauges.MemoryRegions, after.Gauges.PinnedBytes, afterHeld.qps, afterHeld.mrs, afterHeld.pinnedBytes)
+			after.Gauges.QueuePairs, after.Gauges.MemoryRegions, after.Gauges.PinnedBytes, afterHeld.QPs, afterHeld.MRs, afterHeld.PinnedBytes)
 	}
 	if after.Gauges.QueuePairs != base.Gauges.QueuePairs || after.Gauges.MemoryRegions != base.Gauges.MemoryRegions ||
 		after.Gauges.PinnedBytes != base.Gauges.PinnedBytes || openRDMA(after) != openRDMA(base) {

@@ -11,13 +11,16 @@ const expvarName = "rnet"
 
 var publishOnce sync.Once
 
-// publishExpvar publishes ReadMetrics as the expvar variable "rnet", once,
-// when the process first opens a connection or a listener: Metrics are
-// read only when the variable is. Another copy of this package in the
+// publishExpvar publishes ReadMetrics as the expvar variable "rnet", and
+// ReadSockets as "rnet_sockets", once, when the process first opens a
+// connection or a listener: they are read only when the variables are. Another copy of this package in the
 // binary (a vendored one, say) may have published the name first; this
 // copy then leaves it, as expvar.Publish would panic.
 func publishExpvar() {
-	publishOnce.Do(func() { publishMetrics(expvarName) })
+	publishOnce.Do(func() {
+		publishMetrics(expvarName)
+		publishSockets(socketsExpvarName)
+	})
 }
 
 // publishMetrics publishes ReadMetrics as the expvar variable name unless

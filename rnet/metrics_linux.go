@@ -14,3 +14,5 @@ func readResources() verbs.Resources { return verbs.ReadResources() }
 func pollGroups() int { return pollgroup.Count() }
 
 func srqRefills() uint64 { return pollgroup.SRQRefills() }
+
+func (q *verbsQP) qpNumber() uint32 { return q.qp.Num() }

@@ -15,9 +15,9 @@ import (
 	"github.com/rnet-dev/rnet/rnet"
 )
 
-// rnet stat reads the "rnet" expvar variable a process publishes (its
-// rnet.Metrics) from its /debug/vars and prints it as tables, as ss does a
-// host's sockets.
+// rnet stat reads the "rnet" and "rnet_sockets" expvar variables a process
+// publishes (its rnet.Metrics and rnet.Sockets) from its /debug/vars and
+// prints them as tables, as ss does a host's sockets.
 
 type statOpts struct {
 	url  string
@@ -28,9 +28,13 @@ var statCommand = command{
 	name:     "stat",
 	synopsis: "rnet stat [--json] URL",
 	summary:  "a process's rnet metrics, from its /debug/vars (host:port or a URL)",
-	about: `rnet stat reads the "rnet" variable a process publishes through expvar (its
-rnet.Metrics) from its /debug/vars and prints the open connections, the other gauges and
-the counters as tables, as ss does a host's sockets. rnet perf -s -metrics ADDR serves one.
+	about: `rnet stat reads the "rnet" and "rnet_sockets" variables a process publishes through
+expvar (its rnet.Metrics and rnet.Sockets) from its /debug/vars and prints them as tables, as
+ss does a host's sockets: each listener with its accepts, backlog and refusals; each open
+connection with its transport, device, addresses, queue pair number (as rdma resource show
+qp lists it), bytes read and written and ring bytes; then the open connections by transport
+and device, the other gauges (pinned bytes among them) and the counters. rnet perf -s
+-metrics ADDR serves them.
 `,
 	flags: func() *flag.FlagSet { return statFlags(&statOpts{}) },
 	run: func(args []string, stdout, stderr io.Writer, where *target) error {
@@ -45,7 +49,7 @@ the counters as tables, as ss does a host's sockets. rnet perf -s -metrics ADDR 
 
 func statFlags(o *statOpts) *flag.FlagSet {
 	fs := newFlagSet("stat")
-	fs.BoolVar(&o.json, "json", false, "print the metrics as the process publishes them, as JSON")
+	fs.BoolVar(&o.json, "json", false, "print the metrics as the process publishes them, as JSON (the sockets under \"sockets\")")
 	return fs
 }
 
@@ -100,30 +104,78 @@ func runStat(o statOpts, stdout io.Writer) error {
 	if !ok {
 		return fmt.Errorf("%s has no \"rnet\" variable: the process has opened no rnet connection or listener yet, or is not an rnet program", target)
 	}
-	var m rnet.Metrics
-	if err := json.Unmarshal(raw, &m); err != nil {
+	var st published
+	if err := json.Unmarshal(raw, &st.Metrics); err != nil {
 		return fmt.Errorf("%s: the \"rnet\" variable: %v", target, err)
+	}
+	// A process built with an rnet that publishes no sockets has the
+	// metrics alone.
+	if raw, ok := vars["rnet_sockets"]; ok {
+		st.Sockets = new(rnet.Sockets)
+		if err := json.Unmarshal(raw, st.Sockets); err != nil {
+			return fmt.Errorf("%s: the \"rnet_sockets\" variable: %v", target, err)
+		}
 	}
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(m)
+		return enc.Encode(st)
 	}
-	printStat(stdout, m)
+	if st.Sockets != nil {
+		printSockets(stdout, *st.Sockets)
+	}
+	printStat(stdout, st.Metrics)
 	return nil
 }
 
-// printStat prints m as three tables: the open connections, the other
-// gauges, the counters.
+// published is what a process publishes: its metrics and, from its
+// "rnet_sockets" variable, its listeners and connections one by one.
+type published struct {
+	rnet.Metrics
+	Sockets *rnet.Sockets `json:"sockets,omitempty"`
+}
+
+// printSockets prints the listeners and the connections, a row each, as
+// ss does.
+func printSockets(w io.Writer, s rnet.Sockets) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "Listener\tAccepted\tBacklog\tPending\tRefused\tHandshake errors")
+	for _, l := range s.Listeners {
+		g, c := l.Metrics.Gauges, l.Metrics.Counters
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", l.Address, c.Accepted, g.Backlog, g.PendingHandshakes,
+			totalByReason(c.Refused), totalByReason(c.HandshakeErrors))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "Transport\tDevice\tLocal\tPeer\tQP\tRead\tWritten\tRings")
+	for _, c := range s.Connections {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", c.Transport, orDash(c.Device), c.Local, c.Remote,
+			c.QPNumber, c.BytesRead, c.BytesWritten, c.SendRingSize+c.RecvRingSize)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+}
+
+// totalByReason is the sum of counts and, if not zero, the reasons.
+func totalByReason(counts map[string]uint64) string {
+	var total uint64
+	for _, n := range counts {
+		total += n
+	}
+	if total == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", total, byReason(counts))
+}
+
+// printStat prints m as three tables: the open connections by transport
+// and device, the other gauges, the counters.
 func printStat(w io.Writer, m rnet.Metrics) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "Transport\tDevice\tOpen")
 	for _, c := range m.Gauges.Connections {
-		device := c.Device
-		if device == "" {
-			device = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\n", c.Transport, device, c.Count)
+		fmt.Fprintf(tw, "%s\t%s\t%d\n", c.Transport, orDash(c.Device), c.Count)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"expvar"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,8 +19,9 @@ import (
 )
 
 // TestStatShowsPublishedMetrics: rnet stat reads a process's /debug/vars
-// (this test's, over the test fabric) and shows its open connections,
-// gauges and counters as tables, or as JSON with --json.
+// (this test's, over the test fabric) and shows its listener, each open
+// connection with its bytes, the open connections by transport and
+// device, gauges and counters as tables, or as JSON with --json.
 func TestStatShowsPublishedMetrics(t *testing.T) {
 	f := rnettest.NewFabric(nil)
 	ln, err := f.Listen("rdma", "10.0.0.2:7471")
@@ -36,6 +39,13 @@ func TestStatShowsPublishedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	msg := []byte("hello, stat")
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(s, make([]byte, len(msg))); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(expvar.Handler())
 	defer srv.Close()
 	want := rnet.ReadMetrics()
@@ -61,6 +71,9 @@ func TestStatShowsPublishedMetrics(t *testing.T) {
 		fmt.Sprintf(`(?m)^queue_pairs\s+%d$`, want.Gauges.QueuePairs),
 		`(?m)^handshake_errors\s+\d+\s`,
 		`(?m)^Transport\s+Device\s+Open$`,
+		`(?m)^10\.0\.0\.2:7471\s+1\s+0\s+0\s+0\s+0$`,
+		fmt.Sprintf(`(?m)^rdma\s+simulated\s+%s\s+%s\s+0\s+0\s+%d\s+\d+$`, regexp.QuoteMeta(c.LocalAddr().String()), regexp.QuoteMeta(c.RemoteAddr().String()), len(msg)),
+		fmt.Sprintf(`(?m)^rdma\s+simulated\s+%s\s+%s\s+0\s+%d\s+0\s+\d+$`, regexp.QuoteMeta(s.LocalAddr().String()), regexp.QuoteMeta(s.RemoteAddr().String()), len(msg)),
 	} {
 		if !regexp.MustCompile(line).MatchString(out) {
 			t.Errorf("rnet stat shows no line matching %s", line)
@@ -71,12 +84,24 @@ func TestStatShowsPublishedMetrics(t *testing.T) {
 	if code := run([]string{"stat", "--json", srv.URL + "/debug/vars"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("rnet stat --json: exit %d: %s", code, stderr.String())
 	}
-	var got rnet.Metrics
+	var got published
 	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
 		t.Fatalf("rnet stat --json: %v: %s", err, stdout.String())
 	}
 	if got.Counters.Accepts != want.Counters.Accepts || len(got.Gauges.Connections) != len(want.Gauges.Connections) {
-		t.Errorf("rnet stat --json read %+v, want %+v", got, want)
+		t.Errorf("rnet stat --json read %+v, want %+v", got.Metrics, want)
+	}
+	if got.Sockets == nil {
+		t.Fatal("rnet stat --json shows no sockets")
+	}
+	listed := 0
+	for _, sc := range got.Sockets.Connections {
+		if sc.Local == c.LocalAddr().String() && sc.BytesWritten == uint64(len(msg)) || sc.Local == s.LocalAddr().String() && sc.BytesRead == uint64(len(msg)) {
+			listed++
+		}
+	}
+	if listed != 2 || !slices.ContainsFunc(got.Sockets.Listeners, func(l rnet.ListenerSocket) bool { return l.Address == "10.0.0.2:7471" }) {
+		t.Errorf("rnet stat --json read sockets %+v, want the listener and the 2 connections with their bytes", got.Sockets)
 	}
 }
 

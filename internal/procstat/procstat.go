@@ -5,6 +5,8 @@ package procstat
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -235,4 +237,91 @@ func ParseResources(out string) (map[string]int, error) {
 		return nil, fmt.Errorf("rdma resource show: no devices in %q", out)
 	}
 	return res, nil
+}
+
+// Threads returns the thread IDs of the process pid, as /proc lists them:
+// the kernel names the thread that created an RDMA object as its owner.
+func Threads(tb testing.TB, pid int) map[int]bool {
+	tb.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tids := map[int]bool{}
+	for _, e := range tasks {
+		if id, err := strconv.Atoi(e.Name()); err == nil {
+			tids[id] = true
+		}
+	}
+	return tids
+}
+
+// RDMAHeld is what `rdma resource show` lists for this process: its queue
+// pairs (and their numbers), its memory regions and the bytes they pin.
+type RDMAHeld struct {
+	QPs, MRs    int
+	PinnedBytes int64
+	QPNumbers   map[uint32]bool
+}
+
+// rdmaObject is one object of `rdma -j resource show qp|mr`. Its pid is the
+// thread that created it; the kernel's own have none.
+type rdmaObject struct {
+	Pid   int    `json:"pid"`
+	LQPN  uint32 `json:"lqpn"`
+	MRLen int64  `json:"mrlen"`
+}
+
+// HeldRDMA is what the rdma tool lists for this process now.
+func HeldRDMA(tb testing.TB) RDMAHeld {
+	tb.Helper()
+	return HeldRDMAOf(tb, os.Getpid())
+}
+
+// HeldRDMAOf is what the rdma tool lists for the process pid now.
+func HeldRDMAOf(tb testing.TB, pid int) RDMAHeld {
+	tb.Helper()
+	h := RDMAHeld{QPNumbers: map[uint32]bool{}}
+	for _, o := range processObjects(tb, pid, "qp") {
+		h.QPs++
+		h.QPNumbers[o.LQPN] = true
+	}
+	for _, o := range processObjects(tb, pid, "mr") {
+		h.MRs++
+		h.PinnedBytes += o.MRLen
+	}
+	return h
+}
+
+// processObjects lists the objects of kind (qp, mr) of the process pid, from a
+// dump that holds as many objects as the summary read before and after it
+// counts: the kernel's dump of many objects comes in many netlink
+// messages and can miss some.
+func processObjects(tb testing.TB, pid int, kind string) []rdmaObject {
+	tb.Helper()
+	for range 5 {
+		before := Resources(tb)[kind]
+		out, err := exec.Command("rdma", "-j", "resource", "show", kind).Output()
+		if err != nil {
+			tb.Fatalf("rdma -j resource show %s: %v", kind, err)
+		}
+		after := Resources(tb)[kind]
+		var all []rdmaObject
+		if err := json.Unmarshal(bytes.TrimSpace(out), &all); err != nil {
+			tb.Fatalf("rdma -j resource show %s: %v: %s", kind, err, out)
+		}
+		if before != after || len(all) != after {
+			continue
+		}
+		tids := Threads(tb, pid)
+		var mine []rdmaObject
+		for _, o := range all {
+			if o.Pid != 0 && tids[o.Pid] {
+				mine = append(mine, o)
+			}
+		}
+		return mine
+	}
+	tb.Fatalf("rdma -j resource show %s never listed as many objects as rdma resource show counts", kind)
+	return nil
 }

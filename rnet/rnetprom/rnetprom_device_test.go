@@ -11,6 +11,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/rdmatest"
 	"github.com/rnet-dev/rnet/rnet"
 	"github.com/rnet-dev/rnet/rnet/rnetprom"
@@ -129,4 +130,49 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// TestRXECollectorAgreesWithRdmaTool: with 100 connections open (both ends
+// in this process), the scrape's queue pairs, memory regions and pinned
+// bytes are what `rdma resource show` lists for the process.
+func TestRXECollectorAgreesWithRdmaTool(t *testing.T) {
+	pair := rdmatest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ln, err := (&rnet.ListenConfig{Backlog: 200}).Listen(ctx, "rdma", net.JoinHostPort(pair.Server.String(), "0"))
+	require.NoError(t, err)
+	defer ln.Close()
+	d := &rnet.Dialer{LocalAddr: &rnet.Addr{AddrPort: netip.AddrPortFrom(pair.Client, 0)}, Timeout: time.Minute}
+	const conns = 100
+	var ends []*rnet.Conn
+	defer func() {
+		for _, e := range ends {
+			e.Close()
+		}
+	}()
+	for range conns {
+		c, err := d.DialContext(ctx, "rdma", ln.Addr().String())
+		require.NoError(t, err)
+		ends = append(ends, c)
+		s, err := ln.AcceptRDMA()
+		require.NoError(t, err)
+		ends = append(ends, s)
+	}
+	// rxe destroys queue pairs from a work queue, after the call that
+	// destroyed them returned: another test's may still be listed.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fs := scrape(t, rnetprom.NewCollector())
+		held := procstat.HeldRDMA(t)
+		got := [3]float64{value(t, fs, "rnet_queue_pairs"), value(t, fs, "rnet_memory_regions"), value(t, fs, "rnet_pinned_bytes")}
+		want := [3]float64{float64(held.QPs), float64(held.MRs), float64(held.PinnedBytes)}
+		if got == want {
+			require.GreaterOrEqual(t, got[0], float64(2*conns), "queue pairs with %d connections open", conns)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with %d connections, the scrape shows %v queue pairs, memory regions and pinned bytes; the rdma tool lists %v", conns, got, want)
+		}
+		time.Sleep(20 * time.Millisecond) // between readings of a real condition
+	}
 }
