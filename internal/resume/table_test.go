@@ -128,6 +128,9 @@ func TestTableRefusesReplayedToken(t *testing.T) {
 	if _, err := tab.Begin(tok); !errors.Is(err, ErrUnknownToken) {
 		t.Fatalf("replayed after the resume: %v", err)
 	}
+	if v, tk, s := tableSizes(tab); v != 1 || tk != 1 || s != 0 {
+		t.Fatalf("the used token is still filed: %d connections, %d tokens, %d suspended", v, tk, s)
+	}
 	// Committing the same attempt again does nothing.
 	if err := tab.Commit(at); !errors.Is(err, ErrUnknownToken) {
 		t.Fatalf("second commit: %v", err)
@@ -219,6 +222,21 @@ func TestTableAbortKeepsBothTokens(t *testing.T) {
 		if _, err := tab.Begin(at2.Token); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The lookup by digest is checked against the tokens themselves, in
+// constant time, so that only the token itself names its connection.
+func TestEntryHolds(t *testing.T) {
+	other := testToken
+	other[9] ^= 1
+	e := &entry[*conn]{tokens: [2]Token{testToken, other}, ntokens: 1}
+	if !e.holds(testToken) || e.holds(other) || e.holds(Token{}) {
+		t.Fatal("one token held: wrong answers")
+	}
+	e.ntokens = 2
+	if !e.holds(testToken) || !e.holds(other) {
+		t.Fatal("two tokens held: wrong answers")
 	}
 }
 
