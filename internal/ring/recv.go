@@ -344,6 +344,12 @@ func (e *Engine) recvCredits(m Msg, wc *wr.Completion) {
 		e.fail(protoErr(ErrBadCredits, m, fmt.Sprintf("limit %d with %d sent and %d credits", comp, e.sseqNo, e.peerCredits)))
 		return
 	}
+	if e.cfg.RetainUntilReceived {
+		e.releaseConsumed(comp, m)
+		if e.err != nil {
+			return
+		}
+	}
 	e.sseqComp = comp
 	e.ctrlSinceGrant = 0
 	e.stats.CreditUpdatesReceived++

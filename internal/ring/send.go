@@ -35,7 +35,7 @@ func (e *Engine) write(p []byte, want int) (int, error) {
 		}
 		return 0, nil
 	}
-	if e.sHead == e.sTail && !e.sBacklog && e.sTurn {
+	if e.sHead == e.sDone && !e.sBacklog && e.sTurn {
 		e.sStart = true // nothing unsent or unacknowledged, at a turn: see sStart
 	}
 	e.sTurn = false
@@ -124,6 +124,9 @@ func (e *Engine) PostSends(dst []wr.Send) []wr.Send {
 	}
 	dst = e.postCredits(dst)
 	dst = e.postData(dst)
+	if e.cfg.RetainUntilReceived {
+		dst = e.postProbes(dst) // see retain.go
+	}
 	dst = e.postClose(dst)
 	dst = e.postKeepalive(dst)
 	return dst
@@ -197,6 +200,9 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 		e.sseqNo++
 		e.sqAvail -= need
 		e.sPosted += x
+		if e.cfg.RetainUntilReceived {
+			e.sentMsgs.push(n)
+		}
 		e.stats.BytesSent += x
 		e.stats.MessagesSent++
 
@@ -381,7 +387,11 @@ func (e *Engine) completeSend(wc *wr.Completion) {
 
 	switch rec.kind {
 	case sendData:
-		e.sTail += uint64(rec.bytes)
+		e.sDone += uint64(rec.bytes)
+		e.sTail = e.sDone
+		if e.cfg.RetainUntilReceived {
+			e.sTail = min(e.sDone, e.sReleased)
+		}
 		e.sqAvail++
 	case sendDataMsg:
 		e.sqAvail++
