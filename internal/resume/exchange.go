@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
+
+	"github.com/rnet-dev/rnet/internal/ring"
 )
 
 // ExchangeSize is the size of the exchange message: the first DATA message
@@ -115,4 +117,16 @@ func (h Held) Resend(peer Exchange) (Resend, error) {
 		return Resend{}, protoErr(ErrCountOutOfRange, detail)
 	}
 	return Resend{From: peer.Received, Shutdown: h.ShutDown && !peer.EOF}, nil
+}
+
+// HeldBy reads what an engine that keeps its sent bytes
+// (ring.Config.RetainUntilReceived) still holds of its stream; call it
+// once its failed queue pair has no send in flight, so that the counts are
+// final. An engine that does not keep them gives ring.ErrNotRetaining.
+func HeldBy(e *ring.Engine) (Held, error) {
+	if !e.Config().RetainUntilReceived {
+		return Held{}, ring.ErrNotRetaining
+	}
+	c := e.StreamCounts()
+	return Held{Released: c.Released, Sent: c.Sent, ShutDown: c.ShutDown}, nil
 }
