@@ -25,6 +25,7 @@ const (
 	sendCtrl                       // credit update, SGL write or keepalive: a control slot
 	sendShutdown                   // CTRL SHUTDOWN: a control slot
 	sendDisconnect                 // CTRL DISCONNECT: a control slot
+	sendExchange                   // a resumed queue pair's exchange: a data SQ entry (see takeover.go)
 )
 
 type sendRecord struct {
@@ -107,6 +108,11 @@ type Engine struct {
 	// yet shown consumed, oldest first: RetainUntilReceived only.
 	sReleased uint64
 	sentMsgs  msgLengths
+	// resume: the exchange that opens a resumed queue pair, and the
+	// bytes received on the failed one that Read serves first (see
+	// takeover.go).
+	resume resumeState
+	carry  []byte
 	// sStart: the bytes at sPosted were written while nothing was unsent
 	// or unacknowledged, and the writer was not held back (sBacklog), so
 	// the transfer that starts them is cut to StartTransfer, but only at a
@@ -523,17 +529,17 @@ func (e *Engine) PeerMayLackReceives() bool {
 // Readable reports that Read would return something: data, io.EOF or an
 // error.
 func (e *Engine) Readable() bool {
-	return e.unread > 0 || e.peerShutdown || e.peerDisconnected || e.err != nil || e.readClosed
+	return e.unread > 0 || len(e.carry) > 0 || e.peerShutdown || e.peerDisconnected || e.err != nil || e.readClosed
 }
 
 // ReadableBytes is the number of received bytes not yet read.
-func (e *Engine) ReadableBytes() int { return int(e.unread) }
+func (e *Engine) ReadableBytes() int { return int(e.unread) + len(e.carry) }
 
 // SendSpace is the free space in sbuf: how much Write would take now.
 // Once a larger region is there the ring takes nothing until it has moved
 // (see regions.go).
 func (e *Engine) SendSpace() int {
-	if e.sendResize.has && e.sendResize.grow {
+	if e.sendResize.has && e.sendResize.grow || e.resume.waiting() {
 		return 0
 	}
 	return len(e.sbuf) - int(e.sHead-e.sTail)

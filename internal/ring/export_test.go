@@ -32,7 +32,7 @@ func (e *Engine) CheckInvariants() error {
 		case sendData:
 			data++
 			bytes += uint64(r.bytes)
-		case sendDataMsg:
+		case sendDataMsg, sendExchange:
 			data++
 		default:
 			ctrl++

@@ -3,6 +3,7 @@ package ring_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"testing"
 
@@ -12,24 +13,17 @@ import (
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
-// A queue pair that fails in the middle of two streams, one each way, with
-// both ends keeping their sent bytes (RetainUntilReceived): once both ends
-// have drained their completions, each receiver's count of bytes received
-// lies within what its sender still holds, every byte from there to what
-// the sender's application wrote is in the sender's ring, and every byte
-// before it reached the receiver's reader: each byte of each stream is
-// checked, on one side or the other. The exchange's range check accepts the
-// receiver's count and refuses the counts just outside the bytes held.
-func TestRetainedBytesOutliveFailedQueuePair(t *testing.T) {
-	for seed := uint64(1); seed <= 60; seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			t.Parallel()
-			runRetainFailure(t, seed)
-		})
-	}
+// failedConn is a connection whose queue pair failed in the middle of two
+// streams, one each way (streams[i] is written by sides[i]), both ends
+// keeping their sent bytes, and both drained of completions.
+type failedConn struct {
+	r       *rand.Rand
+	cfgs    [2]ring.Config
+	sides   [2]*side
+	streams [2]*stream
 }
 
-func runRetainFailure(t *testing.T, seed uint64) {
+func failMidStream(t *testing.T, seed uint64) *failedConn {
 	r := rand.New(rand.NewPCG(seed, 43))
 	f := simfabric.New(seed, simfabric.Options{MaxWireDelay: r.IntN(6), MaxCompletionDelay: r.IntN(10)})
 	pick := func(vals ...int) int { return vals[r.IntN(len(vals))] }
@@ -43,137 +37,267 @@ func runRetainFailure(t *testing.T, seed uint64) {
 			RetainUntilReceived: true,
 		}
 	}
-	ca, cb := cfg(), cfg()
-	ca.IWARP = r.IntN(4) == 0
-	cb.IWARP = ca.IWARP
-	a, b := connect(t, f, ca, cb)
-	sides := [2]*side{a, b}
-	streams := [2]*stream{}
-	for i := range streams {
-		streams[i] = &stream{salt: uint64(i+1) << 40, total: 1 << 30,
+	c := &failedConn{r: r}
+	c.cfgs = [2]ring.Config{cfg(), cfg()}
+	c.cfgs[0].IWARP = r.IntN(4) == 0
+	c.cfgs[1].IWARP = c.cfgs[0].IWARP
+	a, b := connect(t, f, c.cfgs[0], c.cfgs[1])
+	c.sides = [2]*side{a, b}
+	for i := range c.streams {
+		c.streams[i] = &stream{salt: uint64(i+1) << 40, total: 1 << 40,
 			wbuf: make([]byte, 1<<17), rbuf: make([]byte, 1<<17)}
+		if r.IntN(3) == 0 && (i == 0 || c.streams[0].total == 1<<40) {
+			// One stream that ends, with a SHUTDOWN, around the failure
+			// (both ending would finish the connection before it).
+			c.streams[i].total = uint64(r.IntN(50 << 10))
+		}
 	}
 	failAt := 200 + r.IntN(3000)
-	victim := sides[r.IntN(2)]
 	for step := 0; step < failAt; step++ {
 		i := r.IntN(2)
-		s, out, in := sides[i], streams[i], streams[1-i]
-		switch k := r.IntN(10); {
-		case k < 3:
-			n := min(logSize(r, len(out.wbuf)), s.eng.SendSpace())
-			got, err := s.eng.Write(out.fill(n))
-			if err != nil {
-				t.Fatalf("%s write: %v", s.name, err)
-			}
-			out.written += uint64(got)
-		case k < 5:
-			got, err := s.eng.Read(in.rbuf[:logSize(r, len(in.rbuf))])
-			if err != nil {
-				t.Fatalf("%s read: %v", s.name, err)
-			}
-			if err := in.verify(in.rbuf[:got]); err != nil {
-				t.Fatalf("%s: %v", s.name, err)
-			}
-		case k < 9:
-			if _, err := s.service(1 + r.IntN(64)); err != nil {
-				t.Fatalf("%s: %v", s.name, err)
-			}
-		default:
-			f.Step()
+		if _, err := c.act(r, c.sides[i], c.streams[i], c.streams[1-i], f); err != nil {
+			t.Fatal(err)
 		}
-		for _, s := range sides {
+		for _, s := range c.sides {
 			s.check(t)
 		}
 	}
 
-	victim.ep.Fail(wr.WCRetryExcErr)
+	c.sides[r.IntN(2)].ep.Fail(wr.WCRetryExcErr)
 	// Both ends drain: the victim's work flushes, and what the other end
 	// sends it fails once its retries run out; an idle end finds out with
 	// its keepalive.
 	for round := 0; round < 3 && (a.eng.Err() == nil || b.eng.Err() == nil); round++ {
-		for _, s := range sides {
+		for _, s := range c.sides {
 			s.eng.Keepalive() // the driver's timer
 		}
-		for idle := 0; idle < 3; {
-			moved := f.Step()
-			for _, s := range sides {
-				m, _ := s.service(len(s.wcs))
-				moved = moved || m
-				s.check(t)
-			}
-			if moved || f.Pending() {
-				idle = 0
-			} else {
-				idle++
-			}
-		}
+		drain(t, f, c.sides)
 	}
-	for _, s := range sides {
+	for _, s := range c.sides {
 		if s.eng.Err() == nil || s.eng.InFlight() != 0 {
 			t.Fatalf("%s: after the failure, error %v with %d sends in flight", s.name, s.eng.Err(), s.eng.InFlight())
 		}
 	}
+	return c
+}
 
-	for i := range sides {
-		sender, receiver, st := sides[i], sides[1-i], streams[i]
-		sent, got := sender.eng.StreamCounts(), receiver.eng.StreamCounts()
-		t.Logf("%s -> %s: written %d sent %d released %d, received %d", sender.name, receiver.name,
-			sent.Written, sent.Sent, sent.Released, got.Received)
-		if sent.Written != st.written {
-			t.Fatalf("%s wrote %d, counts say %d", sender.name, st.written, sent.Written)
-		}
-		// The receiver's reader gets every byte that arrived, then the
-		// error.
-		for {
-			n, err := receiver.eng.Read(st.rbuf)
-			if err := st.verify(st.rbuf[:n]); err != nil {
-				t.Fatalf("%s: %v", receiver.name, err)
+// act is one random step of an application and its driver on side s.
+func (c *failedConn) act(r *rand.Rand, s *side, out, in *stream, f *simfabric.Fabric) (bool, error) {
+	switch k := r.IntN(10); {
+	case k < 3:
+		if out.written == out.total {
+			if !out.closeSet {
+				out.closeSet = true
+				s.eng.CloseWrite()
+				return true, nil
 			}
-			if n == 0 {
-				if err == nil {
-					t.Fatalf("%s: Read gave neither bytes nor the error", receiver.name)
+			return false, nil
+		}
+		n := min(logSize(r, len(out.wbuf)), s.eng.SendSpace(), int(out.total-out.written))
+		got, err := s.eng.Write(out.fill(n))
+		if err != nil {
+			return true, fmt.Errorf("%s write: %w", s.name, err)
+		}
+		out.written += uint64(got)
+		return got > 0, nil
+	case k < 5:
+		got, err := s.eng.Read(in.rbuf[:logSize(r, len(in.rbuf))])
+		switch {
+		case errors.Is(err, io.EOF) && in.read == in.total:
+			moved := !in.eof
+			in.eof = true
+			return moved, nil
+		case err != nil:
+			return true, fmt.Errorf("%s read after %d of %d bytes: %w", s.name, in.read, in.total, err)
+		}
+		return got > 0, in.verify(in.rbuf[:got])
+	case k < 9:
+		return s.service(1 + r.IntN(64))
+	default:
+		return f.Step(), nil
+	}
+}
+
+func drain(t *testing.T, f *simfabric.Fabric, sides [2]*side) {
+	t.Helper()
+	for idle := 0; idle < 3; {
+		moved := f.Step()
+		for _, s := range sides {
+			m, _ := s.service(len(s.wcs))
+			moved = moved || m
+			s.check(t)
+		}
+		if moved || f.Pending() {
+			idle = 0
+		} else {
+			idle++
+		}
+	}
+}
+
+// A queue pair that fails in the middle of two streams, one each way, with
+// both ends keeping their sent bytes (RetainUntilReceived): once both ends
+// have drained their completions, each receiver's count of bytes received
+// lies within what its sender still holds, every byte from there to what
+// the sender's application wrote is in the sender's ring, and every byte
+// before it reached the receiver's reader: each byte of each stream is
+// checked, on one side or the other. The exchange's range check accepts the
+// receiver's count and refuses the counts just outside the bytes held.
+func TestRetainedBytesOutliveFailedQueuePair(t *testing.T) {
+	for seed := uint64(1); seed <= 60; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			t.Parallel()
+			c := failMidStream(t, seed)
+			for i := range c.sides {
+				sender, receiver, st := c.sides[i], c.sides[1-i], c.streams[i]
+				got := receiver.eng.StreamCounts()
+				// The receiver's reader gets every byte that arrived,
+				// then the error.
+				for {
+					n, err := receiver.eng.Read(st.rbuf)
+					if err := st.verify(st.rbuf[:n]); err != nil {
+						t.Fatalf("%s: %v", receiver.name, err)
+					}
+					if n == 0 {
+						if err == nil {
+							t.Fatalf("%s: Read gave neither bytes nor the error", receiver.name)
+						}
+						break
+					}
 				}
-				break
+				if st.read != got.Received {
+					t.Fatalf("%s read %d bytes, received %d", receiver.name, st.read, got.Received)
+				}
+				checkHeld(t, sender, st, got.Received, got.PeerShutDown)
 			}
-		}
-		if st.read != got.Received {
-			t.Fatalf("%s read %d bytes, received %d", receiver.name, st.read, got.Received)
-		}
+		})
+	}
+}
 
-		held, err := resume.HeldBy(sender.eng)
-		if err != nil {
-			t.Fatal(err)
+// checkHeld checks that sender holds every byte of st from received on,
+// and that the exchange's range check takes received and refuses the
+// counts just outside the bytes held. It returns what to send again.
+func checkHeld(t *testing.T, sender *side, st *stream, received uint64, peerEOF bool) resume.Resend {
+	t.Helper()
+	sent := sender.eng.StreamCounts()
+	t.Logf("%s: written %d sent %d released %d shutdown %v; the peer received %d, EOF %v", sender.name,
+		sent.Written, sent.Sent, sent.Released, sent.ShutDown, received, peerEOF)
+	if sent.Written != st.written {
+		t.Fatalf("%s wrote %d, counts say %d", sender.name, st.written, sent.Written)
+	}
+	held, err := resume.HeldBy(sender.eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := held.Resend(resume.Exchange{Received: received, EOF: peerEOF})
+	if err != nil {
+		t.Fatalf("%s holds %+v, the peer received %d: %v", sender.name, held, received, err)
+	}
+	if plan.From != received || plan.Shutdown != (sent.ShutDown && !peerEOF) {
+		t.Fatalf("resend %+v, want from %d, SHUTDOWN again %v", plan, received, sent.ShutDown && !peerEOF)
+	}
+	x, y, err := sender.eng.Held(plan.From)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(len(x)+len(y)) != st.written-plan.From {
+		t.Fatalf("%s holds %d bytes from %d, wrote up to %d", sender.name, len(x)+len(y), plan.From, st.written)
+	}
+	for j, c := range append(append([]byte(nil), x...), y...) {
+		if want := pattern(plan.From+uint64(j), st.salt); c != want {
+			t.Fatalf("%s: held byte %d is %#x, want %#x", sender.name, plan.From+uint64(j), c, want)
 		}
-		plan, err := held.Resend(resume.Exchange{Received: got.Received})
-		if err != nil {
-			t.Fatalf("%s holds %+v, %s received %d: %v", sender.name, held, receiver.name, got.Received, err)
+	}
+	outside := []uint64{held.Sent + 1}
+	if held.Released > 0 {
+		outside = append(outside, held.Released-1)
+	}
+	for _, n := range outside {
+		if _, err := held.Resend(resume.Exchange{Received: n}); !errors.Is(err, resume.ErrCountOutOfRange) || !errors.Is(err, ring.ErrProtocol) {
+			t.Fatalf("count %d with %+v held: %v", n, held, err)
 		}
-		if plan.From != got.Received || plan.Shutdown {
-			t.Fatalf("resend %+v, want from %d", plan, got.Received)
-		}
-		// Every byte the receiver lacks is still in the sender's ring.
-		x, y, err := sender.eng.Held(plan.From)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if uint64(len(x)+len(y)) != st.written-plan.From {
-			t.Fatalf("%s holds %d bytes from %d, wrote up to %d", sender.name, len(x)+len(y), plan.From, st.written)
-		}
-		for j, c := range append(append([]byte(nil), x...), y...) {
-			if want := pattern(plan.From+uint64(j), st.salt); c != want {
-				t.Fatalf("%s: held byte %d is %#x, want %#x", sender.name, plan.From+uint64(j), c, want)
+	}
+	return plan
+}
+
+// A connection whose queue pair failed mid-stream carries on over a fresh
+// one: fresh engines exchange counts, take the old ones' held and unread
+// bytes over (TakeOver), and both streams then run to their end, every
+// byte checked once, in order, and both ends see EOF.
+func TestTakeOverResumesStreamsOnFreshQueuePair(t *testing.T) {
+	for seed := uint64(1); seed <= 60; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			t.Parallel()
+			c := failMidStream(t, seed)
+			r := c.r
+			for _, st := range c.streams {
+				if st.total == 1<<40 {
+					st.total = st.written + uint64(r.IntN(300<<10))
+				}
 			}
-		}
-		// Counts outside the bytes held are refused.
-		outside := []uint64{held.Sent + 1}
-		if held.Released > 0 {
-			outside = append(outside, held.Released-1)
-		}
-		for _, n := range outside {
-			if _, err := held.Resend(resume.Exchange{Received: n}); !errors.Is(err, resume.ErrCountOutOfRange) || !errors.Is(err, ring.ErrProtocol) {
-				t.Fatalf("count %d with %+v held: %v", n, held, err)
+			f := simfabric.New(seed+1000, simfabric.Options{MaxWireDelay: r.IntN(6), MaxCompletionDelay: r.IntN(10)})
+			var cfgs [2]ring.Config
+			for i, s := range c.sides {
+				cfgs[i] = c.cfgs[i]
+				ring, _ := s.eng.RingSizes()
+				cfgs[i].IdleBufferSize = max(cfgs[i].Normalize().IdleBufferSize, ring)
 			}
-		}
+			ea, eb := f.Pair(capsFor(cfgs[0]), capsFor(cfgs[1]))
+			fresh := [2]*side{newSide(t, "a2", ea, cfgs[0]), newSide(t, "b2", eb, cfgs[1])}
+			for i, s := range fresh {
+				old := c.sides[i].eng.StreamCounts()
+				own := resume.Exchange{Received: old.Received, EOF: old.PeerShutDown}.Encode()
+				if err := s.eng.BeginResume(own); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pa, pb := fresh[0].eng.LocalConnData(), fresh[1].eng.LocalConnData()
+			if err := fresh[1].eng.Establish(pa[:]); err != nil {
+				t.Fatal(err)
+			}
+			if err := fresh[0].eng.Establish(pb[:]); err != nil {
+				t.Fatal(err)
+			}
+			for round := 0; !fresh[0].eng.ResumeReady() || !fresh[1].eng.ResumeReady(); round++ {
+				if round > 1000 {
+					t.Fatal("the exchange never completed")
+				}
+				drain(t, f, fresh)
+			}
+			for i, s := range fresh {
+				msg, _ := s.eng.PeerExchange()
+				ex, err := resume.ParseExchange(msg[:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				plan := checkHeld(t, c.sides[i], c.streams[i], ex.Received, ex.EOF)
+				if err := s.eng.TakeOver(c.sides[i].eng, plan.From, plan.Shutdown); err != nil {
+					t.Fatal(err)
+				}
+			}
+			idle := 0
+			for step := 0; !c.streams[0].eof || !c.streams[1].eof; step++ {
+				i := r.IntN(2)
+				moved, err := c.act(r, fresh[i], c.streams[i], c.streams[1-i], f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range fresh {
+					s.check(t)
+				}
+				if moved {
+					idle = 0
+				} else if idle++; idle > 100000 {
+					t.Fatalf("stuck after the resume: read %d of %d and %d of %d",
+						c.streams[0].read, c.streams[0].total, c.streams[1].read, c.streams[1].total)
+				}
+			}
+			for _, s := range fresh {
+				if s.eng.Err() != nil || s.eng.Stats().ErrorCompletions != 0 {
+					t.Fatalf("%s: %v, %+v", s.name, s.eng.Err(), s.eng.Stats())
+				}
+			}
+		})
 	}
 }
 

@@ -22,6 +22,8 @@ func (e *Engine) write(p []byte, want int) (int, error) {
 		return 0, ErrWriteClosed
 	case e.peerDisconnected:
 		return 0, ErrPeerDisconnected
+	case e.resume.waiting():
+		return 0, nil // see takeover.go
 	}
 	n := min(want, e.SendSpace())
 	if n < want {
@@ -148,6 +150,9 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 		return dst // see cork.go
 	}
 	e.uncork = false
+	if e.resume.sendOwn {
+		dst = e.postExchange(dst) // see takeover.go
+	}
 	for e.sPosted < e.sHead {
 		if e.sqAvail < need {
 			e.stats.QueueStalls++
@@ -395,6 +400,9 @@ func (e *Engine) completeSend(wc *wr.Completion) {
 		e.sqAvail++
 	case sendDataMsg:
 		e.sqAvail++
+	case sendExchange:
+		e.sqAvail++
+		e.resume.ownDone = true
 	case sendCtrl:
 		e.ctrlInFlight--
 	case sendShutdown:
