@@ -157,15 +157,18 @@ func (e *Engine) Held(from uint64) (a, b []byte, err error) {
 // update only once its reader has consumed half its window of messages or
 // a granted half of its ring, and a sender whose ring is smaller than the
 // peer's can fill it with bytes that complete neither. The writer would
-// then wait for ever. So once every byte is sent and completed and the
-// writer waits for room, the sender sends as many empty DATA messages as
-// bring the peer's count of consumed messages to the point where it owes
-// an update (rseq_comp, half its window after its last update): an empty
-// message counts as consumed when it arrives. They take credits like any
-// DATA message; one burst per credit update. A writer that closed waits
-// for no room, and no DATA may follow its SHUTDOWN.
+// then wait for ever. So once every byte is sent and completed, the writer
+// waits for room, and both of the peer's grants have room left (a grant
+// used up is a half the peer frees, with an update, once it has read it),
+// the sender sends as many empty DATA messages as bring the peer's count
+// of consumed messages to the point where it owes an update (rseq_comp,
+// half its window after its last update): an empty message counts as
+// consumed when it arrives. They take credits like any DATA message; one
+// burst per credit update. A writer that closed waits for no room, and no
+// DATA may follow its SHUTDOWN.
 func (e *Engine) postProbes(dst []wr.Send) []wr.Send {
 	if e.writeClosed || e.sPosted != e.sHead || e.sDone != e.sPosted || e.sReleased == e.sPosted ||
+		e.tgt[0].Length == 0 || e.tgt[1].Length == 0 ||
 		!e.sBacklog && e.SendSpace() >= min(SendLowWater, len(e.sbuf)) {
 		return dst
 	}
