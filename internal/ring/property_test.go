@@ -50,24 +50,15 @@ type propertyRun struct {
 // RNR, and that both ends finish with a clean EOF.
 var propertySeeds = flag.Int("property.seeds", 200, "seeds for TestPropertyStream (more for a soak run)")
 
-func TestPropertyStream(t *testing.T) {
-	seeds := *propertySeeds
-	if testing.Short() || raceEnabled {
-		seeds = min(seeds, 40)
-	}
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			t.Parallel()
-			runProperty(t, seed, false)
-		})
-	}
-}
+func TestPropertyStream(t *testing.T) { runPropertySeeds(t, false) }
 
 // TestPropertyStreamRetaining is TestPropertyStream with both ends keeping
 // their sent bytes until the peer's credits show them consumed
 // (RetainUntilReceived): every stream still finishes, whatever the sizes
 // of the two ends' rings, and the kept lengths add up after every step.
-func TestPropertyStreamRetaining(t *testing.T) {
+func TestPropertyStreamRetaining(t *testing.T) { runPropertySeeds(t, true) }
+
+func runPropertySeeds(t *testing.T, retain bool) {
 	seeds := *propertySeeds
 	if testing.Short() || raceEnabled {
 		seeds = min(seeds, 40)
@@ -75,7 +66,7 @@ func TestPropertyStreamRetaining(t *testing.T) {
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			t.Parallel()
-			runProperty(t, seed, true)
+			runProperty(t, seed, retain)
 		})
 	}
 }

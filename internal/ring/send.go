@@ -197,13 +197,7 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 
 		// Update the target entry before anything else, as rs_write_data
 		// does, so the bookkeeping never lags what was posted.
-		t.Addr += x
-		t.Length -= n
-		if t.Length == 0 {
-			e.tgtIdx ^= 1
-		}
-		e.sseqNo++
-		e.sqAvail -= need
+		e.useTarget(t, x, need)
 		e.sPosted += x
 		if e.cfg.RetainUntilReceived {
 			e.sentMsgs.push(n)
@@ -224,6 +218,19 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 		dst = append(dst, e.msgSend(sendDataMsg, msg))
 	}
 	return dst
+}
+
+// useTarget accounts a DATA message of n bytes written to the target
+// entry t: the entry shrinks, and once used up the other becomes current;
+// the message takes a credit and need send queue entries.
+func (e *Engine) useTarget(t *RemoteSGE, n uint64, need int) {
+	t.Addr += n
+	t.Length -= uint32(n)
+	if t.Length == 0 {
+		e.tgtIdx ^= 1
+	}
+	e.sseqNo++
+	e.sqAvail -= need
 }
 
 // postCredits sends a credit update when rsocket would: the application

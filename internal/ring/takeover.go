@@ -110,13 +110,7 @@ func (e *Engine) postExchange(dst []wr.Send) []wr.Send {
 		NumSGE:     1,
 		SGE:        [2]wr.SGE{{Addr: e.send.Addr, Length: ExchangeSize, LKey: e.send.LKey}},
 	}
-	t.Addr += ExchangeSize
-	t.Length -= ExchangeSize
-	if t.Length == 0 {
-		e.tgtIdx ^= 1
-	}
-	e.sseqNo++
-	e.sqAvail -= need
+	e.useTarget(t, ExchangeSize, need)
 	e.sentMsgs.push(0) // a message, but no byte of the stream
 	e.resume.sendOwn = false
 	w.ID = e.pushSend(sendExchange, 0)
