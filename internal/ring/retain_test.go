@@ -229,76 +229,122 @@ func TestTakeOverResumesStreamsOnFreshQueuePair(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			t.Parallel()
 			c := failMidStream(t, seed)
-			r := c.r
 			for _, st := range c.streams {
 				if st.total == 1<<40 {
-					st.total = st.written + uint64(r.IntN(300<<10))
+					st.total = st.written + uint64(c.r.IntN(300<<10))
 				}
 			}
-			f := simfabric.New(seed+1000, simfabric.Options{MaxWireDelay: r.IntN(6), MaxCompletionDelay: r.IntN(10)})
-			var cfgs [2]ring.Config
-			for i, s := range c.sides {
-				cfgs[i] = c.cfgs[i]
-				ring, _ := s.eng.RingSizes()
-				cfgs[i].IdleBufferSize = max(cfgs[i].Normalize().IdleBufferSize, ring)
-			}
-			ea, eb := f.Pair(capsFor(cfgs[0]), capsFor(cfgs[1]))
-			fresh := [2]*side{newSide(t, "a2", ea, cfgs[0]), newSide(t, "b2", eb, cfgs[1])}
-			for i, s := range fresh {
-				old := c.sides[i].eng.StreamCounts()
-				own := resume.Exchange{Received: old.Received, EOF: old.PeerShutDown}.Encode()
-				if err := s.eng.BeginResume(own); err != nil {
-					t.Fatal(err)
-				}
-			}
-			pa, pb := fresh[0].eng.LocalConnData(), fresh[1].eng.LocalConnData()
-			if err := fresh[1].eng.Establish(pa[:]); err != nil {
-				t.Fatal(err)
-			}
-			if err := fresh[0].eng.Establish(pb[:]); err != nil {
-				t.Fatal(err)
-			}
-			for round := 0; !fresh[0].eng.ResumeReady() || !fresh[1].eng.ResumeReady(); round++ {
-				if round > 1000 {
-					t.Fatal("the exchange never completed")
-				}
-				drain(t, f, fresh)
-			}
-			for i, s := range fresh {
-				msg, _ := s.eng.PeerExchange()
-				ex, err := resume.ParseExchange(msg[:])
-				if err != nil {
-					t.Fatal(err)
-				}
-				plan := checkHeld(t, c.sides[i], c.streams[i], ex.Received, ex.EOF)
-				if err := s.eng.TakeOver(c.sides[i].eng, plan.From, plan.Shutdown); err != nil {
-					t.Fatal(err)
-				}
-			}
-			idle := 0
-			for step := 0; !c.streams[0].eof || !c.streams[1].eof; step++ {
-				i := r.IntN(2)
-				moved, err := c.act(r, fresh[i], c.streams[i], c.streams[1-i], f)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, s := range fresh {
-					s.check(t)
-				}
-				if moved {
-					idle = 0
-				} else if idle++; idle > 100000 {
-					t.Fatalf("stuck after the resume: read %d of %d and %d of %d",
-						c.streams[0].read, c.streams[0].total, c.streams[1].read, c.streams[1].total)
-				}
-			}
-			for _, s := range fresh {
-				if s.eng.Err() != nil || s.eng.Stats().ErrorCompletions != 0 {
-					t.Fatalf("%s: %v, %+v", s.name, s.eng.Err(), s.eng.Stats())
-				}
-			}
+			c.resumeToEOF(t, seed)
 		})
 	}
+}
+
+// A SHUTDOWN lost with the queue pair, with the bytes before it, goes
+// again after them on the fresh one: the exchange says the peer has
+// neither, and its reader gets every byte, then EOF.
+func TestTakeOverSendsLostShutdownAgain(t *testing.T) {
+	f := simfabric.New(1, simfabric.Options{})
+	cfg := ring.Config{RetainUntilReceived: true}
+	a, b := connect(t, f, cfg, cfg)
+	c := &failedConn{r: rand.New(rand.NewPCG(1, 43)), cfgs: [2]ring.Config{cfg, cfg}, sides: [2]*side{a, b}}
+	for i := range c.streams {
+		c.streams[i] = &stream{salt: uint64(i+1) << 40, wbuf: make([]byte, 5000), rbuf: make([]byte, 1<<17)}
+	}
+	out := c.streams[0]
+	out.total = 5000
+	if n, err := a.eng.Write(out.fill(5000)); n != 5000 || err != nil {
+		t.Fatal(n, err)
+	}
+	out.written, out.closeSet = 5000, true
+	a.eng.CloseWrite()
+	if _, err := a.service(len(a.wcs)); err != nil {
+		t.Fatal(err)
+	}
+	if c := a.eng.StreamCounts(); c.Sent != 5000 || !c.ShutDown {
+		t.Fatalf("posted %+v, want 5000 bytes and SHUTDOWN", c)
+	}
+	a.ep.Fail(wr.WCRetryExcErr) // before the fabric delivered any of it
+	b.eng.Keepalive()
+	drain(t, f, c.sides)
+	if b.eng.StreamCounts().Received != 0 || a.eng.Err() == nil || b.eng.Err() == nil {
+		t.Fatalf("b received %d; errors %v, %v", b.eng.StreamCounts().Received, a.eng.Err(), b.eng.Err())
+	}
+	plans := c.resumeToEOF(t, 1)
+	if plans[0] != (resume.Resend{From: 0, Shutdown: true}) {
+		t.Fatalf("a resends %+v, want everything and SHUTDOWN", plans[0])
+	}
+}
+
+// resumeToEOF resumes c on a fresh queue pair (fresh engines, the exchange,
+// TakeOver) and runs both streams to EOF, every byte checked. It returns
+// what each side sent again.
+func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.Resend {
+	t.Helper()
+	r := c.r
+	f := simfabric.New(seed+1000, simfabric.Options{MaxWireDelay: r.IntN(6), MaxCompletionDelay: r.IntN(10)})
+	var cfgs [2]ring.Config
+	for i, s := range c.sides {
+		cfgs[i] = c.cfgs[i]
+		ring, _ := s.eng.RingSizes()
+		cfgs[i].IdleBufferSize = max(cfgs[i].Normalize().IdleBufferSize, ring)
+	}
+	ea, eb := f.Pair(capsFor(cfgs[0]), capsFor(cfgs[1]))
+	fresh := [2]*side{newSide(t, "a2", ea, cfgs[0]), newSide(t, "b2", eb, cfgs[1])}
+	for i, s := range fresh {
+		old := c.sides[i].eng.StreamCounts()
+		own := resume.Exchange{Received: old.Received, EOF: old.PeerShutDown}.Encode()
+		if err := s.eng.BeginResume(own); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pa, pb := fresh[0].eng.LocalConnData(), fresh[1].eng.LocalConnData()
+	if err := fresh[1].eng.Establish(pa[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh[0].eng.Establish(pb[:]); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; !fresh[0].eng.ResumeReady() || !fresh[1].eng.ResumeReady(); round++ {
+		if round > 1000 {
+			t.Fatal("the exchange never completed")
+		}
+		drain(t, f, fresh)
+	}
+	var plans [2]resume.Resend
+	for i, s := range fresh {
+		msg, _ := s.eng.PeerExchange()
+		ex, err := resume.ParseExchange(msg[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans[i] = checkHeld(t, c.sides[i], c.streams[i], ex.Received, ex.EOF)
+		if err := s.eng.TakeOver(c.sides[i].eng, plans[i].From, plans[i].Shutdown); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle := 0
+	for !c.streams[0].eof || !c.streams[1].eof {
+		i := r.IntN(2)
+		moved, err := c.act(r, fresh[i], c.streams[i], c.streams[1-i], f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range fresh {
+			s.check(t)
+		}
+		if moved {
+			idle = 0
+		} else if idle++; idle > 100000 {
+			t.Fatalf("stuck after the resume: read %d of %d and %d of %d",
+				c.streams[0].read, c.streams[0].total, c.streams[1].read, c.streams[1].total)
+		}
+	}
+	for _, s := range fresh {
+		if s.eng.Err() != nil || s.eng.Stats().ErrorCompletions != 0 {
+			t.Fatalf("%s: %v, %+v", s.name, s.eng.Err(), s.eng.Stats())
+		}
+	}
+	return plans
 }
 
 // Off, a sender lets its bytes go as their transfers complete, whatever
