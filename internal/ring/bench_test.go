@@ -1,11 +1,19 @@
 package ring_test
 
 import (
+	"flag"
 	"fmt"
 	"testing"
 
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
+)
+
+// Flags for comparing BenchmarkStream runs (docs/performance.md, "Keeping
+// sent bytes until the peer has them").
+var (
+	benchRetain  = flag.Bool("ring.retain", false, "BenchmarkStream: both ends keep sent bytes until the peer has them (RetainUntilReceived)")
+	benchSendBuf = flag.Int("ring.sendbuf", 0, "BenchmarkStream: SendBufferSize of both ends (0: the default)")
 )
 
 // BenchmarkStream measures bytes per second through two engines on the
@@ -17,7 +25,8 @@ func BenchmarkStream(b *testing.B) {
 	for _, size := range []int{64, 4 << 10, 64 << 10} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
 			f := simfabric.New(1, simfabric.Options{Auto: true})
-			sa, sb := connect(b, f, ring.Config{}, ring.Config{})
+			cfg := ring.Config{SendBufferSize: *benchSendBuf, RetainUntilReceived: *benchRetain}
+			sa, sb := connect(b, f, cfg, cfg)
 			src := make([]byte, size)
 			dst := make([]byte, 256<<10)
 			op := func() {

@@ -23,7 +23,8 @@ func (e *Engine) Complete(wcs []wr.Completion) error {
 
 // Blocked reports that the engine holds work it could not post for want of a
 // completion (a credit, a send queue entry, a control slot): written bytes,
-// a queued SHUTDOWN, DISCONNECT or keepalive, or a credit update that is due.
+// a resumed queue pair's exchange, a queued SHUTDOWN, DISCONNECT or
+// keepalive, or a credit update that is due.
 // Written bytes include corked ones (see Corked): the completion that
 // releases them must be polled even if nobody reads or writes again.
 // While it holds, the driver must keep polling the CQ even if nobody waits on
@@ -32,7 +33,7 @@ func (e *Engine) Blocked() bool {
 	if !e.established || e.finished() || e.disconnectPosted {
 		return false
 	}
-	if e.sPosted != e.sHead || e.closePending != closeNone || e.keepalivePending {
+	if e.sPosted != e.sHead || e.closePending != closeNone || e.keepalivePending || e.resume.sendOwn {
 		return true
 	}
 	if e.peerShutdown || e.readClosed {

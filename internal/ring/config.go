@@ -112,6 +112,16 @@ type Config struct {
 	// and posts them together when it completes (see cork.go). Off, every
 	// write is posted as soon as credits allow, as rsocket does.
 	Autocork bool
+	// RetainUntilReceived keeps each sent byte in sbuf until the peer's
+	// credit updates show it received, not only until its transfer
+	// completes, so that a connection resumed on another queue pair can
+	// send it again (see retain.go). Off by default. Its cost: sbuf then
+	// holds what the peer has not yet read as well as what is in flight,
+	// so a stream needs a larger SendBufferSize to keep its rate
+	// (docs/performance.md, "Keeping sent bytes until the peer has
+	// them"); and Normalize clears SharedRecv, whose growing credit window
+	// a retaining peer could not read as a count of messages consumed.
+	RetainUntilReceived bool
 }
 
 // FirstSharedCredits is the credit window a SharedRecv connection starts
@@ -150,7 +160,7 @@ func (c Config) Normalize() Config {
 	if c.IWARP && c.InlineThreshold < MsgWordSize {
 		c.InlineThreshold = MsgWordSize
 	}
-	if c.IWARP {
+	if c.IWARP || c.RetainUntilReceived {
 		c.SharedRecv = false
 	}
 	return c

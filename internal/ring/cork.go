@@ -24,7 +24,7 @@ func (e *Engine) Corked() bool { return e.sPosted != e.sHead && e.corkHolds() }
 // writer is held back, a close waits behind them or the driver asked for
 // a flush: each of those must not wait for a completion.
 func (e *Engine) corkHolds() bool {
-	if !e.cfg.Autocork || e.uncork || e.sPosted == e.sTail || e.sBacklog ||
+	if !e.cfg.Autocork || e.uncork || e.sPosted == e.sDone || e.sBacklog ||
 		e.closePending != closeNone || e.writeClosed || e.sendResize.has {
 		return false
 	}

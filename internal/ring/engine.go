@@ -25,6 +25,7 @@ const (
 	sendCtrl                       // credit update, SGL write or keepalive: a control slot
 	sendShutdown                   // CTRL SHUTDOWN: a control slot
 	sendDisconnect                 // CTRL DISCONNECT: a control slot
+	sendExchange                   // a resumed queue pair's exchange: a data SQ entry (see takeover.go)
 )
 
 type sendRecord struct {
@@ -90,14 +91,28 @@ type Engine struct {
 	ctrlSinceGrant uint32
 
 	// Send ring. Byte counters only grow; position = counter % len(sbuf).
-	// tail <= posted <= head: [tail,posted) is in flight, [posted,head)
-	// written but not yet sent.
+	// tail <= posted <= head: [tail,posted) is in flight (or, with
+	// RetainUntilReceived, kept until the peer has it), [posted,head)
+	// written but not yet sent. sDone counts the bytes whose transfers
+	// completed; tail is sDone, or with RetainUntilReceived the lower of
+	// sDone and sReleased (see retain.go).
 	sbuf        []byte
 	sendCtrlOff int // control slots in the send region
 	sendMsgOff  int // iWARP message words in the send region
 	sTail       uint64
+	sDone       uint64
 	sPosted     uint64
 	sHead       uint64
+	// sReleased counts the bytes the peer's credit updates showed
+	// consumed, and sentMsgs the lengths of the DATA messages sent and not
+	// yet shown consumed, oldest first: RetainUntilReceived only.
+	sReleased uint64
+	sentMsgs  msgLengths
+	// resume: the exchange that opens a resumed queue pair, and the
+	// bytes received on the failed one that Read serves first (see
+	// takeover.go).
+	resume resumeState
+	carry  []byte
 	// sStart: the bytes at sPosted were written while nothing was unsent
 	// or unacknowledged, and the writer was not held back (sBacklog), so
 	// the transfer that starts them is cut to StartTransfer, but only at a
@@ -220,6 +235,9 @@ type Stats struct {
 	BufferGrantsSent      uint64 // rbuf halves advertised after the first
 	BufferGrantsReceived  uint64 // target SGL entries taken from the peer
 	KeepalivesSent        uint64
+	// ConsumptionProbes counts empty DATA messages sent to draw a credit
+	// update from a peer that has our retained bytes (see retain.go).
+	ConsumptionProbes uint64
 
 	// Stalls count PostSends calls that had data to send but had to stop.
 	CreditStalls uint64 // no credits (sseq_no == sseq_comp)
@@ -380,8 +398,14 @@ func (e *Engine) Establish(peer []byte) error {
 	case c.DataBuf.Addr+2*uint64(c.DataBuf.Length) < c.DataBuf.Addr:
 		return protoErr(ErrBadConnData, 0, "data buffer address overflows")
 	}
+	if e.cfg.RetainUntilReceived && c.Flags&FlagGrowingCredits != 0 {
+		return protoErr(ErrBadConnData, 0, "credit window that grows, which a sender retaining bytes until they are consumed cannot count")
+	}
 	e.peerCredits = c.Credits
 	e.peerGrows = c.Flags&FlagGrowingCredits != 0
+	if e.cfg.RetainUntilReceived {
+		e.sentMsgs = msgLengths{lens: make([]uint32, c.Credits)}
+	}
 	e.peerBigEndian = c.Flags&FlagNet != 0
 	e.peerTarget = c.TargetSGL
 	e.peerBuf = c.DataBuf
@@ -505,17 +529,17 @@ func (e *Engine) PeerMayLackReceives() bool {
 // Readable reports that Read would return something: data, io.EOF or an
 // error.
 func (e *Engine) Readable() bool {
-	return e.unread > 0 || e.peerShutdown || e.peerDisconnected || e.err != nil || e.readClosed
+	return e.unread > 0 || len(e.carry) > 0 || e.peerShutdown || e.peerDisconnected || e.err != nil || e.readClosed
 }
 
 // ReadableBytes is the number of received bytes not yet read.
-func (e *Engine) ReadableBytes() int { return int(e.unread) }
+func (e *Engine) ReadableBytes() int { return int(e.unread) + len(e.carry) }
 
 // SendSpace is the free space in sbuf: how much Write would take now.
 // Once a larger region is there the ring takes nothing until it has moved
 // (see regions.go).
 func (e *Engine) SendSpace() int {
-	if e.sendResize.has && e.sendResize.grow {
+	if e.sendResize.has && e.sendResize.grow || e.resume.waiting() {
 		return 0
 	}
 	return len(e.sbuf) - int(e.sHead-e.sTail)

@@ -32,7 +32,7 @@ func (e *Engine) CheckInvariants() error {
 		case sendData:
 			data++
 			bytes += uint64(r.bytes)
-		case sendDataMsg:
+		case sendDataMsg, sendExchange:
 			data++
 		default:
 			ctrl++
@@ -44,8 +44,11 @@ func (e *Engine) CheckInvariants() error {
 	if ctrl != e.ctrlInFlight {
 		return fmt.Errorf("control in flight: %d records, counter %d", ctrl, e.ctrlInFlight)
 	}
-	if bytes != e.sPosted-e.sTail {
-		return fmt.Errorf("sbuf bytes in flight: %d records, counters %d", bytes, e.sPosted-e.sTail)
+	if bytes != e.sPosted-e.sDone {
+		return fmt.Errorf("sbuf bytes in flight: %d records, counters %d", bytes, e.sPosted-e.sDone)
+	}
+	if err := e.checkRetained(); err != nil {
+		return err
 	}
 	// The current ring: every byte is free, granted and not yet filled,
 	// or filled and not yet read. Grants alive hold every unread byte.
@@ -93,6 +96,32 @@ func (e *Engine) CheckInvariants() error {
 	}
 	if out := e.recvDataSeq - e.rseqNo; int(out) != e.msgCount {
 		return fmt.Errorf("received %d, consumed %d, queued %d", e.recvDataSeq, e.rseqNo, e.msgCount)
+	}
+	return nil
+}
+
+// checkRetained verifies that sTail follows the completions, or with
+// RetainUntilReceived also the peer's credits, and that the lengths kept
+// add up to the bytes not yet shown consumed.
+func (e *Engine) checkRetained() error {
+	if !e.cfg.RetainUntilReceived {
+		if e.sTail != e.sDone || e.sReleased != 0 || e.sentMsgs.n != 0 {
+			return fmt.Errorf("not retaining, yet tail %d done %d released %d, %d lengths kept", e.sTail, e.sDone, e.sReleased, e.sentMsgs.n)
+		}
+		return nil
+	}
+	if e.sTail != min(e.sDone, e.sReleased) || e.sReleased > e.sPosted {
+		return fmt.Errorf("retaining: tail %d, done %d, released %d, posted %d", e.sTail, e.sDone, e.sReleased, e.sPosted)
+	}
+	var kept uint64
+	for i := 0; i < e.sentMsgs.n; i++ {
+		kept += uint64(e.sentMsgs.lens[(e.sentMsgs.head+i)%len(e.sentMsgs.lens)])
+	}
+	if kept != e.sPosted-e.sReleased {
+		return fmt.Errorf("retaining: %d bytes in kept lengths, %d posted and not released", kept, e.sPosted-e.sReleased)
+	}
+	if e.established && e.sentMsgs.n != int(e.sseqNo-(e.sseqComp-e.peerCredits)) {
+		return fmt.Errorf("retaining: %d lengths kept, %d messages not shown consumed", e.sentMsgs.n, e.sseqNo-(e.sseqComp-e.peerCredits))
 	}
 	return nil
 }

@@ -16,7 +16,13 @@ package ring
 // move past them, and a driver that lends them out allows none of those
 // until it consumes.
 func (e *Engine) RecvSpan() []byte {
-	if e.readClosed || e.msgCount == 0 {
+	if e.readClosed {
+		return nil
+	}
+	if len(e.carry) > 0 {
+		return e.carry[:len(e.carry):len(e.carry)]
+	}
+	if e.msgCount == 0 {
 		return nil
 	}
 	g := &e.gq[e.gqHead]

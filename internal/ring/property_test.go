@@ -50,7 +50,15 @@ type propertyRun struct {
 // RNR, and that both ends finish with a clean EOF.
 var propertySeeds = flag.Int("property.seeds", 200, "seeds for TestPropertyStream (more for a soak run)")
 
-func TestPropertyStream(t *testing.T) {
+func TestPropertyStream(t *testing.T) { runPropertySeeds(t, false) }
+
+// TestPropertyStreamRetaining is TestPropertyStream with both ends keeping
+// their sent bytes until the peer's credits show them consumed
+// (RetainUntilReceived): every stream still finishes, whatever the sizes
+// of the two ends' rings, and the kept lengths add up after every step.
+func TestPropertyStreamRetaining(t *testing.T) { runPropertySeeds(t, true) }
+
+func runPropertySeeds(t *testing.T, retain bool) {
 	seeds := *propertySeeds
 	if testing.Short() || raceEnabled {
 		seeds = min(seeds, 40)
@@ -58,12 +66,12 @@ func TestPropertyStream(t *testing.T) {
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			t.Parallel()
-			runProperty(t, seed)
+			runProperty(t, seed, retain)
 		})
 	}
 }
 
-func runProperty(t *testing.T, seed uint64) {
+func runProperty(t *testing.T, seed uint64, retain bool) {
 	r := rand.New(rand.NewPCG(seed, 42))
 	p := &propertyRun{seed: seed, r: r, bias: []float64{0.5, 0.5, 0.1, 0.9, 0.02}[r.IntN(5)]}
 	p.f = simfabric.New(seed, simfabric.Options{
@@ -72,6 +80,7 @@ func runProperty(t *testing.T, seed uint64) {
 	})
 	ca, cb := randomConfig(r), randomConfig(r)
 	cb.IWARP = ca.IWARP // one transport per connection
+	ca.RetainUntilReceived, cb.RetainUntilReceived = retain, retain
 	p.sides[0], p.sides[1] = connect(t, p.f, ca, cb)
 	for i := range p.streams {
 		// Long streams through big buffers, shorter ones through tiny

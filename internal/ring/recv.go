@@ -17,7 +17,7 @@ func (e *Engine) Read(p []byte) (int, error) {
 	switch {
 	case e.readClosed:
 		return 0, ErrClosed
-	case e.err != nil && e.msgCount == 0:
+	case e.err != nil && e.msgCount == 0 && len(e.carry) == 0:
 		return 0, e.err
 	case len(p) == 0:
 		return 0, nil
@@ -39,6 +39,15 @@ func (e *Engine) Read(p []byte) (int, error) {
 // nil (see ConsumeRecv), and returns how many.
 func (e *Engine) take(p []byte, want int) int {
 	n := 0
+	if len(e.carry) > 0 {
+		// Bytes received on the failed queue pair come first (see
+		// takeover.go).
+		n = min(want, len(e.carry))
+		if p != nil {
+			copy(p, e.carry[:n])
+		}
+		e.carry = e.carry[n:]
+	}
 	for n < want && e.msgCount > 0 {
 		left := e.msgs[e.msgHead]
 		k := left
@@ -255,6 +264,10 @@ func (e *Engine) recvData(m Msg) {
 		return
 	}
 	n := m.Data()
+	if e.resume.awaitPeer && n != ExchangeSize {
+		e.fail(protoErr(ErrBadMessage, m, fmt.Sprintf("the first DATA message on a resumed queue pair has %d bytes, not the exchange's %d", n, ExchangeSize)))
+		return
+	}
 	var g *grant
 	if n > 0 {
 		var left uint32
@@ -305,6 +318,9 @@ func (e *Engine) recvData(m Msg) {
 	e.msgCount++
 	e.unread += uint64(n)
 	e.stats.BytesReceived += uint64(n)
+	if e.resume.awaitPeer {
+		e.takePeerExchange() // see takeover.go
+	}
 }
 
 // MoreMayFollow reports whether the last DATA message that carried bytes
@@ -343,6 +359,12 @@ func (e *Engine) recvCredits(m Msg, wc *wr.Completion) {
 	if comp-e.sseqNo > bound {
 		e.fail(protoErr(ErrBadCredits, m, fmt.Sprintf("limit %d with %d sent and %d credits", comp, e.sseqNo, e.peerCredits)))
 		return
+	}
+	if e.cfg.RetainUntilReceived {
+		e.releaseConsumed(comp, m)
+		if e.err != nil {
+			return
+		}
 	}
 	e.sseqComp = comp
 	e.ctrlSinceGrant = 0

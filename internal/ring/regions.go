@@ -226,12 +226,25 @@ func (e *Engine) retire(r Region) {
 	e.nRetired++
 }
 
-// sendDrained reports that nothing in the send region is in use: every
-// byte written was sent and acknowledged, and no send is in flight.
-func (e *Engine) sendDrained() bool { return e.inflightLen == 0 && e.sTail == e.sHead }
+// sendDrained reports that the send ring may move: no send is in flight,
+// so no work request points into the send region, and every byte written
+// was sent and acknowledged, or with RetainUntilReceived the bytes still
+// held fit the new ring, which takes them along (a ring that waited for
+// the peer to show them consumed could wait for ever: a peer sends no
+// credit update for the tail of a half it has not seen filled).
+func (e *Engine) sendDrained() bool {
+	if e.inflightLen != 0 {
+		return false
+	}
+	if e.cfg.RetainUntilReceived {
+		return e.sHead-e.sTail <= uint64(e.sendResize.ring)
+	}
+	return e.sTail == e.sHead
+}
 
-// moveSendRing switches to the added send region; the send ring is
-// drained, so nothing points into the old one.
+// moveSendRing switches to the added send region; no send is in flight,
+// so nothing points into the old one, and the bytes the ring still holds
+// (only with RetainUntilReceived) are copied along.
 func (e *Engine) moveSendRing() {
 	rs := &e.sendResize
 	old := e.send
@@ -240,8 +253,12 @@ func (e *Engine) moveSendRing() {
 	} else {
 		e.stats.SendRingShrinks++
 	}
+	oldRing := e.sbuf
 	e.send = rs.region
 	e.sbuf = rs.region.Buf[:rs.ring]
+	if e.sTail != e.sHead {
+		copyRing(e.sbuf, oldRing, e.sTail, e.sHead)
+	}
 	e.sendCtrlOff = rs.ring
 	e.sendMsgOff = rs.ring + CtrlSlots*CtrlSlotSize
 	*rs = resize{}

@@ -22,6 +22,8 @@ func (e *Engine) write(p []byte, want int) (int, error) {
 		return 0, ErrWriteClosed
 	case e.peerDisconnected:
 		return 0, ErrPeerDisconnected
+	case e.resume.waiting():
+		return 0, nil // see takeover.go
 	}
 	n := min(want, e.SendSpace())
 	if n < want {
@@ -35,7 +37,7 @@ func (e *Engine) write(p []byte, want int) (int, error) {
 		}
 		return 0, nil
 	}
-	if e.sHead == e.sTail && !e.sBacklog && e.sTurn {
+	if e.sHead == e.sDone && !e.sBacklog && e.sTurn {
 		e.sStart = true // nothing unsent or unacknowledged, at a turn: see sStart
 	}
 	e.sTurn = false
@@ -124,6 +126,9 @@ func (e *Engine) PostSends(dst []wr.Send) []wr.Send {
 	}
 	dst = e.postCredits(dst)
 	dst = e.postData(dst)
+	if e.cfg.RetainUntilReceived {
+		dst = e.postProbes(dst) // see retain.go
+	}
 	dst = e.postClose(dst)
 	dst = e.postKeepalive(dst)
 	return dst
@@ -145,6 +150,9 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 		return dst // see cork.go
 	}
 	e.uncork = false
+	if e.resume.sendOwn {
+		dst = e.postExchange(dst) // see takeover.go
+	}
 	for e.sPosted < e.sHead {
 		if e.sqAvail < need {
 			e.stats.QueueStalls++
@@ -189,14 +197,11 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 
 		// Update the target entry before anything else, as rs_write_data
 		// does, so the bookkeeping never lags what was posted.
-		t.Addr += x
-		t.Length -= n
-		if t.Length == 0 {
-			e.tgtIdx ^= 1
-		}
-		e.sseqNo++
-		e.sqAvail -= need
+		e.useTarget(t, x, need)
 		e.sPosted += x
+		if e.cfg.RetainUntilReceived {
+			e.sentMsgs.push(n)
+		}
 		e.stats.BytesSent += x
 		e.stats.MessagesSent++
 
@@ -213,6 +218,19 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 		dst = append(dst, e.msgSend(sendDataMsg, msg))
 	}
 	return dst
+}
+
+// useTarget accounts a DATA message of n bytes written to the target
+// entry t: the entry shrinks, and once used up the other becomes current;
+// the message takes a credit and need send queue entries.
+func (e *Engine) useTarget(t *RemoteSGE, n uint64, need int) {
+	t.Addr += n
+	t.Length -= uint32(n)
+	if t.Length == 0 {
+		e.tgtIdx ^= 1
+	}
+	e.sseqNo++
+	e.sqAvail -= need
 }
 
 // postCredits sends a credit update when rsocket would: the application
@@ -381,10 +399,17 @@ func (e *Engine) completeSend(wc *wr.Completion) {
 
 	switch rec.kind {
 	case sendData:
-		e.sTail += uint64(rec.bytes)
+		e.sDone += uint64(rec.bytes)
+		e.sTail = e.sDone
+		if e.cfg.RetainUntilReceived {
+			e.sTail = min(e.sDone, e.sReleased)
+		}
 		e.sqAvail++
 	case sendDataMsg:
 		e.sqAvail++
+	case sendExchange:
+		e.sqAvail++
+		e.resume.ownDone = true
 	case sendCtrl:
 		e.ctrlInFlight--
 	case sendShutdown:

@@ -19,7 +19,8 @@
 //     later.
 //   - Faults: Kill (a peer that silently disappears: sends to it fail with
 //     WCRetryExcErr), Disconnect (both queue pairs to error, as after
-//     rdma_disconnect), InjectError (the next completion fails).
+//     rdma_disconnect), InjectError (the next completion fails), Fail (one
+//     queue pair fails now, as after a device error; its peer is not told).
 //
 // Timing. In the default, deterministic mode nothing moves until the test
 // calls Fabric.Step: each posted request is delivered after a random number
@@ -51,5 +52,5 @@
 //   - endpoint.go: an endpoint's own CQ, its completions, its error state.
 //   - deliver.go: Step, and delivering work requests at the peer.
 //   - post.go: PostSend and PostRecv.
-//   - faults.go: Kill, InjectError, Disconnect.
+//   - faults.go: Kill, InjectError, Disconnect, Fail.
 package simfabric
