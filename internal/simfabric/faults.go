@@ -3,7 +3,7 @@ package simfabric
 import "github.com/rnet-dev/rnet/internal/wr"
 
 // Faults a test injects: a peer that vanishes, a failed completion, a
-// disconnect, a queue pair that fails, a device removed.
+// disconnect, a queue pair that fails, a device removed, a wire cut.
 
 // Kill makes e vanish without a word, like a crashed host: its pending
 // work is dropped, it completes nothing more, and whatever its peer sends
@@ -154,4 +154,22 @@ func (e *Endpoint) dropUnpolled() int {
 		q.queue = kept
 	}
 	return lost
+}
+
+// Cut cuts the wire between e and its peer, as a pulled cable does: both
+// queue pairs stay up and hear nothing at once. What either has on the
+// wire, and whatever either sends later, never arrives: the send fails
+// with WCRetryExcErr once its retries run out, and that queue pair goes to
+// the error state, flushing the rest. A queue pair that only receives sees
+// nothing until it sends.
+func (e *Endpoint) Cut() {
+	f := e.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e.cut = true
+	e.peer.cut = true
+	if f.opts.Auto {
+		f.pump(e)
+		f.pump(e.peer)
+	}
 }

@@ -2,6 +2,7 @@ package simfabric
 
 import (
 	"bytes"
+	"maps"
 	"slices"
 	"testing"
 
@@ -221,6 +222,65 @@ func TestFailLosingCompletionsSharedCQ(t *testing.T) {
 	}
 	if want := []uint64{200, 201, 102}; !slices.Equal(ids, want) {
 		t.Fatalf("the shared CQ gave %v, want %v", ids, want)
+	}
+}
+
+// A cut wire fails nobody at once: each side learns of it when a send of
+// its own runs out of retries, and a side that only receives hears nothing.
+func TestCutWire(t *testing.T) {
+	p := newPair(t, Options{MaxWireDelay: 5, MaxCompletionDelay: 2})
+	if err := p.a.PostRecv([]wr.Recv{{ID: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.b.PostRecv([]wr.Recv{{ID: 20}, {ID: 21}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(p.aMem.Buf, "cut off")
+	if err := p.a.PostSend([]wr.Send{p.write(1, 0, 7, true), p.write(2, 0, 7, true)}); err != nil {
+		t.Fatal(err)
+	}
+	p.a.Cut()
+	got := map[uint64]wr.WCStatus{}
+	for _, wc := range drain(p, p.a) {
+		got[wc.ID] = wc.Status
+	}
+	want := map[uint64]wr.WCStatus{1: wr.WCRetryExcErr, 2: wr.WCWRFlushErr, 10: wr.WCWRFlushErr}
+	if !maps.Equal(got, want) {
+		t.Fatalf("the sending side completed %v, want %v", got, want)
+	}
+	if wcs := drain(p, p.b); len(wcs) != 0 || p.b.QueuedRecvs() != 2 {
+		t.Fatalf("the receiving side completed %v, %d receives left; want nothing", wcs, p.b.QueuedRecvs())
+	}
+	if !bytes.Equal(p.bMem.Buf[:7], make([]byte, 7)) {
+		t.Fatalf("bytes crossed a cut wire: %q", p.bMem.Buf[:7])
+	}
+	// The quiet side learns when it sends, even to a peer already in error.
+	if err := p.b.PostSend([]wr.Send{{ID: 30, Op: wr.OpWriteImm, Imm: 1, Signaled: true}}); err != nil {
+		t.Fatal(err)
+	}
+	got = map[uint64]wr.WCStatus{}
+	for _, wc := range drain(p, p.b) {
+		got[wc.ID] = wc.Status
+	}
+	want = map[uint64]wr.WCStatus{30: wr.WCRetryExcErr, 20: wr.WCWRFlushErr, 21: wr.WCWRFlushErr}
+	if !maps.Equal(got, want) {
+		t.Fatalf("the receiving side's send: %v, want %v", got, want)
+	}
+}
+
+// In Auto mode a cut wire fails what was waiting on it (for a receive,
+// with RNRRetry) at once, on both sides.
+func TestCutWireAuto(t *testing.T) {
+	p := newPair(t, Options{Auto: true, RNRRetry: true})
+	if err := p.b.PostSend([]wr.Send{{ID: 30, Op: wr.OpWriteImm, Imm: 1, Signaled: true}}); err != nil {
+		t.Fatal(err)
+	}
+	p.a.Cut()
+	if wcs := poll(p.b); len(wcs) != 1 || wcs[0].ID != 30 || wcs[0].Status != wr.WCRetryExcErr {
+		t.Fatalf("the waiting send completed %v, want WCRetryExcErr", wcs)
+	}
+	if wcs := poll(p.a); len(wcs) != 0 {
+		t.Fatalf("the other side completed %v", wcs)
 	}
 }
 
