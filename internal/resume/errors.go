@@ -62,5 +62,5 @@ var (
 	ErrExpired = errors.New("resume token expired")
 	// ErrTableFull: the table holds its maximum of connections, none of
 	// them expired; the new connection goes without resume.
-	ErrTableFull = errors.New("resume table full")
+	ErrTableFull = errors.New("resume table full (TableConfig.MaxEntries)")
 )
