@@ -2,6 +2,7 @@ package resume
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"strconv"
 	"time"
@@ -9,13 +10,21 @@ import (
 	"github.com/rnet-dev/rnet/internal/ring"
 )
 
-// ConnDataFlag is the bit of rs_conn_data's flags (offset 1) that says the
-// sender speaks the extension: in a request, that 16 bytes of extension
-// follow the 40-byte struct; in a reply, that the listener agreed and its
-// extension follows. C rsocket reads only bits 0 and 1 and echoes neither
-// this bit nor any byte after the struct, so a reply without it is a C peer
-// (or a listener that keeps no resume state for this connection).
-const ConnDataFlag = 1 << 5
+// The bits of rs_conn_data's flags (offset 1) that the extension uses. C
+// rsocket reads only bits 0 and 1 and echoes neither of these nor any byte
+// after the struct, so a reply without ConnDataFlag is a C peer (or a
+// listener that keeps no resume state for this connection).
+const (
+	// ConnDataFlag says the sender speaks the extension: in a request, that
+	// 16 bytes of extension follow the 40-byte struct; in a reply, that the
+	// listener agreed and its extension follows.
+	ConnDataFlag = 1 << 5
+	// ResumeFlag, in a request with ConnDataFlag, says the request resumes
+	// a connection and its extension is the token; without it the request
+	// is a new connection that offers the extension. A reply leaves it
+	// clear, and a dialer ignores it there.
+	ResumeFlag = 1 << 4
+)
 
 // Version is the extension version this package speaks.
 const Version = 1
@@ -64,30 +73,30 @@ type Request struct {
 	Token Token
 }
 
-// AppendRequest returns connData (the 40 bytes of ring.Engine.LocalConnData)
-// with ConnDataFlag set and r's 16 bytes after it, in a new slice. A Plain
-// request returns connData unchanged.
-func AppendRequest(connData []byte, r Request) ([]byte, error) {
+// EncodeRequest returns connData (the 40 bytes of ring.Engine.LocalConnData)
+// with the extension's flags set for r's kind and r's 16 bytes after it, in
+// a new slice. A Plain request returns a copy of connData with both flags
+// clear. Its errors are the caller's mistakes, not a peer's.
+func EncodeRequest(connData []byte, r Request) ([]byte, error) {
 	if len(connData) != ring.ConnDataSize {
 		return nil, errConnDataSize(len(connData))
 	}
 	b := make([]byte, RequestPrivateData)
 	copy(b, connData)
+	b[1] &^= ConnDataFlag | ResumeFlag
 	switch r.Kind {
 	case Plain:
 		return b[:ring.ConnDataSize], nil
 	case Offer:
 		if r.Version == 0 {
-			return nil, protoErr(ErrVersion, "offer of version 0")
+			return nil, errors.New("resume: an offer of version 0")
 		}
 		b[ring.ConnDataSize] = r.Version
 	case Resume:
-		if !r.Token.Valid() {
-			return nil, protoErr(ErrMalformed, "an invalid token")
-		}
 		copy(b[ring.ConnDataSize:], r.Token[:])
+		b[1] |= ResumeFlag
 	default:
-		return nil, protoErr(ErrMalformed, "request kind "+strconv.Itoa(int(r.Kind)))
+		return nil, errors.New("resume: request kind " + strconv.Itoa(int(r.Kind)))
 	}
 	b[1] |= ConnDataFlag
 	return b, nil
@@ -96,14 +105,16 @@ func AppendRequest(connData []byte, r Request) ([]byte, error) {
 // ParseRequest reads the extension from a connection request's private data
 // (from rs_conn_data on: an AF_IB header stripped). Without ConnDataFlag it
 // is a Plain request, whatever follows the struct. With it, the 16 bytes
-// after the struct are an offer when their last 15 are zero (the first is
-// then the version), else a token; anything after them must be zero, as
-// the connection manager pads.
+// after the struct are the token if ResumeFlag is set too, else an offer:
+// the version, then 15 reserved bytes that a later version may define and
+// this one ignores. Anything after the 16 bytes must be zero, as the
+// connection manager pads. ResumeFlag means nothing without ConnDataFlag.
 func ParseRequest(privateData []byte) (Request, error) {
 	if len(privateData) < ring.ConnDataSize {
 		return Request{}, protoErr(ErrShort, "request private data of "+strconv.Itoa(len(privateData))+" bytes")
 	}
-	if privateData[1]&ConnDataFlag == 0 {
+	flags := privateData[1]
+	if flags&ConnDataFlag == 0 {
 		return Request{Kind: Plain}, nil
 	}
 	if len(privateData) < RequestPrivateData {
@@ -113,15 +124,14 @@ func ParseRequest(privateData []byte) (Request, error) {
 	if err := checkZeroTail(privateData, RequestPrivateData, "request"); err != nil {
 		return Request{}, err
 	}
-	var t Token
-	copy(t[:], privateData[ring.ConnDataSize:RequestPrivateData])
-	if t.Valid() {
-		return Request{Kind: Resume, Token: t}, nil
+	ext := privateData[ring.ConnDataSize:RequestPrivateData]
+	if flags&ResumeFlag != 0 {
+		return Request{Kind: Resume, Token: Token(ext)}, nil
 	}
-	if t[0] == 0 {
+	if ext[0] == 0 {
 		return Request{}, protoErr(ErrVersion, "offer of version 0")
 	}
-	return Request{Kind: Offer, Version: t[0]}, nil
+	return Request{Kind: Offer, Version: ext[0]}, nil
 }
 
 // Reply is the extension in a listener's reply to an Offer or a Resume.
@@ -142,26 +152,25 @@ type Reply struct {
 	Addrs []netip.AddrPort
 }
 
-// AppendReply returns connData (the 40 bytes of ring.Engine.LocalConnData)
-// with ConnDataFlag set and r after it, in a new slice.
-func AppendReply(connData []byte, r Reply) ([]byte, error) {
+// EncodeReply returns connData (the 40 bytes of ring.Engine.LocalConnData)
+// with ConnDataFlag set, ResumeFlag clear and r after it, in a new slice.
+// Its errors are the caller's mistakes, not a peer's.
+func EncodeReply(connData []byte, r Reply) ([]byte, error) {
 	if len(connData) != ring.ConnDataSize {
 		return nil, errConnDataSize(len(connData))
 	}
 	if r.Version != Version {
-		return nil, protoErr(ErrVersion, "version "+strconv.Itoa(int(r.Version)))
+		return nil, errors.New("resume: reply of version " + strconv.Itoa(int(r.Version)))
 	}
-	if r.Lifetime < time.Second || r.Lifetime >= MaxLifetime+time.Second {
-		return nil, protoErr(ErrMalformed, "lifetime "+r.Lifetime.String()+" outside 1s to "+MaxLifetime.String())
-	}
-	if !r.Token.Valid() {
-		return nil, protoErr(ErrMalformed, "an invalid token")
+	if r.Lifetime < time.Second || r.Lifetime > MaxLifetime || r.Lifetime%time.Second != 0 {
+		return nil, errors.New("resume: reply lifetime " + r.Lifetime.String() + " is not whole seconds from 1s to " + MaxLifetime.String())
 	}
 	if len(r.Addrs) > MaxAddrs {
-		return nil, protoErr(ErrMalformed, strconv.Itoa(len(r.Addrs))+" addresses, more than "+strconv.Itoa(MaxAddrs))
+		return nil, errors.New("resume: " + strconv.Itoa(len(r.Addrs)) + " addresses in a reply, more than " + strconv.Itoa(MaxAddrs))
 	}
 	b := make([]byte, ring.ConnDataSize+ReplyHeaderSize+len(r.Addrs)*AddrSize)
 	copy(b, connData)
+	b[1] &^= ResumeFlag
 	b[1] |= ConnDataFlag
 	h := b[ring.ConnDataSize:]
 	h[0] = r.Version
@@ -169,8 +178,8 @@ func AppendReply(connData []byte, r Reply) ([]byte, error) {
 	binary.BigEndian.PutUint16(h[2:], uint16(r.Lifetime/time.Second))
 	copy(h[4:ReplyHeaderSize], r.Token[:])
 	for i, a := range r.Addrs {
-		if err := checkAddr(i, a); err != nil {
-			return nil, err
+		if bad := badAddr(a); bad != "" {
+			return nil, errors.New("resume: reply address " + strconv.Itoa(i) + " " + a.String() + ": " + bad)
 		}
 		e := h[ReplyHeaderSize+i*AddrSize:]
 		ip := a.Addr().As16()
@@ -212,9 +221,6 @@ func ParseReply(privateData []byte) (r Reply, ok bool, err error) {
 	}
 	r.Lifetime = time.Duration(secs) * time.Second
 	copy(r.Token[:], h[4:ReplyHeaderSize])
-	if !r.Token.Valid() {
-		return Reply{}, false, protoErr(ErrMalformed, "an invalid token")
-	}
 	end := ring.ConnDataSize + ReplyHeaderSize + n*AddrSize
 	if len(privateData) < end {
 		return Reply{}, false, protoErr(ErrShort, "reply private data of "+strconv.Itoa(len(privateData))+
@@ -229,37 +235,48 @@ func ParseReply(privateData []byte) (r Reply, ok bool, err error) {
 	for i := range n {
 		e := h[ReplyHeaderSize+i*AddrSize:]
 		a := netip.AddrPortFrom(netip.AddrFrom16([16]byte(e[:16])).Unmap(), binary.BigEndian.Uint16(e[16:]))
-		if err := checkAddr(i, a); err != nil {
-			return Reply{}, false, err
+		if bad := badAddr(a); bad != "" {
+			return Reply{}, false, protoErr(ErrMalformed, "address "+strconv.Itoa(i)+" "+a.String()+": "+bad)
 		}
 		r.Addrs[i] = a
 	}
 	return r, true, nil
 }
 
-// checkAddr refuses an address a dialer could not connect to: unspecified,
-// multicast, port 0, or needing a zone the wire cannot carry.
-func checkAddr(i int, a netip.AddrPort) error {
+// badAddr says why a dialer could not use a as another address of the
+// listener, or "" if it can: unspecified, multicast or broadcast, port 0,
+// a zone the wire cannot carry, or an address that names the dialer's own
+// host (loopback) or that no stack routes (IPv4-compatible ::a.b.c.d), where
+// a dialer would send its token to whatever listens there. A dialer uses a
+// loopback address only as the one it dialled.
+func badAddr(a netip.AddrPort) string {
 	ip := a.Addr()
-	bad := ""
 	switch {
 	case !ip.IsValid():
-		bad = "no address"
+		return "no address"
 	case ip.Zone() != "":
-		bad = "a zone"
-	case ip.IsUnspecified(), ip.IsMulticast():
-		bad = "not a unicast address"
+		return "a zone"
+	case ip.IsUnspecified(), ip.IsMulticast(), ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "not a unicast address"
+	case ip.IsLoopback():
+		return "a loopback address, the dialer's own host"
 	case ip.Is4In6():
-		bad = "an IPv4-mapped IPv6 address (give the IPv4 address)"
+		return "an IPv4-mapped IPv6 address (give the IPv4 address)"
+	case ip.Is6() && isIPv4Compatible(ip):
+		return "an IPv4-compatible IPv6 address (::a.b.c.d), which no stack routes"
 	case ip.Is6() && ip.IsLinkLocalUnicast():
-		bad = "an IPv6 link-local address, which needs a zone"
+		return "an IPv6 link-local address, which needs a zone"
 	case a.Port() == 0:
-		bad = "port 0"
+		return "port 0"
 	}
-	if bad == "" {
-		return nil
-	}
-	return protoErr(ErrMalformed, "address "+strconv.Itoa(i)+" "+a.String()+": "+bad)
+	return ""
+}
+
+// isIPv4Compatible reports whether ip is in ::/96, the deprecated
+// IPv4-compatible form (RFC 4291, 2.5.5.1).
+func isIPv4Compatible(ip netip.Addr) bool {
+	b := ip.As16()
+	return [12]byte(b[:12]) == [12]byte{}
 }
 
 // checkZeroTail refuses private data with anything but zeros from end on.
@@ -273,5 +290,5 @@ func checkZeroTail(b []byte, end int, what string) error {
 }
 
 func errConnDataSize(n int) error {
-	return protoErr(ErrMalformed, "conn data of "+strconv.Itoa(n)+" bytes, not "+strconv.Itoa(ring.ConnDataSize))
+	return errors.New("resume: conn data of " + strconv.Itoa(n) + " bytes, not " + strconv.Itoa(ring.ConnDataSize))
 }

@@ -40,20 +40,25 @@ func unhex(t *testing.T, s string) []byte {
 func TestRequestGolden(t *testing.T) {
 	cd := testConnData()
 	for _, tc := range []struct {
-		name string
-		req  Request
-		ext  string // the bytes after the struct
+		name  string
+		req   Request
+		flags byte   // the bits the extension sets in rs_conn_data's flags
+		ext   string // the bytes after the struct
 	}{
-		{"offer", Request{Kind: Offer, Version: 1}, "01 000000000000000000000000000000"},
-		{"resume", Request{Kind: Resume, Token: testToken}, "101112131415161718191a1b1c1d1e1f"},
+		{"offer", Request{Kind: Offer, Version: 1}, 1 << 5, "01 000000000000000000000000000000"},
+		{"resume", Request{Kind: Resume, Token: testToken}, 1<<5 | 1<<4, "101112131415161718191a1b1c1d1e1f"},
+		// A token is all random: one that looks like an offer is still a
+		// token, told apart by the flag.
+		{"resume, token like an offer", Request{Kind: Resume, Token: Token{0: 1}}, 1<<5 | 1<<4, "01 000000000000000000000000000000"},
+		{"resume, zero token", Request{Kind: Resume}, 1<<5 | 1<<4, "00000000000000000000000000000000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := AppendRequest(cd, tc.req)
+			b, err := EncodeRequest(cd, tc.req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := append(append([]byte{}, cd...), unhex(t, tc.ext)...)
-			want[1] |= 1 << 5
+			want[1] |= tc.flags
 			if !bytes.Equal(b, want) {
 				t.Fatalf("encoded\n %x\nwant\n %x", b, want)
 			}
@@ -74,19 +79,72 @@ func TestRequestGolden(t *testing.T) {
 			}
 		})
 	}
-	plain, err := AppendRequest(cd, Request{Kind: Plain})
+	plain, err := EncodeRequest(cd, Request{Kind: Plain})
 	if err != nil || !bytes.Equal(plain, cd) {
 		t.Fatalf("a plain request: %x, %v", plain, err)
 	}
 }
 
 // A request without the flag is plain whatever follows: the 16 bytes the
-// connection manager pads a C dialer's request with are not read.
+// connection manager pads a C dialer's request with are not read, nor is
+// the resume flag without the extension's.
 func TestParseRequestPlain(t *testing.T) {
 	b := append(testConnData(), bytes.Repeat([]byte{0xee}, 16)...)
 	r, err := ParseRequest(b)
 	if err != nil || r.Kind != Plain {
 		t.Fatalf("%+v, %v", r, err)
+	}
+	b[1] |= ResumeFlag
+	if r, err := ParseRequest(b); err != nil || r.Kind != Plain {
+		t.Fatalf("resume flag alone: %+v, %v", r, err)
+	}
+}
+
+// An offer's 15 bytes after the version are reserved for later versions:
+// a reader ignores them, so that a later dialer can fill them in without
+// a flag of its own.
+func TestParseRequestOfferIgnoresReserved(t *testing.T) {
+	b, err := EncodeRequest(testConnData(), Request{Kind: Offer, Version: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b[ring.ConnDataSize+1:], bytes.Repeat([]byte{0xa5}, 15))
+	r, err := ParseRequest(b)
+	if err != nil || r != (Request{Kind: Offer, Version: 2}) {
+		t.Fatalf("%+v, %v", r, err)
+	}
+}
+
+// Each encoder clears the extension's flags it does not mean, whatever the
+// conn data it is given holds.
+func TestEncodeSetsOnlyItsFlags(t *testing.T) {
+	cd := testConnData()
+	cd[1] |= ConnDataFlag | ResumeFlag
+	for _, tc := range []struct {
+		req  Request
+		want byte
+	}{
+		{Request{Kind: Plain}, 0},
+		{Request{Kind: Offer, Version: 1}, ConnDataFlag},
+		{Request{Kind: Resume, Token: testToken}, ConnDataFlag | ResumeFlag},
+	} {
+		b, err := EncodeRequest(cd, tc.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b[1] & (ConnDataFlag | ResumeFlag); got != tc.want {
+			t.Errorf("%+v: flags %#x, want %#x", tc.req, got, tc.want)
+		}
+		if got, err := ParseRequest(b); err != nil || got != tc.req {
+			t.Errorf("%+v reads back as %+v, %v", tc.req, got, err)
+		}
+	}
+	b, err := EncodeReply(cd, testReply())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b[1] & (ConnDataFlag | ResumeFlag); got != ConnDataFlag {
+		t.Errorf("reply flags %#x", got)
 	}
 }
 
@@ -122,7 +180,18 @@ func TestParseRequestRefuses(t *testing.T) {
 	}
 }
 
-func TestAppendRequestRefuses(t *testing.T) {
+// checkCallerErr fails unless err is an error that is no peer's fault: not
+// a *ProtocolError, and not ring.ErrProtocol, which a listener would answer
+// with a reject for a bad request.
+func checkCallerErr(t *testing.T, what string, b []byte, err error) {
+	t.Helper()
+	var pe *ProtocolError
+	if err == nil || errors.As(err, &pe) || errors.Is(err, ring.ErrProtocol) {
+		t.Errorf("%s: encoded %x, %v; want a plain error", what, b, err)
+	}
+}
+
+func TestEncodeRequestRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cd   []byte
@@ -130,12 +199,10 @@ func TestAppendRequestRefuses(t *testing.T) {
 	}{
 		{"short conn data", testConnData()[:20], Request{Kind: Offer, Version: 1}},
 		{"offer of version 0", testConnData(), Request{Kind: Offer}},
-		{"resume with an invalid token", testConnData(), Request{Kind: Resume, Token: Token{0: 1}}},
 		{"unknown kind", testConnData(), Request{Kind: 9}},
 	} {
-		if b, err := AppendRequest(tc.cd, tc.req); err == nil {
-			t.Errorf("%s: encoded %x", tc.name, b)
-		}
+		b, err := EncodeRequest(tc.cd, tc.req)
+		checkCallerErr(t, tc.name, b, err)
 	}
 }
 
@@ -154,7 +221,7 @@ func testReply() Reply {
 // The reply's wire bytes, as docs/design.md specifies them.
 func TestReplyGolden(t *testing.T) {
 	cd := testConnData()
-	b, err := AppendReply(cd, testReply())
+	b, err := EncodeReply(cd, testReply())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +249,7 @@ func TestReplyFitsREP(t *testing.T) {
 		r.Addrs = append(r.Addrs, netip.AddrPortFrom(netip.MustParseAddr("2001:db8::1").Next().Next(), uint16(7000+i)))
 	}
 	r.Lifetime = MaxLifetime
-	b, err := AppendReply(testConnData(), r)
+	b, err := EncodeReply(testConnData(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,10 +259,6 @@ func TestReplyFitsREP(t *testing.T) {
 	got, ok, err := ParseReply(b)
 	if err != nil || !ok || !reflect.DeepEqual(got, r) {
 		t.Fatalf("%+v, %v, %v", got, ok, err)
-	}
-	r.Addrs = append(r.Addrs, r.Addrs[0])
-	if _, err := AppendReply(testConnData(), r); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("%d addresses: %v", len(r.Addrs), err)
 	}
 }
 
@@ -210,7 +273,7 @@ func TestParseReplyFromCPeer(t *testing.T) {
 }
 
 func TestParseReplyRefuses(t *testing.T) {
-	good, err := AppendReply(testConnData(), testReply())
+	good, err := EncodeReply(testConnData(), testReply())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +300,6 @@ func TestParseReplyRefuses(t *testing.T) {
 		{"8 addresses", edit(func(b []byte) []byte { b[h+1] = 8; return b }), ErrMalformed},
 		{"255 addresses", edit(func(b []byte) []byte { b[h+1] = 255; return b }), ErrMalformed},
 		{"lifetime 0", edit(func(b []byte) []byte { b[h+2], b[h+3] = 0, 0; return b }), ErrMalformed},
-		{"invalid token", edit(func(b []byte) []byte { copy(b[h+4:], make([]byte, 16)); return b }), ErrMalformed},
 		{"one address cut short", good[:len(good)-1], ErrShort},
 		{"3 addresses, 2 sent", edit(func(b []byte) []byte { b[h+1] = 3; return b }), ErrShort},
 		{"1 address, 2 sent", edit(func(b []byte) []byte { b[h+1] = 1; return b }), ErrMalformed},
@@ -247,6 +309,12 @@ func TestParseReplyRefuses(t *testing.T) {
 		{"multicast", setAddr(0, "::ffff:224.0.0.1", 7471), ErrMalformed},
 		{"v6 link-local", setAddr(1, "fe80::1", 7471), ErrMalformed},
 		{"port 0", setAddr(1, "fd00::2", 0), ErrMalformed},
+		{"v4 loopback", setAddr(0, "::ffff:127.0.0.1", 7471), ErrMalformed},
+		{"v4 loopback, not .1", setAddr(0, "::ffff:127.3.2.1", 7471), ErrMalformed},
+		{"v6 loopback", setAddr(1, "::1", 7471), ErrMalformed},
+		{"IPv4-compatible", setAddr(1, "::10.0.0.2", 7471), ErrMalformed},
+		{"IPv4-compatible, high", setAddr(1, "::255.0.0.1", 7471), ErrMalformed},
+		{"v4 broadcast", setAddr(0, "::ffff:255.255.255.255", 7471), ErrMalformed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, ok, err := ParseReply(tc.b)
@@ -257,7 +325,7 @@ func TestParseReplyRefuses(t *testing.T) {
 	}
 }
 
-func TestAppendReplyRefuses(t *testing.T) {
+func TestEncodeReplyRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		edit func(*Reply)
@@ -266,30 +334,26 @@ func TestAppendReplyRefuses(t *testing.T) {
 		{"version 2", func(r *Reply) { r.Version = 2 }},
 		{"lifetime under 1s", func(r *Reply) { r.Lifetime = 999 * time.Millisecond }},
 		{"lifetime past the field", func(r *Reply) { r.Lifetime = MaxLifetime + time.Second }},
-		{"invalid token", func(r *Reply) { r.Token = Token{} }},
+		// The reply states whole seconds: a fraction would be dropped.
+		{"lifetime 2.5s", func(r *Reply) { r.Lifetime = 2500 * time.Millisecond }},
+		{"8 addresses", func(r *Reply) {
+			for len(r.Addrs) < 8 {
+				r.Addrs = append(r.Addrs, r.Addrs[0])
+			}
+		}},
 		{"zone", func(r *Reply) { r.Addrs[1] = netip.MustParseAddrPort("[fe80::1%eth0]:1") }},
 		{"v4-mapped", func(r *Reply) { r.Addrs[0] = netip.MustParseAddrPort("[::ffff:10.0.0.1]:1") }},
 		{"no address", func(r *Reply) { r.Addrs[0] = netip.AddrPort{} }},
 		{"port 0", func(r *Reply) { r.Addrs[0] = netip.MustParseAddrPort("10.0.0.1:0") }},
+		{"v4 loopback", func(r *Reply) { r.Addrs[0] = netip.MustParseAddrPort("127.0.0.1:7471") }},
+		{"v6 loopback", func(r *Reply) { r.Addrs[1] = netip.MustParseAddrPort("[::1]:7471") }},
+		{"IPv4-compatible", func(r *Reply) { r.Addrs[1] = netip.MustParseAddrPort("[::10.0.0.2]:7471") }},
 	} {
 		r := testReply()
 		tc.edit(&r)
-		if b, err := AppendReply(testConnData(), r); !errors.Is(err, ring.ErrProtocol) {
-			t.Errorf("%s: encoded %x, %v", tc.name, b, err)
-		}
+		b, err := EncodeReply(testConnData(), r)
+		checkCallerErr(t, tc.name, b, err)
 	}
-	if _, err := AppendReply(testConnData()[:39], testReply()); err == nil {
-		t.Error("short conn data encoded")
-	}
-	// A fraction of a second is dropped: the dialer never counts on more
-	// time than the listener gives.
-	r := testReply()
-	r.Lifetime = 2500 * time.Millisecond
-	b, err := AppendReply(testConnData(), r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, _, _ := ParseReply(b); got.Lifetime != 2*time.Second {
-		t.Fatalf("lifetime 2.5s reads back as %v", got.Lifetime)
-	}
+	b, err := EncodeReply(testConnData()[:39], testReply())
+	checkCallerErr(t, "short conn data", b, err)
 }

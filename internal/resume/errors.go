@@ -16,8 +16,8 @@ var (
 	// offer of version 0.
 	ErrVersion = errors.New("unsupported resume extension version")
 	// ErrMalformed: a field outside its range: a lifetime of 0, an
-	// address count above MaxAddrs, an address no dialer can use, an
-	// invalid token, reserved bits or trailing bytes that are not zero.
+	// address count above MaxAddrs, an address no dialer can use, reserved
+	// bits or trailing bytes that are not zero.
 	ErrMalformed = errors.New("malformed resume extension")
 	// ErrCountOutOfRange: the peer's received count is below what its
 	// credit updates already showed received, or above what was ever
@@ -60,9 +60,7 @@ var (
 	// ErrExpired: the connection's path failed longer ago than the
 	// table's lifetime.
 	ErrExpired = errors.New("resume token expired")
-	// ErrBusy: a resume of this connection is already under way.
-	ErrBusy = errors.New("a resume of this connection is already under way")
 	// ErrTableFull: the table holds its maximum of connections, none of
 	// them expired; the new connection goes without resume.
-	ErrTableFull = errors.New("resume table full")
+	ErrTableFull = errors.New("resume table full (TableConfig.MaxEntries)")
 )

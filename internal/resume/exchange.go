@@ -8,8 +8,9 @@ import (
 	"github.com/rnet-dev/rnet/internal/ring"
 )
 
-// ExchangeSize is the size of the exchange message: the first DATA message
-// each side sends on a resumed connection, before any byte of the stream.
+// ExchangeSize is the size of the exchange message: the first message each
+// side sends on a resumed queue pair, in its first write with immediate,
+// before any byte of the stream.
 const ExchangeSize = 16
 
 // exchangeMagic opens every exchange message, so that a side that meets
@@ -81,8 +82,8 @@ type Held struct {
 	ShutDown bool
 }
 
-// Resend is what a sender sends again after the exchange.
-type Resend struct {
+// ResendPlan is what a sender sends again after the exchange.
+type ResendPlan struct {
 	// From is the first stream byte to send again; bytes from there to
 	// what the application has written go out in order.
 	From uint64
@@ -97,14 +98,14 @@ type Resend struct {
 // sent), or an EOF the sender never sent or sent after more bytes than the
 // peer counts, is a *ProtocolError with ErrCountOutOfRange: the connection
 // cannot continue without a gap or a duplicate, and ends.
-func (h Held) Resend(peer Exchange) (Resend, error) {
+func (h Held) Resend(peer Exchange) (ResendPlan, error) {
 	if h.Released > h.Sent {
 		// The caller's own accounting is broken: not the peer's fault.
-		return Resend{}, errors.New("resume: Held.Released " + strconv.FormatUint(h.Released, 10) +
+		return ResendPlan{}, errors.New("resume: Held.Released " + strconv.FormatUint(h.Released, 10) +
 			" is past Sent " + strconv.FormatUint(h.Sent, 10))
 	}
 	if peer.Received < h.Released || peer.Received > h.Sent {
-		return Resend{}, protoErr(ErrCountOutOfRange, "the peer has received "+strconv.FormatUint(peer.Received, 10)+
+		return ResendPlan{}, protoErr(ErrCountOutOfRange, "the peer has received "+strconv.FormatUint(peer.Received, 10)+
 			" bytes; this side holds bytes "+strconv.FormatUint(h.Released, 10)+" to "+strconv.FormatUint(h.Sent, 10))
 	}
 	if peer.EOF && (!h.ShutDown || peer.Received != h.Sent) {
@@ -114,9 +115,9 @@ func (h Held) Resend(peer Exchange) (Resend, error) {
 		} else {
 			detail += "this side ended it after " + strconv.FormatUint(h.Sent, 10)
 		}
-		return Resend{}, protoErr(ErrCountOutOfRange, detail)
+		return ResendPlan{}, protoErr(ErrCountOutOfRange, detail)
 	}
-	return Resend{From: peer.Received, Shutdown: h.ShutDown && !peer.EOF}, nil
+	return ResendPlan{From: peer.Received, Shutdown: h.ShutDown && !peer.EOF}, nil
 }
 
 // HeldBy reads what an engine that keeps its sent bytes

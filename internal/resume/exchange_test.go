@@ -62,15 +62,15 @@ func TestResend(t *testing.T) {
 		name string
 		held Held
 		peer Exchange
-		want Resend
+		want ResendPlan
 	}{
-		{"all released", held, Exchange{Received: 1000}, Resend{From: 1000}},
-		{"in between", held, Exchange{Received: 3217}, Resend{From: 3217}},
-		{"all received", held, Exchange{Received: 5000}, Resend{From: 5000}},
-		{"nothing sent yet", Held{}, Exchange{}, Resend{}},
-		{"shut down, peer saw it", Held{Released: 10, Sent: 20, ShutDown: true}, Exchange{Received: 20, EOF: true}, Resend{From: 20}},
-		{"shut down, SHUTDOWN lost", Held{Released: 10, Sent: 20, ShutDown: true}, Exchange{Received: 20}, Resend{From: 20, Shutdown: true}},
-		{"shut down, bytes and SHUTDOWN lost", Held{Released: 10, Sent: 20, ShutDown: true}, Exchange{Received: 12}, Resend{From: 12, Shutdown: true}},
+		{"all released", held, Exchange{Received: 1000}, ResendPlan{From: 1000}},
+		{"in between", held, Exchange{Received: 3217}, ResendPlan{From: 3217}},
+		{"all received", held, Exchange{Received: 5000}, ResendPlan{From: 5000}},
+		{"nothing sent yet", Held{}, Exchange{}, ResendPlan{}},
+		{"shut down, peer saw it", Held{Released: 10, Sent: 20, ShutDown: true}, Exchange{Received: 20, EOF: true}, ResendPlan{From: 20}},
+		{"shut down, SHUTDOWN lost", Held{Released: 10, Sent: 20, ShutDown: true}, Exchange{Received: 20}, ResendPlan{From: 20, Shutdown: true}},
+		{"shut down, bytes and SHUTDOWN lost", Held{Released: 10, Sent: 20, ShutDown: true}, Exchange{Received: 12}, ResendPlan{From: 12, Shutdown: true}},
 	} {
 		got, err := tc.held.Resend(tc.peer)
 		if err != nil || got != tc.want {

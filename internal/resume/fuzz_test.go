@@ -24,8 +24,9 @@ func checkFuzzErr(t *testing.T, err error) {
 
 func FuzzParseRequest(f *testing.F) {
 	cd := testConnData()
-	for _, r := range []Request{{Kind: Plain}, {Kind: Offer, Version: 1}, {Kind: Offer, Version: 200}, {Kind: Resume, Token: testToken}} {
-		b, err := AppendRequest(cd, r)
+	for _, r := range []Request{{Kind: Plain}, {Kind: Offer, Version: 1}, {Kind: Offer, Version: 200},
+		{Kind: Resume, Token: testToken}, {Kind: Resume, Token: Token{0: 1}}, {Kind: Resume}} {
+		b, err := EncodeRequest(cd, r)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -37,6 +38,11 @@ func FuzzParseRequest(f *testing.F) {
 	flagOnly[1] |= ConnDataFlag
 	f.Add(flagOnly)
 	f.Add(append(flagOnly, make([]byte, 16)...))
+	resumeOnly := append([]byte{}, cd...)
+	resumeOnly[1] |= ResumeFlag
+	f.Add(append(resumeOnly, testToken[:]...))
+	offerReserved := append(append([]byte{}, flagOnly...), 2)
+	f.Add(append(offerReserved, bytes.Repeat([]byte{0xa5}, 15)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := ParseRequest(b)
 		if err != nil {
@@ -49,13 +55,21 @@ func FuzzParseRequest(f *testing.F) {
 			}
 			return
 		}
-		// What parses encodes back to the same bytes, padding aside.
-		enc, err := AppendRequest(b[:ring.ConnDataSize:ring.ConnDataSize], r)
+		if (r.Kind == Resume) != (b[1]&ResumeFlag != 0) {
+			t.Fatalf("read as %+v with flags %#x", r, b[1])
+		}
+		// What parses encodes back to the same bytes, padding and an
+		// offer's reserved bytes aside.
+		enc, err := EncodeRequest(b[:ring.ConnDataSize:ring.ConnDataSize], r)
 		if err != nil {
 			t.Fatalf("%+v parsed but does not encode: %v", r, err)
 		}
-		if !bytes.Equal(enc, b[:RequestPrivateData]) {
-			t.Fatalf("round trip:\n got %x\nwant %x", enc, b[:RequestPrivateData])
+		want := append([]byte{}, b[:RequestPrivateData]...)
+		if r.Kind == Offer {
+			clear(want[ring.ConnDataSize+1:])
+		}
+		if !bytes.Equal(enc, want) {
+			t.Fatalf("round trip:\n got %x\nwant %x", enc, want)
 		}
 	})
 }
@@ -68,7 +82,7 @@ func FuzzParseReply(f *testing.F) {
 		full.Addrs = append(full.Addrs, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), 7471))
 	}
 	for _, r := range []Reply{testReply(), {Version: 1, Lifetime: time.Second, Token: testToken}, full} {
-		b, err := AppendReply(cd, r)
+		b, err := EncodeReply(cd, r)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -77,6 +91,16 @@ func FuzzParseReply(f *testing.F) {
 		f.Add(b[:len(b)-1])
 	}
 	f.Add(append(append([]byte{}, cd...), make([]byte, 156)...))
+	// Addresses a reply must not carry: loopback, IPv4-compatible.
+	for _, ip := range []string{"::ffff:127.0.0.1", "::1", "::10.0.0.2"} {
+		b, err := EncodeReply(cd, testReply())
+		if err != nil {
+			f.Fatal(err)
+		}
+		a := netip.MustParseAddr(ip).As16()
+		copy(b[ring.ConnDataSize+ReplyHeaderSize:], a[:])
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, ok, err := ParseReply(b)
 		if err != nil {
@@ -89,15 +113,20 @@ func FuzzParseReply(f *testing.F) {
 			}
 			return
 		}
-		if len(r.Addrs) > MaxAddrs || r.Lifetime < time.Second || !r.Token.Valid() {
+		if len(r.Addrs) > MaxAddrs || r.Lifetime < time.Second {
 			t.Fatalf("accepted out of range: %+v", r)
 		}
-		enc, err := AppendReply(b[:ring.ConnDataSize:ring.ConnDataSize], r)
+		// Every address read is one a dialer may use: EncodeReply, which
+		// refuses any other, takes it back, and writes the same bytes
+		// (the resume flag, which a reply does not use, aside).
+		enc, err := EncodeReply(b[:ring.ConnDataSize:ring.ConnDataSize], r)
 		if err != nil {
 			t.Fatalf("%+v parsed but does not encode: %v", r, err)
 		}
-		if !bytes.Equal(enc, b[:len(enc)]) {
-			t.Fatalf("round trip:\n got %x\nwant %x", enc, b[:len(enc)])
+		want := append([]byte{}, b[:len(enc)]...)
+		want[1] &^= ResumeFlag
+		if !bytes.Equal(enc, want) {
+			t.Fatalf("round trip:\n got %x\nwant %x", enc, want)
 		}
 	})
 }

@@ -3,7 +3,7 @@ package resume
 import (
 	"container/list"
 	"crypto/rand"
-	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"io"
 	"strconv"
@@ -17,13 +17,33 @@ type TableConfig struct {
 	// connection goes without resume (ErrTableFull). At least 1.
 	MaxEntries int
 	// Lifetime is how long a connection whose path has failed waits for a
-	// resume; its tokens are refused after that. 1 s to MaxLifetime.
+	// resume; its tokens are refused after that. Whole seconds, since the
+	// reply states it so, from 1 s to MaxTableLifetime; 0 means
+	// DefaultLifetime.
 	Lifetime time.Duration
 	// Now is the clock; nil means time.Now. Tests inject one.
 	Now func() time.Time
 	// Rand is the source of tokens; nil means crypto/rand.
 	Rand io.Reader
 }
+
+// DefaultLifetime is TableConfig.Lifetime's default. It outlasts the few
+// seconds a dialer tries to resume by default, since the listener may see
+// the path fail before the dialer does.
+const DefaultLifetime = 10 * time.Second
+
+// MaxTableLifetime caps TableConfig.Lifetime, well below the 18 hours the
+// wire can state (MaxLifetime): a suspended connection keeps its rings
+// pinned for the whole lifetime, and a peer that cuts its path and never
+// comes back chooses that it does.
+const MaxTableLifetime = 2 * time.Minute
+
+// Path numbers the paths of one connection: 1 for the one it was issued on,
+// one more after each committed resume. A report that a path failed names
+// it, so that a late one about a path a resume has replaced (the old queue
+// pair's flushed completions, polled after the new one is up) changes
+// nothing.
+type Path uint64
 
 // sweepLimit bounds how many expired connections one call forgets, so that
 // no call holds the lock for work a crowd of expiries sets the length of.
@@ -36,18 +56,21 @@ const sweepLimit = 4
 // (Begin), gets a new one for the reply, and the presented one is refused
 // once the resumed connection is established (Commit), so a replay never
 // succeeds. If the resume's handshake fails instead (Abort), both stay
-// valid, because the dialer may or may not have received the reply.
+// valid, because the dialer may or may not have received the reply. A new
+// resume that presents either replaces the attempt under way: the dialer
+// sends one when the reply to the last was lost.
 //
 // Once a connection's path has failed (Suspend, or a Begin) it waits at most
 // the Lifetime for a resume to be committed; past that its tokens are
 // refused and the table forgets it. Forget it as soon as it ends otherwise.
 //
-// Every method takes one mutex for a constant amount of work: a map lookup,
-// a token drawn on success, and at most sweepLimit expired connections
-// forgotten. A wrong token costs a SHA-256 of 16 bytes outside the lock and
-// one lookup, and stores nothing. The table never holds more than
-// MaxEntries connections and 2 tokens for each. It is safe for concurrent
-// use.
+// The table keeps each token only as its SHA-256, so that nothing it holds
+// can be presented, printed or not. Every method takes one mutex for a
+// constant amount of work: a map lookup, a token drawn on success, and at
+// most sweepLimit expired connections forgotten. A wrong token costs a
+// SHA-256 of 16 bytes outside the lock and one lookup, and stores nothing.
+// The table never holds more than MaxEntries connections and 2 tokens for
+// each. It is safe for concurrent use.
 type Table[V comparable] struct {
 	maxEntries int
 	lifetime   time.Duration
@@ -56,7 +79,7 @@ type Table[V comparable] struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	byToken   map[[sha256.Size]byte]*entry[V] // every valid token, by its digest
+	byToken   map[tokenDigest]*entry[V] // every valid token, by its digest
 	byValue   map[V]*entry[V]
 	suspended list.List // *entry[V] whose path failed, by deadline, earliest first
 	attempts  uint64    // the last Attempt's id
@@ -65,10 +88,12 @@ type Table[V comparable] struct {
 // entry is one connection. Its fields are guarded by the Table's mu.
 type entry[V comparable] struct {
 	value V
-	// tokens[:ntokens] name the connection: one, or two from a Begin until
-	// its Commit (the presented one and the new one).
-	tokens  [2]Token
+	// tokens[:ntokens] are the digests of the tokens that name the
+	// connection: one, or two from a Begin until its Commit (the presented
+	// one and the new one).
+	tokens  [2]tokenDigest
 	ntokens int
+	path    Path // the path the connection is on, or was on when it failed
 	// suspended is the entry's element in Table.suspended while its path
 	// has failed, nil while it is up; deadline is when it expires.
 	suspended *list.Element
@@ -86,7 +111,7 @@ type Attempt[V comparable] struct {
 	Deadline time.Time
 
 	entry     *entry[V]
-	presented Token
+	presented tokenDigest // the presented token's digest, never the token
 	id        uint64
 }
 
@@ -96,15 +121,19 @@ func NewTable[V comparable](cfg TableConfig) (*Table[V], error) {
 	if cfg.MaxEntries < 1 {
 		return nil, errors.New("resume: TableConfig.MaxEntries " + strconv.Itoa(cfg.MaxEntries) + " is below 1")
 	}
-	if cfg.Lifetime < time.Second || cfg.Lifetime > MaxLifetime {
-		return nil, errors.New("resume: TableConfig.Lifetime " + cfg.Lifetime.String() + " is outside 1s to " + MaxLifetime.String())
+	if cfg.Lifetime == 0 {
+		cfg.Lifetime = DefaultLifetime
+	}
+	if cfg.Lifetime < time.Second || cfg.Lifetime > MaxTableLifetime || cfg.Lifetime%time.Second != 0 {
+		return nil, errors.New("resume: TableConfig.Lifetime " + cfg.Lifetime.String() +
+			" is not whole seconds from 1s to " + MaxTableLifetime.String())
 	}
 	t := &Table[V]{
 		maxEntries: cfg.MaxEntries,
 		lifetime:   cfg.Lifetime,
 		now:        cfg.Now,
 		rand:       cfg.Rand,
-		byToken:    make(map[[sha256.Size]byte]*entry[V]),
+		byToken:    make(map[tokenDigest]*entry[V]),
 		byValue:    make(map[V]*entry[V]),
 	}
 	if t.now == nil {
@@ -129,39 +158,42 @@ func (t *Table[V]) Len() int {
 // errIssued: Issue called twice for one connection, a bug of the caller's.
 var errIssued = errors.New("resume: the connection already has a token")
 
-// Issue gives the new connection v its first token. ErrTableFull means v
-// goes without resume: its reply does not set ConnDataFlag.
-func (t *Table[V]) Issue(v V) (Token, error) {
+// Issue gives the new connection v its first token, and the number of its
+// path (1) for Suspend. ErrTableFull means v goes without resume: its reply
+// does not set ConnDataFlag.
+func (t *Table[V]) Issue(v V) (Token, Path, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	t.sweepLocked(now)
 	if _, ok := t.byValue[v]; ok {
-		return Token{}, errIssued
+		return Token{}, 0, errIssued
 	}
 	if len(t.byValue) >= t.maxEntries {
-		return Token{}, ErrTableFull
+		return Token{}, 0, ErrTableFull
 	}
-	tok, err := t.newTokenLocked()
+	tok, d, err := t.newTokenLocked()
 	if err != nil {
-		return Token{}, err
+		return Token{}, 0, err
 	}
-	e := &entry[V]{value: v, tokens: [2]Token{tok}, ntokens: 1}
+	e := &entry[V]{value: v, tokens: [2]tokenDigest{d}, ntokens: 1, path: 1}
 	t.byValue[v] = e
-	t.byToken[tok.digest()] = e
-	return tok, nil
+	t.byToken[d] = e
+	return tok, e.path, nil
 }
 
-// Suspend records that v's path has failed: from now on it waits at most
+// Suspend records that path p of v has failed: from now on v waits at most
 // the lifetime for a resume. It returns the deadline (the first one, if v
-// was suspended already), and false if the table does not know v.
-func (t *Table[V]) Suspend(v V) (deadline time.Time, ok bool) {
+// was suspended already). ok is false, and nothing changes, if the table
+// does not know v or p is not v's current path: a late report about a path
+// a resume has already replaced says nothing of the one in use.
+func (t *Table[V]) Suspend(v V, p Path) (deadline time.Time, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	t.sweepLocked(now)
 	e := t.byValue[v]
-	if e == nil {
+	if e == nil || e.path != p {
 		return time.Time{}, false
 	}
 	t.suspendLocked(e, now)
@@ -180,17 +212,18 @@ func (t *Table[V]) Forget(v V) {
 
 // Begin starts the resume of the connection that presented names. It fails
 // with ErrUnknownToken (no such token: wrong, replayed, or its connection
-// forgotten), ErrExpired (the connection waited longer than the lifetime;
-// the table forgets it) or ErrBusy (another resume of it is under way).
-// On success the connection counts as suspended, if it was not already:
-// the new path is the sign that the old one failed.
+// forgotten) or ErrExpired (the connection waited longer than the lifetime;
+// the table forgets it). A resume of the connection already under way is
+// replaced: its Commit fails and its Abort does nothing, so the listener
+// ends its handshake. On success the connection counts as suspended, if it
+// was not already: the new path is the sign that the old one failed.
 func (t *Table[V]) Begin(presented Token) (Attempt[V], error) {
 	d := presented.digest()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	e := t.byToken[d]
-	if e == nil || !e.holds(presented) {
+	if e == nil || !e.holds(d) {
 		t.sweepLocked(now)
 		return Attempt[V]{}, ErrUnknownToken
 	}
@@ -199,52 +232,51 @@ func (t *Table[V]) Begin(presented Token) (Attempt[V], error) {
 		t.sweepLocked(now)
 		return Attempt[V]{}, ErrExpired
 	}
-	if e.attempt != 0 {
-		return Attempt[V]{}, ErrBusy
-	}
-	tok, err := t.newTokenLocked()
+	tok, td, err := t.newTokenLocked()
 	if err != nil {
 		return Attempt[V]{}, err
 	}
 	// The token not presented, if any, is dropped: the dialer presents the
 	// newest it has, so the other is one it will not use again.
 	for _, old := range e.tokens[:e.ntokens] {
-		if !old.Equal(presented) {
-			delete(t.byToken, old.digest())
+		if old != d {
+			delete(t.byToken, old)
 		}
 	}
-	e.tokens, e.ntokens = [2]Token{presented, tok}, 2
-	t.byToken[tok.digest()] = e
+	e.tokens, e.ntokens = [2]tokenDigest{d, td}, 2
+	t.byToken[td] = e
 	t.attempts++
 	e.attempt = t.attempts
 	t.suspendLocked(e, now)
 	t.sweepLocked(now)
-	return Attempt[V]{Value: e.value, Token: tok, Deadline: e.deadline, entry: e, presented: presented, id: e.attempt}, nil
+	return Attempt[V]{Value: e.value, Token: tok, Deadline: e.deadline, entry: e, presented: d, id: e.attempt}, nil
 }
 
 // Commit ends a resume whose connection is established again: the presented
 // token is refused from now on, the new one alone names the connection, and
-// the connection is no longer suspended. It fails, and the caller must end
-// the new connection, with ErrUnknownToken if the connection was forgotten
-// meanwhile (or a is not the attempt under way) and with ErrExpired if the
-// lifetime ran out first.
-func (t *Table[V]) Commit(a Attempt[V]) error {
+// the connection is no longer suspended. It returns the number of the new
+// path, for Suspend. It fails, and the caller must end the new connection,
+// with ErrUnknownToken if the connection was forgotten meanwhile (or a is
+// not the attempt under way: a newer Begin replaced it) and with ErrExpired
+// if the lifetime ran out first.
+func (t *Table[V]) Commit(a Attempt[V]) (Path, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := a.entry
 	if e == nil || t.byValue[e.value] != e || e.attempt != a.id {
-		return ErrUnknownToken
+		return 0, ErrUnknownToken
 	}
 	if e.expired(t.now()) {
 		t.removeLocked(e)
-		return ErrExpired
+		return 0, ErrExpired
 	}
-	delete(t.byToken, a.presented.digest())
-	e.tokens, e.ntokens = [2]Token{a.Token}, 1
+	delete(t.byToken, a.presented)
+	e.tokens, e.ntokens = [2]tokenDigest{a.Token.digest()}, 1
 	e.attempt = 0
+	e.path++
 	t.suspended.Remove(e.suspended)
 	e.suspended, e.deadline = nil, time.Time{}
-	return nil
+	return e.path, nil
 }
 
 // Abort ends a resume whose handshake failed. The connection stays
@@ -261,12 +293,12 @@ func (t *Table[V]) Abort(a Attempt[V]) {
 	e.attempt = 0
 }
 
-// holds reports whether tok is one of e's tokens, comparing each in
-// constant time.
-func (e *entry[V]) holds(tok Token) bool {
+// holds reports whether d is the digest of one of e's tokens, comparing
+// each in constant time.
+func (e *entry[V]) holds(d tokenDigest) bool {
 	found := false
 	for _, have := range e.tokens[:e.ntokens] {
-		found = have.Equal(tok) || found
+		found = subtle.ConstantTimeCompare(have[:], d[:]) == 1 || found
 	}
 	return found
 }
@@ -286,8 +318,8 @@ func (t *Table[V]) suspendLocked(e *entry[V], now time.Time) {
 }
 
 func (t *Table[V]) removeLocked(e *entry[V]) {
-	for _, tok := range e.tokens[:e.ntokens] {
-		delete(t.byToken, tok.digest())
+	for _, d := range e.tokens[:e.ntokens] {
+		delete(t.byToken, d)
 	}
 	if e.suspended != nil {
 		t.suspended.Remove(e.suspended)
@@ -313,16 +345,22 @@ func (t *Table[V]) sweepLocked(now time.Time) {
 	}
 }
 
-// newTokenLocked draws a token no connection in the table has.
-func (t *Table[V]) newTokenLocked() (Token, error) {
+// errNoRandom: the random source gave tokens the table has again and
+// again, which crypto/rand never does.
+var errNoRandom = errors.New("resume: the random source gives only tokens already issued")
+
+// newTokenLocked draws a token no connection in the table has, and its
+// digest.
+func (t *Table[V]) newTokenLocked() (Token, tokenDigest, error) {
 	for range 4 {
 		tok, err := newToken(t.rand)
 		if err != nil {
-			return Token{}, err
+			return Token{}, tokenDigest{}, err
 		}
-		if _, taken := t.byToken[tok.digest()]; !taken {
-			return tok, nil
+		d := tok.digest()
+		if _, taken := t.byToken[d]; !taken {
+			return tok, d, nil
 		}
 	}
-	return Token{}, errNoRandom
+	return Token{}, tokenDigest{}, errNoRandom
 }

@@ -3,45 +3,23 @@ package resume
 import (
 	"bytes"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-func TestNewTokenIsRandomAndValid(t *testing.T) {
+func TestNewTokenIsRandom(t *testing.T) {
 	seen := map[Token]bool{}
 	for range 1000 {
 		tok, err := NewToken()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !tok.Valid() {
-			t.Fatalf("NewToken gave an invalid token %x", tok[:])
-		}
 		if seen[tok] {
-			t.Fatalf("NewToken repeated %x", tok[:])
+			t.Fatalf("NewToken repeated %s", tok)
 		}
 		seen[tok] = true
-	}
-}
-
-func TestTokenValid(t *testing.T) {
-	for _, tc := range []struct {
-		tok  Token
-		want bool
-	}{
-		{Token{}, false},
-		{Token{0: 1}, false},    // reads as an offer of version 1
-		{Token{0: 0xff}, false}, // an offer of version 255
-		{Token{15: 1}, true},
-		{Token{1: 1}, true},
-		{Token{0: 0, 7: 0x80}, true},
-	} {
-		if got := tc.tok.Valid(); got != tc.want {
-			t.Errorf("%x: Valid = %v, want %v", tc.tok[:], got, tc.want)
-		}
 	}
 }
 
@@ -60,14 +38,43 @@ func TestTokenEqual(t *testing.T) {
 	}
 }
 
-// A token printed any way shows a fingerprint, never its bytes.
+// printedForms are the ways fmt can spell tok's bytes: hex, decimal and
+// octal lists, and the raw bytes.
+func printedForms(tok Token) []string {
+	var dec, oct []string
+	for _, b := range tok[:6] {
+		dec = append(dec, strconv.Itoa(int(b)))
+		oct = append(oct, strconv.FormatInt(int64(b), 8))
+	}
+	h := hex.EncodeToString(tok[:])
+	return []string{h[:8], h[8:16], h[16:24], strings.Join(dec, " "), strings.Join(dec, ", "),
+		strings.Join(oct, " "), string(tok[:6])}
+}
+
+// printVerbs are every verb and flag a log line might use.
+var printVerbs = []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "% x", "%#x", "%d", "%o", "%c", "%U", "%08b"}
+
+// checkNotPrinted fails if out shows tok's bytes in any form.
+func checkNotPrinted(t *testing.T, what string, out string, tok Token) {
+	t.Helper()
+	low := strings.ToLower(out)
+	for _, form := range printedForms(tok) {
+		if strings.Contains(low, strings.ToLower(form)) {
+			t.Errorf("%s prints the token (%q): %s", what, form, out)
+			return
+		}
+	}
+}
+
+// A token printed any way shows a fingerprint, never its bytes, and so
+// does anything that holds one: an Attempt, and the table's entries.
 func TestTokenNeverPrinted(t *testing.T) {
 	tok := Token{0xde, 0xad, 0xbe, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xfe, 0xed, 0xfa, 0xce}
-	secret := hex.EncodeToString(tok[:])
-	for _, verb := range []string{"%v", "%s", "%x", "%X", "%#v", "%+v", "%q"} {
+	for _, verb := range printVerbs {
 		out := fmt.Sprintf(verb, tok)
-		if strings.Contains(strings.ToLower(out), secret[:8]) || strings.Contains(strings.ToLower(out), secret[8:16]) {
-			t.Errorf("%s prints the token: %s", verb, out)
+		checkNotPrinted(t, verb, out, tok)
+		if !strings.Contains(out, tok.String()) {
+			t.Errorf("%s prints %q, not the fingerprint", verb, out)
 		}
 	}
 	if !strings.HasPrefix(tok.String(), "token#") || len(tok.String()) != len("token#")+8 {
@@ -78,23 +85,35 @@ func TestTokenNeverPrinted(t *testing.T) {
 	if tok.String() == other.String() {
 		t.Error("two tokens print alike")
 	}
-}
 
-// A random source that yields an invalid token is drawn from again.
-func TestNewTokenDrawsAgainWhenInvalid(t *testing.T) {
-	valid := bytes.Repeat([]byte{7}, TokenSize)
-	src := io.MultiReader(bytes.NewReader(make([]byte, TokenSize)), bytes.NewReader(valid))
-	tok, err := newToken(src)
+	// A table that issued tok and began a resume with it: the attempt
+	// holds the presented token and the new one, the entry both.
+	next := Token{0x5a, 0x5b, 0x5c, 0x5d, 0x5e, 0x5f, 0x60, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x69}
+	src := bytes.NewReader(append(append([]byte{}, tok[:]...), next[:]...))
+	tab, err := NewTable[*conn](TableConfig{MaxEntries: 1, Rand: src})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(tok[:], valid) {
-		t.Fatalf("got %x, want the second draw", tok[:])
+	a := &conn{"a"}
+	if _, _, err := tab.Issue(a); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := newToken(bytes.NewReader(make([]byte, 10*TokenSize))); !errors.Is(err, errNoRandom) {
-		t.Fatalf("a source of zeros: %v", err)
+	at, err := tab.Begin(tok)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := newToken(bytes.NewReader(make([]byte, 3))); err == nil {
-		t.Fatal("a source that runs dry gave a token")
+	if !at.Token.Equal(next) {
+		t.Fatalf("the table drew %s, not the test's token", at.Token)
+	}
+	e := tab.byValue[a]
+	for _, verb := range printVerbs {
+		for _, v := range []struct {
+			what string
+			val  any
+		}{{"Attempt", at}, {"*Attempt", &at}, {"entry", *e}, {"*entry", e}} {
+			out := fmt.Sprintf(verb, v.val)
+			checkNotPrinted(t, v.what+" "+verb, out, tok)
+			checkNotPrinted(t, v.what+" "+verb, out, next)
+		}
 	}
 }

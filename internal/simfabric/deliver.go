@@ -60,7 +60,7 @@ func (f *Fabric) deliver(src *Endpoint, op *wireOp, payload *[2][]byte) bool {
 	needRecv := op.op == wr.OpWriteImm || op.op == wr.OpSend
 
 	switch {
-	case dst.dead || dst.qpErr:
+	case dst.dead || dst.qpErr || src.cut:
 		// Nobody answers: the requester retries, then gives up.
 		status = wr.WCRetryExcErr
 	case op.op != wr.OpSend && op.length > 0:

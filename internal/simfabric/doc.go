@@ -20,7 +20,10 @@
 //   - Faults: Kill (a peer that silently disappears: sends to it fail with
 //     WCRetryExcErr), Disconnect (both queue pairs to error, as after
 //     rdma_disconnect), InjectError (the next completion fails), Fail (one
-//     queue pair fails now, as after a device error; its peer is not told).
+//     queue pair fails now, as after a device error; its peer is not told),
+//     FailLosingCompletions (Fail on a removed device, whose completions
+//     not yet polled are lost), Cut (the wire between two endpoints is cut:
+//     each side's sends fail, its receives stay quiet).
 //
 // Timing. In the default, deterministic mode nothing moves until the test
 // calls Fabric.Step: each posted request is delivered after a random number
@@ -52,5 +55,5 @@
 //   - endpoint.go: an endpoint's own CQ, its completions, its error state.
 //   - deliver.go: Step, and delivering work requests at the peer.
 //   - post.go: PostSend and PostRecv.
-//   - faults.go: Kill, InjectError, Disconnect, Fail.
+//   - faults.go: Kill, InjectError, Disconnect, Fail, FailLosingCompletions, Cut.
 package simfabric

@@ -114,6 +114,7 @@ type Endpoint struct {
 
 	dead   bool
 	qpErr  bool
+	cut    bool        // the wire to its peer is cut (Cut): nothing it sends arrives
 	inject wr.WCStatus // failure for the next completion, if not WCSuccess
 
 	wire          queue[wireOp] // outbound, in posting order
