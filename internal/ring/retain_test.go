@@ -177,7 +177,7 @@ func TestRetainedBytesOutliveFailedQueuePair(t *testing.T) {
 // checkHeld checks that sender holds every byte of st from received on,
 // and that the exchange's range check takes received and refuses the
 // counts just outside the bytes held. It returns what to send again.
-func checkHeld(t *testing.T, sender *side, st *stream, received uint64, peerEOF bool) resume.Resend {
+func checkHeld(t *testing.T, sender *side, st *stream, received uint64, peerEOF bool) resume.ResendPlan {
 	t.Helper()
 	sent := sender.eng.StreamCounts()
 	t.Logf("%s: written %d sent %d released %d shutdown %v; the peer received %d, EOF %v", sender.name,
@@ -270,7 +270,7 @@ func TestTakeOverSendsLostShutdownAgain(t *testing.T) {
 		t.Fatalf("b received %d; errors %v, %v", b.eng.StreamCounts().Received, a.eng.Err(), b.eng.Err())
 	}
 	plans := c.resumeToEOF(t, 1)
-	if plans[0] != (resume.Resend{From: 0, Shutdown: true}) {
+	if plans[0] != (resume.ResendPlan{From: 0, Shutdown: true}) {
 		t.Fatalf("a resends %+v, want everything and SHUTDOWN", plans[0])
 	}
 }
@@ -278,7 +278,7 @@ func TestTakeOverSendsLostShutdownAgain(t *testing.T) {
 // resumeToEOF resumes c on a fresh queue pair (fresh engines, the exchange,
 // TakeOver) and runs both streams to EOF, every byte checked. It returns
 // what each side sent again.
-func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.Resend {
+func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.ResendPlan {
 	t.Helper()
 	r := c.r
 	f := simfabric.New(seed+1000, simfabric.Options{MaxWireDelay: r.IntN(6), MaxCompletionDelay: r.IntN(10)})
@@ -310,7 +310,7 @@ func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.Resend {
 		}
 		drain(t, f, fresh)
 	}
-	var plans [2]resume.Resend
+	var plans [2]resume.ResendPlan
 	for i, s := range fresh {
 		msg, _ := s.eng.PeerExchange()
 		ex, err := resume.ParseExchange(msg[:])
