@@ -10,20 +10,20 @@ import (
 // ib_connect_hdr precedes it; the caller strips that before decoding.
 const ConnDataSize = 40
 
-// ConnData version and flags.
+// ConnData version and flags. rsocket looks at no flag but FlagNet and
+// FlagIOMap, and sets no other; the rest are rnet's own.
 const (
 	ConnDataVersion = 1
 	FlagNet         = 1 << 0 // the sender is big-endian: SGL updates to it are written big-endian
 	FlagIOMap       = 1 << 1 // an iomap table follows the target SGL (rsocket always sets it)
 	// FlagRecvHeadroom is rnet's own: the sender keeps at least
 	// FlaggedRecvHeadroom receives posted beyond the credits it grants,
-	// so the messages that credits do not count (credit updates,
-	// SHUTDOWN, DISCONNECT) find a receive even when they outnumber the
-	// credits left. An rsocket peer posts exactly its credits.
+	// so that up to that many messages beyond the credits left, of the
+	// kinds credits do not count (credit updates, SHUTDOWN, DISCONNECT),
+	// find a receive. An rsocket peer posts exactly its credits.
 	FlagRecvHeadroom = 1 << 6
 	// FlagGrowingCredits is rnet's own: the sender's credit window may
 	// grow past the credits it advertises (see Config.SharedRecv).
-	// rsocket looks at no flag but the two above.
 	FlagGrowingCredits = 1 << 7
 )
 
