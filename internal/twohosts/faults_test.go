@@ -234,9 +234,9 @@ func finishSurvivors(t *testing.T, ctx context.Context, s streams) {
 			}
 		}
 		// The server's device report comes once its ends of the failed
-		// connections are over too.
+		// connections are over too, before it exits.
 		waitCtx, waitCancel := context.WithTimeout(ctx, time.Minute)
-		s.server.WaitFor(waitCtx, "server-done ")
+		s.server.Wait(waitCtx)
 		waitCancel()
 		logDiag(t, s.client, s.server)
 		t.Fatalf("client: %s", line)
@@ -374,10 +374,10 @@ func TestFreezeLongEndsCleanly(t *testing.T) {
 		t.Errorf("B's connections took %v after the thaw to end; the bound is %v, %v for the emulation and the %v B's process was stalled",
 			took, detectionBound, emulationSlack, stalled)
 	}
-	checkAllFailed(t, "server", s.server, "server-ended ", faultConns)
-	if err := s.server.Wait(ctx); err != nil {
+	if err := s.server.Wait(ctx); err != nil { // its device report comes last
 		t.Fatal(err)
 	}
+	checkAllFailed(t, "server", s.server, "server-ended ", faultConns)
 }
 
 // TestRebootListensAgain: host B reboots mid-stream and a fresh server

@@ -132,8 +132,9 @@ func faultServer() int {
 				} else {
 					failed.Add(1)
 				}
-				fmt.Printf("server-ended %d bytes=%d sincelast=%v pathmtu=%d peergone=%t err=%v\n",
-					id, n, time.Since(last).Round(time.Millisecond), mtu, errors.Is(err, rnet.ErrPeerGone), err)
+				fmt.Printf("server-ended %d bytes=%d sincelast=%v sincemark=%v pathmtu=%d peergone=%t err=%v\n",
+					id, n, time.Since(last).Round(time.Millisecond), stall.sinceMark().Round(time.Millisecond),
+					mtu, errors.Is(err, rnet.ErrPeerGone), err)
 				ended <- struct{}{}
 			}()
 		}
@@ -142,10 +143,12 @@ func faultServer() int {
 		<-ended
 	}
 	ln.Close()
+	fmt.Printf("server-done clean=%d failed=%d stalled=%v\n", clean.Load(), failed.Load(), stall.total().Round(time.Millisecond))
+	// After the line the host tests time: the commands take seconds on a
+	// busy guest.
 	if failed.Load() > 0 {
 		printDeviceDiag()
 	}
-	fmt.Printf("server-done clean=%d failed=%d stalled=%v\n", clean.Load(), failed.Load(), stall.total().Round(time.Millisecond))
 	return 0
 }
 
@@ -290,7 +293,10 @@ func (s *stream) read() {
 // 100 ms ticker's ticks come: how long the host kept the process from
 // running its timers (a thawed host resending to a peer that is gone, for
 // one), which delays its keepalives as much.
-type stallMeter struct{ stalled atomic.Int64 }
+type stallMeter struct {
+	stalled atomic.Int64
+	mark    atomic.Pointer[time.Time] // the first SIGUSR1
+}
 
 func newStallMeter() *stallMeter {
 	m := new(stallMeter)
@@ -298,6 +304,8 @@ func newStallMeter() *stallMeter {
 	signal.Notify(marks, syscall.SIGUSR1)
 	go func() {
 		<-marks
+		mark := time.Now()
+		m.mark.Store(&mark)
 		const period = 100 * time.Millisecond
 		tick := time.NewTicker(period)
 		last := time.Now()
@@ -310,3 +318,11 @@ func newStallMeter() *stallMeter {
 }
 
 func (m *stallMeter) total() time.Duration { return time.Duration(m.stalled.Load()) }
+
+// sinceMark is the time since the first SIGUSR1, or 0 before it.
+func (m *stallMeter) sinceMark() time.Duration {
+	if mark := m.mark.Load(); mark != nil {
+		return time.Since(*mark)
+	}
+	return 0
+}
