@@ -79,18 +79,17 @@ func massFailureLab(t *testing.T) *hostlab.Lab {
 	return labFor(t, hostlab.Config{CPUs: 2})
 }
 
-// needDetectionFix skips TestPowerOffEndsConnections and
-// TestFreezeLongEndsCleanly unless RNET_FAULTS_MASS_FAILURE=1. On two CPUs
-// per host about 40 of A's 100 connections end 6-8 s after B goes silent,
-// as Config.KeepAlive states (3 to 4 periods of 2 s), but the rest take
-// 11-14 s, past the bound with the emulation's slack and the measured
-// stall: power-off passed 1 run of 3 (13.8 s against 12.9 s in the last),
-// the long freeze 0 of 1 (docs/performance.md, "Two hosts"). Why some
-// connections take 6-7 periods is open.
-func needDetectionFix(t *testing.T) {
+// needThawFix skips TestFreezeLongEndsCleanly unless
+// RNET_FAULTS_MASS_FAILURE=1. A's side passes, but after the thaw B's
+// connections end later than the keepalive bound of it: most 15-23 s after
+// it in one run, 8-13 s in another, at a keepalive's 6 s of silence that
+// began long after the thaw or at A's disconnect requests, and now and
+// then one ends with a bare flush at the thaw (docs/performance.md, "Two
+// hosts"). Why B's silence starts so late is open.
+func needThawFix(t *testing.T) {
 	t.Helper()
 	if os.Getenv("RNET_FAULTS_MASS_FAILURE") != "1" {
-		t.Skip("some of A's 100 connections end 6-7 keepalive periods after the peer goes silent, not 3-4; RNET_FAULTS_MASS_FAILURE=1 runs it")
+		t.Skip("B's connections end later than the keepalive bound after the thaw; RNET_FAULTS_MASS_FAILURE=1 runs it")
 	}
 }
 
@@ -339,7 +338,7 @@ func TestWireCutSurvives(t *testing.T) {
 // both processes exit.
 func TestFreezeLongEndsCleanly(t *testing.T) {
 	needLab(t)
-	needDetectionFix(t)
+	needThawFix(t)
 	l := massFailureLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -412,7 +411,6 @@ func TestRebootListensAgain(t *testing.T) {
 // fails promptly, saying that B does not answer.
 func TestPowerOffEndsConnections(t *testing.T) {
 	needLab(t)
-	needDetectionFix(t)
 	l := massFailureLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
