@@ -42,7 +42,8 @@ const (
 
 // faultEnv is the environment of the fault roles.
 func faultEnv(extra ...string) []string {
-	return append([]string{"FAULT_KEEPALIVE=" + faultKeepAlive.String(), "FAULT_PORT=" + strconv.Itoa(faultPort)}, extra...)
+	return append([]string{"FAULT_KEEPALIVE=" + faultKeepAlive.String(), "FAULT_PORT=" + strconv.Itoa(faultPort),
+		"FAULT_SERVER_STACKS=" + os.Getenv("FAULT_SERVER_STACKS")}, extra...)
 }
 
 // streams is a running checked-stream workload: an echo server and a

@@ -103,6 +103,7 @@ func faultConfig() *rnet.Config {
 // From a SIGUSR1 on it measures how long its host kept it from running.
 func faultServer() int {
 	stall := newStallMeter()
+	go dumpStacksAfterMark(stall)
 	addr := net.JoinHostPort(os.Getenv("RNET_HOST_ADDR0"), strconv.Itoa(envInt("FAULT_PORT", 7471)))
 	lc := rnet.ListenConfig{Config: faultConfig()}
 	ln, err := lc.Listen(context.Background(), "rdma", addr)
@@ -114,28 +115,33 @@ func faultServer() int {
 	want := envInt("FAULT_SERVER_CONNS", 0)
 	var clean, failed atomic.Int64
 	ended := make(chan struct{}, 1<<16)
+	var closing sync.WaitGroup
 	go func() {
 		for id := 0; ; id++ {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			closing.Add(1)
 			go func() {
+				defer closing.Done()
 				mtu := 0
 				if info, err := c.(*rnet.Conn).Info(); err == nil {
 					mtu = info.PathMTU
 				}
 				n, last, err := echo(c)
-				c.Close()
 				if err == nil {
 					clean.Add(1)
 				} else {
 					failed.Add(1)
 				}
+				// The end is when the echo saw it; Close's teardown
+				// comes after and is not part of it.
 				fmt.Printf("server-ended %d bytes=%d sincelast=%v sincemark=%v pathmtu=%d peergone=%t err=%v\n",
 					id, n, time.Since(last).Round(time.Millisecond), stall.sinceMark().Round(time.Millisecond),
 					mtu, errors.Is(err, rnet.ErrPeerGone), err)
 				ended <- struct{}{}
+				c.Close()
 			}()
 		}
 	}()
@@ -149,6 +155,7 @@ func faultServer() int {
 	if failed.Load() > 0 {
 		printDeviceDiag()
 	}
+	closing.Wait()
 	return 0
 }
 
