@@ -82,11 +82,11 @@ func massFailureLab(t *testing.T) *hostlab.Lab {
 
 // needThawFix skips TestFreezeLongEndsCleanly unless
 // RNET_FAULTS_MASS_FAILURE=1. A's side passes, but after the thaw B's
-// connections end later than the keepalive bound of it: most 15-23 s after
-// it in one run, 8-13 s in another, at a keepalive's 6 s of silence that
-// began long after the thaw or at A's disconnect requests, and now and
-// then one ends with a bare flush at the thaw (docs/performance.md, "Two
-// hosts"). Why B's silence starts so late is open.
+// connections end up to 22 s later, past the keepalive bound: B's
+// keepalive ticks and its connection manager's events wait for connection
+// locks held by callers queued on their poll group's lock, behind steps
+// into an rxe resending for every connection, and behind ring resizes
+// (docs/performance.md, "Two hosts").
 func needThawFix(t *testing.T) {
 	t.Helper()
 	if os.Getenv("RNET_FAULTS_MASS_FAILURE") != "1" {
