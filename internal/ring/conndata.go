@@ -10,16 +10,28 @@ import (
 // ib_connect_hdr precedes it; the caller strips that before decoding.
 const ConnDataSize = 40
 
-// ConnData version and flags.
+// ConnData version and flags. rsocket looks at no flag but FlagNet and
+// FlagIOMap, and sets no other; the rest are rnet's own.
 const (
 	ConnDataVersion = 1
 	FlagNet         = 1 << 0 // the sender is big-endian: SGL updates to it are written big-endian
 	FlagIOMap       = 1 << 1 // an iomap table follows the target SGL (rsocket always sets it)
+	// FlagRecvHeadroom is rnet's own: the sender keeps at least
+	// FlaggedRecvHeadroom receives posted beyond the credits it grants,
+	// so that up to that many messages beyond the credits left, of the
+	// kinds credits do not count (credit updates, SHUTDOWN, DISCONNECT),
+	// find a receive. An rsocket peer posts exactly its credits.
+	FlagRecvHeadroom = 1 << 6
 	// FlagGrowingCredits is rnet's own: the sender's credit window may
 	// grow past the credits it advertises (see Config.SharedRecv).
-	// rsocket looks at no flag but the two above.
 	FlagGrowingCredits = 1 << 7
 )
+
+// FlaggedRecvHeadroom is how many receives beyond its credits a sender of
+// FlagRecvHeadroom keeps posted. It is part of the flag's meaning on the
+// wire, so it stays 16 whatever RecvHeadroom becomes; an engine with less
+// headroom does not set the flag.
+const FlaggedRecvHeadroom = 16
 
 // TargetSGLEntries is the number of rs_sge entries in a target SGL
 // (RS_SGL_SIZE). The two halves of rbuf are advertised alternately into them.

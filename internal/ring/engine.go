@@ -80,6 +80,7 @@ type Engine struct {
 	// The peer, from its private data.
 	peerCredits   uint16    // its rq_size
 	peerGrows     bool      // its window may grow past peerCredits
+	peerHeadroom  uint32    // receives it keeps posted beyond its credits (FlagRecvHeadroom)
 	peerBigEndian bool      // write SGL updates to it big-endian
 	peerTarget    RemoteSGE // its target SGL (2 entries)
 	peerBuf       RemoteSGE // the first half of its rbuf
@@ -354,6 +355,9 @@ func (e *Engine) Layout() Layout { return e.layout }
 // of rbuf as data buffer, no iomap.
 func (e *Engine) LocalConnData() [ConnDataSize]byte {
 	flags := uint8(FlagIOMap)
+	if RecvHeadroom >= FlaggedRecvHeadroom {
+		flags |= FlagRecvHeadroom
+	}
 	if e.cfg.SharedRecv {
 		flags |= FlagGrowingCredits
 	}
@@ -405,6 +409,9 @@ func (e *Engine) Establish(peer []byte) error {
 	e.peerGrows = c.Flags&FlagGrowingCredits != 0
 	if e.cfg.RetainUntilReceived {
 		e.sentMsgs = msgLengths{lens: make([]uint32, c.Credits)}
+	}
+	if c.Flags&FlagRecvHeadroom != 0 {
+		e.peerHeadroom = FlaggedRecvHeadroom
 	}
 	e.peerBigEndian = c.Flags&FlagNet != 0
 	e.peerTarget = c.TargetSGL
@@ -517,13 +524,14 @@ func (e *Engine) InFlight() int { return e.inflightLen }
 // peer had taken in all but rq_size of our DATA messages, and so had a
 // receive back for each; the messages it does not count (credit updates,
 // SHUTDOWN, DISCONNECT) take receives too, so once they outnumber the
-// credits left, a send may find none. An rsocket peer puts receives back
-// only when its application calls into the library, and the device
-// retries such a send without limit (rnr_retry_count 7), as it must for a
-// live peer busy elsewhere; a watchdog should not take that silence for a
-// dead peer as soon.
+// credits left and the receives the peer said it keeps beyond them
+// (FlagRecvHeadroom), a send may find none. An rsocket peer keeps none
+// beyond and puts receives back only when its application calls into the
+// library, and the device retries such a send without limit
+// (rnr_retry_count 7), as it must for a live peer busy elsewhere; a
+// watchdog should not take that silence for a dead peer as soon.
 func (e *Engine) PeerMayLackReceives() bool {
-	return e.established && e.ctrlSinceGrant > uint32(uint16(e.sseqComp-e.sseqNo))
+	return e.established && e.ctrlSinceGrant > uint32(uint16(e.sseqComp-e.sseqNo))+e.peerHeadroom
 }
 
 // Readable reports that Read would return something: data, io.EOF or an

@@ -52,11 +52,11 @@ var connDataGolden = []struct {
 	{
 		name: "rnet sender whose port takes 1024-byte packets",
 		cd: ConnData{
-			Version: 1, Flags: FlagIOMap | FlagGrowingCredits, Credits: 64, PortMTU: 3,
+			Version: 1, Flags: FlagIOMap | FlagRecvHeadroom | FlagGrowingCredits, Credits: 64, PortMTU: 3,
 			TargetSGL: RemoteSGE{Addr: 0x00007f1234567000, Key: 0x11223344, Length: 2},
 			DataBuf:   RemoteSGE{Addr: 0x00007f1234500000, Key: 0xaabbccdd, Length: 0x10000},
 		},
-		hex: "01 82 0040 030000 00" +
+		hex: "01 c2 0040 030000 00" +
 			" 00007f1234567000 11223344 00000002" +
 			" 00007f1234500000 aabbccdd 00010000",
 	},
@@ -198,7 +198,7 @@ func TestLocalConnDataGolden(t *testing.T) {
 	}
 	e := newTestEngine(t, Config{})
 	got := e.LocalConnData()
-	want := unhex(t, "01 02 0180 000000 00"+
+	want := unhex(t, "01 42 0180 000000 00"+ // FlagIOMap | FlagRecvHeadroom
 		" 0000000000003000 00000033 00000002"+
 		" 0000000000200000 00000022 00010000")
 	if string(got[:]) != string(want) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/simfabric"
 	"github.com/rnet-dev/rnet/internal/simqp"
 )
 
@@ -85,4 +86,134 @@ func fatalOf(c *Conn) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.fatal
+}
+
+// TestSimKeepaliveBusyPeerAllowance: we use up the peer's credits, a
+// SHUTDOWN that no credit covers follows, and the peer goes silent. A C
+// rsocket peer (private data without ring.FlagRecvHeadroom) may only lack
+// receives, its application away, and gets keepaliveProbesBusyPeer periods;
+// an rnet peer keeps receives beyond its credits for such messages, so its
+// silence ends the connection after keepaliveProbes, as for any peer whose
+// host froze.
+func TestSimKeepaliveBusyPeerAllowance(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cPeer  bool
+		probes int
+	}{
+		{"C rsocket peer", true, keepaliveProbesBusyPeer},
+		{"rnet peer", false, keepaliveProbes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testKeepaliveBusyPeerAllowance(t, tc.cPeer, tc.probes)
+		})
+	}
+}
+
+func testKeepaliveBusyPeerAllowance(t *testing.T, cPeer bool, probes int) {
+	var offset atomic.Int64 // how far the keepalive's clock is ahead
+	base := time.Now()
+	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	defer func() { testHookNow = nil }()
+	const period = time.Hour // the real timer never fires in the test
+	set := testSettings(func(s *Settings) {
+		s.KeepAlive = period
+		s.Ring.Autocork = false // one DATA message per Write
+		s.Ring.RecvQueueSize = 16
+	})
+	a, b := simPairPeerFlags(t, set.Ring, cPeer)
+	hold := &holdQP{QP: a.QP}
+	c, s := Start(hold, a.Engine, set), Start(b.QP, b.Engine, set)
+	defer s.Close()
+	defer c.Close()
+	defer hold.release()
+
+	// The peer's first SGL update is a grant: from it on, our control
+	// messages count.
+	conntest.Until(t, "the handshake's SGL updates to complete", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.driveLocked()
+		return c.eng.InFlight() == 0 && c.eng.Stats().CreditUpdatesReceived == 1
+	})
+	hold.mu.Lock()
+	hold.holding = true
+	hold.mu.Unlock()
+	c.tick()
+	credits := c.eng.Credits()
+	for i := range credits {
+		if _, err := c.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	inFlight, left, mayLack := c.eng.InFlight(), c.eng.Credits(), c.eng.PeerMayLackReceives()
+	c.mu.Unlock()
+	if inFlight != 1+credits+1 || left != 0 {
+		t.Fatalf("%d sends in flight, %d credits left; want the tick's keepalive, the %d DATA messages and the SHUTDOWN, and none",
+			inFlight, left, credits)
+	}
+	if mayLack != cPeer {
+		t.Fatalf("PeerMayLackReceives = %v with a SHUTDOWN beyond the credits; want %v", mayLack, cPeer)
+	}
+
+	// The first tick after a leap ends nothing; the next, a period later,
+	// ends the connection to an rnet peer, and one after the busy
+	// allowance to a C peer.
+	offset.Add(int64(keepaliveProbes*period + time.Second))
+	c.tick()
+	if err := fatalOf(c); err != nil {
+		t.Fatalf("the first tick after a leap of the clock ended the connection: %v", err)
+	}
+	offset.Add(int64(period))
+	c.tick()
+	if probes == keepaliveProbes {
+		if err := fatalOf(c); !errors.Is(err, ring.ErrPeerGone) {
+			t.Fatalf("after %v of silence and two ticks the connection's error is %v, want ErrPeerGone",
+				keepaliveProbes*period+period, err)
+		}
+		return
+	}
+	if err := fatalOf(c); err != nil {
+		t.Fatalf("a busy C peer was given up after %v of silence: %v", keepaliveProbes*period+period, err)
+	}
+	offset.Add(int64(time.Duration(probes-keepaliveProbes) * period))
+	c.tick()
+	if err := fatalOf(c); !errors.Is(err, ring.ErrPeerGone) {
+		t.Fatalf("after %d periods of silence the connection's error is %v, want ErrPeerGone", probes+1, err)
+	}
+}
+
+// simPairPeerFlags is simqp.Pair, except that with cPeer the first end
+// reads the second's private data without ring.FlagRecvHeadroom, as a C
+// rsocket peer's.
+func simPairPeerFlags(t *testing.T, cfg ring.Config, cPeer bool) (a, b simqp.End) {
+	t.Helper()
+	layout := cfg.Layout()
+	caps := simfabric.Caps{SendDepth: layout.SendDepth, RecvDepth: layout.RecvDepth, MaxInline: 256}
+	f := simfabric.New(1, simfabric.Options{Auto: true, DirectLanding: true})
+	epa, epb := f.Pair(caps, caps)
+	var err error
+	if a.Engine, err = simqp.NewEngine(cfg, epa); err != nil {
+		t.Fatal(err)
+	}
+	if b.Engine, err = simqp.NewEngine(cfg, epb); err != nil {
+		t.Fatal(err)
+	}
+	pa, pb := a.Engine.LocalConnData(), b.Engine.LocalConnData()
+	if cPeer {
+		pb[1] &^= ring.FlagRecvHeadroom // the flags byte
+	}
+	if err := a.Engine.Establish(pb[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Engine.Establish(pa[:]); err != nil {
+		t.Fatal(err)
+	}
+	a.QP, b.QP = simqp.New(epa, clientAddr, serverAddr), simqp.New(epb, serverAddr, clientAddr)
+	simqp.Connect(a.QP, b.QP)
+	return a, b
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,8 +153,13 @@ func TestSimLingerExpiryIsNotEOF(t *testing.T) {
 // keepaliveProbes periods, which would drop the written bytes; once the
 // peer polls, every byte arrives.
 func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
+	var offset atomic.Int64 // how far the keepalive's clock is ahead
+	base := time.Now()
+	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	defer func() { testHookNow = nil }()
+	const period = time.Hour // the real timer never fires in the test: the test ticks
 	// One transfer per Write: the test needs more DATA messages than credits.
-	set := testSettings(func(s *Settings) { s.KeepAlive, s.Ring.Autocork = 5*time.Millisecond, false })
+	set := testSettings(func(s *Settings) { s.KeepAlive, s.Ring.Autocork = period, false })
 	peerCfg := ring.Config{RecvQueueSize: 16}.Normalize()
 	f := simfabric.New(1, simfabric.Options{Auto: true, DirectLanding: true, RNRRetry: true})
 	la, lb := set.Ring.Layout(), peerCfg.Layout()
@@ -178,6 +184,7 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	pa, pb := ea.LocalConnData(), eb.LocalConnData()
+	pb[1] &^= ring.FlagRecvHeadroom // as rsocket's flags: no receives beyond the credits
 	if err := ea.Establish(pb[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -196,18 +203,21 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Wait for more stalled keepalive periods than keepaliveProbes allows
-	// a peer that acknowledges nothing, or for the connection to fail.
-	conntest.Until(t, "more stalled keepalive periods than keepaliveProbes", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.keepaliveStalls > keepaliveProbes || c.fatal != nil
-	})
+	// More silence than keepaliveProbes periods, over two ticks, which
+	// would end the connection to a peer that acknowledges nothing.
+	c.tick()
+	offset.Add(int64(keepaliveProbes*period + time.Second))
+	c.tick()
+	offset.Add(int64(period))
+	c.tick()
 	c.mu.Lock()
-	fatal := c.fatal
+	fatal, stalls := c.fatal, c.keepaliveStalls
 	c.mu.Unlock()
 	if fatal != nil {
 		t.Fatalf("the connection failed while the peer was busy: %v (fabric %+v)", fatal, f.Stats())
+	}
+	if stalls < minSilentTicks {
+		t.Fatalf("%d silent ticks in a row, want %d: the test did not test it", stalls, minSilentTicks)
 	}
 	if f.Stats().RNRStalls == 0 {
 		t.Fatalf("no RNR stall: the test did not test it (fabric %+v)", f.Stats())

@@ -103,6 +103,7 @@ func faultConfig() *rnet.Config {
 // From a SIGUSR1 on it measures how long its host kept it from running.
 func faultServer() int {
 	stall := newStallMeter()
+	go dumpStacksAfterMark(stall)
 	addr := net.JoinHostPort(os.Getenv("RNET_HOST_ADDR0"), strconv.Itoa(envInt("FAULT_PORT", 7471)))
 	lc := rnet.ListenConfig{Config: faultConfig()}
 	ln, err := lc.Listen(context.Background(), "rdma", addr)
@@ -114,27 +115,33 @@ func faultServer() int {
 	want := envInt("FAULT_SERVER_CONNS", 0)
 	var clean, failed atomic.Int64
 	ended := make(chan struct{}, 1<<16)
+	var closing sync.WaitGroup
 	go func() {
 		for id := 0; ; id++ {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			closing.Add(1)
 			go func() {
+				defer closing.Done()
 				mtu := 0
 				if info, err := c.(*rnet.Conn).Info(); err == nil {
 					mtu = info.PathMTU
 				}
 				n, last, err := echo(c)
-				c.Close()
 				if err == nil {
 					clean.Add(1)
 				} else {
 					failed.Add(1)
 				}
-				fmt.Printf("server-ended %d bytes=%d sincelast=%v pathmtu=%d peergone=%t err=%v\n",
-					id, n, time.Since(last).Round(time.Millisecond), mtu, errors.Is(err, rnet.ErrPeerGone), err)
+				// The end is when the echo saw it; Close's teardown
+				// comes after and is not part of it.
+				fmt.Printf("server-ended %d bytes=%d sincelast=%v sincemark=%v pathmtu=%d peergone=%t err=%v\n",
+					id, n, time.Since(last).Round(time.Millisecond), stall.sinceMark().Round(time.Millisecond),
+					mtu, errors.Is(err, rnet.ErrPeerGone), err)
 				ended <- struct{}{}
+				c.Close()
 			}()
 		}
 	}()
@@ -142,10 +149,13 @@ func faultServer() int {
 		<-ended
 	}
 	ln.Close()
+	fmt.Printf("server-done clean=%d failed=%d stalled=%v\n", clean.Load(), failed.Load(), stall.total().Round(time.Millisecond))
+	// After the line the host tests time: the commands take seconds on a
+	// busy guest.
 	if failed.Load() > 0 {
 		printDeviceDiag()
 	}
-	fmt.Printf("server-done clean=%d failed=%d stalled=%v\n", clean.Load(), failed.Load(), stall.total().Round(time.Millisecond))
+	closing.Wait()
 	return 0
 }
 
@@ -290,7 +300,10 @@ func (s *stream) read() {
 // 100 ms ticker's ticks come: how long the host kept the process from
 // running its timers (a thawed host resending to a peer that is gone, for
 // one), which delays its keepalives as much.
-type stallMeter struct{ stalled atomic.Int64 }
+type stallMeter struct {
+	stalled atomic.Int64
+	mark    atomic.Pointer[time.Time] // the first SIGUSR1
+}
 
 func newStallMeter() *stallMeter {
 	m := new(stallMeter)
@@ -298,6 +311,8 @@ func newStallMeter() *stallMeter {
 	signal.Notify(marks, syscall.SIGUSR1)
 	go func() {
 		<-marks
+		mark := time.Now()
+		m.mark.Store(&mark)
 		const period = 100 * time.Millisecond
 		tick := time.NewTicker(period)
 		last := time.Now()
@@ -310,3 +325,11 @@ func newStallMeter() *stallMeter {
 }
 
 func (m *stallMeter) total() time.Duration { return time.Duration(m.stalled.Load()) }
+
+// sinceMark is the time since the first SIGUSR1, or 0 before it.
+func (m *stallMeter) sinceMark() time.Duration {
+	if mark := m.mark.Load(); mark != nil {
+		return time.Since(*mark)
+	}
+	return 0
+}
