@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -106,7 +105,7 @@ func TestRstreamInteropBetweenHosts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { killJob(j) })
+			t.Cleanup(func() { stopRole(t, j) })
 			if _, err := j.WaitFor(ctx, rstreamHeader); err != nil {
 				t.Fatal(err)
 			}
@@ -144,15 +143,6 @@ func TestRstreamInteropBetweenHosts(t *testing.T) {
 			t.Fatalf("rnet server: %v", err)
 		}
 	})
-}
-
-// killJob kills a job still running when its test ends.
-func killJob(j *hostlab.Job) {
-	select {
-	case <-j.Done():
-	default:
-		j.Signal(syscall.SIGKILL)
-	}
 }
 
 // checkRstreamOutput fails on any error rstream printed (its exit code
