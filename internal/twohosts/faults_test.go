@@ -413,13 +413,15 @@ func TestRebootListensAgain(t *testing.T) {
 func TestPowerOffEndsConnections(t *testing.T) {
 	needLab(t)
 	l := massFailureLab(t)
+	// The power-off leaves B unusable: the lab is retired once the test,
+	// which goes on on A, and its roles are done.
+	t.Cleanup(func() { spoilLab(l) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := startStreams(t, ctx, l.B, l.A, faultPort, "end", 0)
 
 	off := time.Now()
 	l.B.PowerOff()
-	spoilLab(l)
 	if err := s.client.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
