@@ -45,7 +45,7 @@ func TestRXEHTTPTransportDialConn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := ReadSockets()
+	s := ReadSockets(0)
 	cs, ok := findConn(s, c.LocalAddr().String(), c.RemoteAddr().String())
 	if !ok || cs.Transport != "rdma" || cs.Device != info.Device || cs.QPNumber != info.QPNumber || cs.BytesWritten == 0 || cs.BytesRead == 0 {
 		t.Errorf("ReadSockets lists the client's connection as %+v (listed %t); want rdma on %s, queue pair %d, bytes both ways",

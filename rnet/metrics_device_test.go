@@ -109,7 +109,7 @@ func TestRXEMetricsAgreeWithRdmaTool(t *testing.T) {
 	if lm := ln.Metrics(); lm.Counters.Accepted != conns || lm.Gauges.PendingHandshakes != 0 || lm.Gauges.Backlog != 0 {
 		t.Errorf("listener metrics %+v, want %d accepted and nothing pending", lm, conns)
 	}
-	sockets := ReadSockets()
+	sockets := ReadSockets(0)
 	for _, c := range open {
 		info, err := c.Info()
 		if err != nil {

@@ -12,14 +12,15 @@ const expvarName = "rnet"
 var publishOnce sync.Once
 
 // publishExpvar publishes ReadMetrics as the expvar variable "rnet", and
-// ReadSockets as "rnet_sockets", once, when the process first opens a
-// connection or a listener: they are read only when the variables are. Another copy of this package in the
-// binary (a vendored one, say) may have published the name first; this
-// copy then leaves it, as expvar.Publish would panic.
+// ReadSockets(1000) as "rnet_sockets", once, when the process first opens
+// a connection or a listener: they are read only when the variables are.
+// Another copy of this package in the binary (a vendored one, say) may have
+// published the name first; this copy then leaves it, as expvar.Publish
+// would panic.
 func publishExpvar() {
 	publishOnce.Do(func() {
 		publishMetrics(expvarName)
-		publishSockets(socketsExpvarName)
+		publishSockets(socketsExpvarName, publishedConnLimit)
 	})
 }
 

@@ -11,12 +11,15 @@ import (
 
 // Sockets lists the process's open listeners and connections one by one,
 // as ss lists a host's sockets: ReadSockets returns it, and the expvar
-// variable "rnet_sockets" publishes it as JSON (rnet stat shows it). Where
-// Metrics sums, Sockets says which listener refused and which connection
-// moved the bytes.
+// variable "rnet_sockets" publishes it as JSON (rnet stat shows it), with
+// all the listeners and the first 1000 connections in ReadSockets' order.
+// Where Metrics sums, Sockets says which listener refused and which
+// connection moved the bytes.
 type Sockets struct {
 	Listeners   []ListenerSocket `json:"listeners"`
 	Connections []ConnSocket     `json:"connections"`
+	// MoreConnections is how many open connections Connections leaves out.
+	MoreConnections int `json:"more_connections"`
 }
 
 // ListenerSocket is an open Listener: its address and its metrics.
@@ -46,13 +49,26 @@ type ConnSocket struct {
 	RecvRingSize int    `json:"recv_ring_size"`
 }
 
+// publishedConnLimit is how many connections the "rnet_sockets" variable
+// lists: every scrape of /debug/vars reads it, and a process with tens of
+// thousands of connections would pay a lock and a row for each.
+const publishedConnLimit = 1000
+
 // sockets are the open listeners and RDMA connections, for ReadSockets.
 // No connection's lock is taken with mu held: a connection may report its
 // close with its own lock held.
 var sockets struct {
 	mu        sync.Mutex
-	listeners map[*listener]struct{}    // guarded by mu
-	conns     map[*stream.Conn]struct{} // guarded by mu
+	listeners map[*listener]struct{}     // guarded by mu
+	conns     map[*stream.Conn]*openConn // guarded by mu
+}
+
+// openConn is an open RDMA connection and its addresses as ReadSockets
+// lists them, made when it opens, so that ReadSockets sorts the
+// connections without touching those it leaves out.
+type openConn struct {
+	conn          *stream.Conn
+	local, remote string
 }
 
 // listenerOpened and listenerClosed keep l in ReadSockets' list.
@@ -73,11 +89,12 @@ func listenerClosed(l *listener) {
 
 // connOpened and connClosed keep c in ReadSockets' list.
 func connOpened(c *stream.Conn) {
+	oc := newOpenConn(c)
 	sockets.mu.Lock()
 	if sockets.conns == nil {
-		sockets.conns = make(map[*stream.Conn]struct{})
+		sockets.conns = make(map[*stream.Conn]*openConn)
 	}
-	sockets.conns[c] = struct{}{}
+	sockets.conns[c] = oc
 	sockets.mu.Unlock()
 }
 
@@ -87,60 +104,133 @@ func connClosed(c *stream.Conn) {
 	sockets.mu.Unlock()
 }
 
+func newOpenConn(c *stream.Conn) *openConn {
+	return &openConn{conn: c, local: addrString(c.LocalAddr()), remote: addrString(c.RemoteAddr())}
+}
+
 // queuePairNumberer is a queue pair on a device.
 type queuePairNumberer interface{ qpNumber() uint32 }
 
-// ReadSockets returns the process's open listeners and connections now,
-// sorted by address. It takes each connection's lock in turn, briefly, as
-// Stats does: it is for diagnostics, not for every scrape of a busy
-// process's thousands of connections.
-func ReadSockets() Sockets {
+// socket is oc's row in Sockets; it takes the connection's lock, briefly.
+func (oc *openConn) socket() ConnSocket {
+	snap := oc.conn.Stats()
+	cs := ConnSocket{
+		Transport: "rdma", Device: connDevice(oc.conn), Local: oc.local, Remote: oc.remote,
+		BytesRead: snap.Engine.BytesRead, BytesWritten: snap.Engine.BytesWritten,
+		SendRingSize: snap.SendRingSize, RecvRingSize: snap.RecvRingSize,
+	}
+	if q, ok := oc.conn.QueuePair().(queuePairNumberer); ok {
+		cs.QPNumber = q.qpNumber()
+	}
+	return cs
+}
+
+// ReadSockets returns the process's open listeners, sorted by address, and
+// its open connections: the RDMA ones, then the TCP ones, each sorted by
+// local and peer address. If n > 0, it lists at most n connections, the
+// first in that order, and counts the others in MoreConnections; if n <= 0,
+// it lists them all. It sorts every connection by address but takes the
+// lock of only the RDMA connections it lists, one at a time and briefly, as
+// Stats does: listing all of a busy process's thousands of connections is
+// for diagnostics, not for every scrape (the "rnet_sockets" variable lists
+// 1000).
+func ReadSockets(n int) Sockets {
 	sockets.mu.Lock()
 	listeners := make([]*listener, 0, len(sockets.listeners))
 	for l := range sockets.listeners {
 		listeners = append(listeners, l)
 	}
-	conns := make([]*stream.Conn, 0, len(sockets.conns))
-	for c := range sockets.conns {
-		conns = append(conns, c)
+	rdma := make([]*openConn, 0, len(sockets.conns))
+	for _, oc := range sockets.conns {
+		rdma = append(rdma, oc)
 	}
 	sockets.mu.Unlock()
+	return listSockets(listeners, rdma, openTCPConnList(), n)
+}
 
-	s := Sockets{Listeners: make([]ListenerSocket, 0, len(listeners)), Connections: make([]ConnSocket, 0, len(conns))}
+// listSockets is ReadSockets of these listeners and connections.
+func listSockets(listeners []*listener, rdma []*openConn, tcp []*TCPConn, n int) Sockets {
+	total := len(rdma) + len(tcp)
+	if n <= 0 || n > total {
+		n = total
+	}
+	s := Sockets{
+		Listeners:       make([]ListenerSocket, 0, len(listeners)),
+		Connections:     make([]ConnSocket, 0, n),
+		MoreConnections: total - n,
+	}
 	for _, l := range listeners {
 		s.Listeners = append(s.Listeners, ListenerSocket{Address: l.addr.String(), Metrics: l.metrics()})
 	}
-	for _, c := range conns {
-		snap := c.Stats()
-		cs := ConnSocket{
-			Transport: "rdma", Device: connDevice(c), Local: addrString(c.LocalAddr()), Remote: addrString(c.RemoteAddr()),
-			BytesRead: snap.Engine.BytesRead, BytesWritten: snap.Engine.BytesWritten,
-			SendRingSize: snap.SendRingSize, RecvRingSize: snap.RecvRingSize,
-		}
-		if q, ok := c.QueuePair().(queuePairNumberer); ok {
-			cs.QPNumber = q.qpNumber()
-		}
-		s.Connections = append(s.Connections, cs)
-	}
-	for _, tc := range openTCPConnList() {
-		s.Connections = append(s.Connections, ConnSocket{Transport: "tcp", Local: addrString(tc.LocalAddr()), Remote: addrString(tc.RemoteAddr())})
-	}
 	slices.SortFunc(s.Listeners, func(a, b ListenerSocket) int { return cmp.Compare(a.Address, b.Address) })
-	slices.SortFunc(s.Connections, func(a, b ConnSocket) int {
-		return cmp.Or(cmp.Compare(a.Transport, b.Transport), cmp.Compare(a.Local, b.Local), cmp.Compare(a.Remote, b.Remote))
+
+	listed := min(n, len(rdma))
+	sortFirst(rdma, listed, func(a, b *openConn) int {
+		return cmp.Or(cmp.Compare(a.local, b.local), cmp.Compare(a.remote, b.remote))
 	})
+	for _, oc := range rdma[:listed] {
+		s.Connections = append(s.Connections, oc.socket())
+	}
+	if left := n - len(s.Connections); left > 0 {
+		rows := make([]ConnSocket, 0, len(tcp))
+		for _, tc := range tcp {
+			rows = append(rows, ConnSocket{Transport: "tcp", Local: addrString(tc.LocalAddr()), Remote: addrString(tc.RemoteAddr())})
+		}
+		sortFirst(rows, left, func(a, b ConnSocket) int {
+			return cmp.Or(cmp.Compare(a.Local, b.Local), cmp.Compare(a.Remote, b.Remote))
+		})
+		s.Connections = append(s.Connections, rows[:left]...)
+	}
 	return s
+}
+
+// sortFirst reorders s so that s[:k] holds its k least elements, sorted by
+// compare, for a read that lists the first of many connections. For s in
+// random order, as a map gives it, selecting them first takes time about
+// linear in len(s), where sorting all of s would take len(s)·log(len(s)).
+func sortFirst[E any](s []E, k int, compare func(a, b E) int) {
+	// Everything in s[:lo] is at most everything in s[lo:hi], which is at
+	// most everything in s[hi:], and lo <= k <= hi.
+	lo, hi := 0, len(s)
+	for lo < k && k < hi {
+		pivot := s[lo+(hi-lo)/2]
+		// Split s[lo:hi] into s[lo:lt] < pivot, s[lt:gt] == pivot and
+		// s[gt:hi] > pivot; equal keys keep the split linear.
+		lt, i, gt := lo, lo, hi
+		for i < gt {
+			switch c := compare(s[i], pivot); {
+			case c < 0:
+				s[lt], s[i] = s[i], s[lt]
+				lt++
+				i++
+			case c > 0:
+				gt--
+				s[i], s[gt] = s[gt], s[i]
+			default:
+				i++
+			}
+		}
+		switch {
+		case k < lt:
+			hi = lt
+		case k > gt:
+			lo = gt
+		default:
+			lo, hi = k, k
+		}
+	}
+	slices.SortFunc(s[:k], compare)
 }
 
 // socketsExpvarName is the expvar variable Sockets are published as.
 const socketsExpvarName = "rnet_sockets"
 
-// publishSockets publishes ReadSockets as the expvar variable name unless
-// that name is taken (see publishMetrics).
-func publishSockets(name string) bool {
+// publishSockets publishes ReadSockets(n) as the expvar variable name
+// unless that name is taken (see publishMetrics).
+func publishSockets(name string, n int) bool {
 	if expvar.Get(name) != nil {
 		return false
 	}
-	expvar.Publish(name, expvar.Func(func() any { return ReadSockets() }))
+	expvar.Publish(name, expvar.Func(func() any { return ReadSockets(n) }))
 	return true
 }

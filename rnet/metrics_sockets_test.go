@@ -1,9 +1,13 @@
 package rnet
 
 import (
+	"cmp"
 	"encoding/json"
 	"expvar"
+	"fmt"
 	"io"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -57,7 +61,7 @@ func TestReadSocketsListsListenersAndConns(t *testing.T) {
 	tc := newTCPConn(raw.(*net.TCPConn), FallbackRefused, nil)
 	defer tc.Close()
 
-	s := ReadSockets()
+	s := ReadSockets(0)
 	i := slices.IndexFunc(s.Listeners, func(l ListenerSocket) bool { return l.Address == addr.String() })
 	if i < 0 {
 		t.Fatalf("ReadSockets lists no listener on %v: %+v", addr, s.Listeners)
@@ -79,7 +83,7 @@ func TestReadSocketsListsListenersAndConns(t *testing.T) {
 		t.Errorf("the TCP connection %+v (listed %t); want transport tcp", st, ok)
 	}
 
-	if publishSockets(socketsExpvarName) {
+	if publishSockets(socketsExpvarName, publishedConnLimit) {
 		t.Errorf("publishSockets published %q a second time", socketsExpvarName)
 	}
 	var published Sockets
@@ -94,7 +98,7 @@ func TestReadSocketsListsListenersAndConns(t *testing.T) {
 	b.Close()
 	ln.Close()
 	tc.Close()
-	s = ReadSockets()
+	s = ReadSockets(0)
 	if _, ok := findConn(s, a.LocalAddr().String(), a.RemoteAddr().String()); ok {
 		t.Error("ReadSockets lists a closed connection")
 	}
@@ -103,5 +107,133 @@ func TestReadSocketsListsListenersAndConns(t *testing.T) {
 	}
 	if slices.ContainsFunc(s.Listeners, func(l ListenerSocket) bool { return l.Address == addr.String() }) {
 		t.Error("ReadSockets lists a closed listener")
+	}
+}
+
+// TestListSocketsListsTheFirstN: with more connections than n, the list
+// holds the first n, RDMA before TCP, each by local then peer address, and
+// counts exactly the others; n <= 0 lists them all.
+func TestListSocketsListsTheFirstN(t *testing.T) {
+	server := netip.MustParseAddrPort("10.0.7.2:7481")
+	var rdma []*openConn
+	for port := uint16(40005); port > 40000; port-- {
+		x, y, err := simPair(nil, netip.AddrPortFrom(netip.MustParseAddr("10.0.7.1"), port), server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		defer y.Close()
+		rdma = append(rdma, newOpenConn(y.conn), newOpenConn(x.conn))
+	}
+	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcpLn.Close()
+	raw, err := net.Dial("tcp", tcpLn.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, err := tcpLn.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp := []*TCPConn{
+		newTCPConn(accepted.(*net.TCPConn), FallbackRefused, nil),
+		newTCPConn(raw.(*net.TCPConn), FallbackRefused, nil),
+	}
+	defer tcp[0].Close()
+	defer tcp[1].Close()
+
+	// The order: the clients by port, then the server ends by peer port,
+	// then the TCP ends by local address.
+	var want []string
+	for port := 40001; port <= 40005; port++ {
+		want = append(want, fmt.Sprintf("rdma 10.0.7.1:%d 10.0.7.2:7481", port))
+	}
+	for port := 40001; port <= 40005; port++ {
+		want = append(want, fmt.Sprintf("rdma 10.0.7.2:7481 10.0.7.1:%d", port))
+	}
+	var tcpRows []string
+	for _, tc := range tcp {
+		tcpRows = append(tcpRows, fmt.Sprintf("tcp %v %v", tc.LocalAddr(), tc.RemoteAddr()))
+	}
+	slices.Sort(tcpRows)
+	want = append(want, tcpRows...)
+
+	for _, tt := range []struct{ n, listed int }{{3, 3}, {10, 10}, {11, 11}, {12, 12}, {100, 12}, {0, 12}, {-1, 12}} {
+		s := listSockets(nil, slices.Clone(rdma), slices.Clone(tcp), tt.n)
+		var got []string
+		for _, c := range s.Connections {
+			got = append(got, fmt.Sprintf("%s %s %s", c.Transport, c.Local, c.Remote))
+		}
+		if !slices.Equal(got, want[:tt.listed]) || s.MoreConnections != len(want)-tt.listed {
+			t.Errorf("n=%d: listed %q and %d more; want %q and %d more", tt.n, got, s.MoreConnections, want[:tt.listed], len(want)-tt.listed)
+		}
+	}
+	if s := listSockets(nil, slices.Clone(rdma), nil, 1); s.Connections[0].Device != "simulated" || s.Connections[0].SendRingSize <= 0 {
+		t.Errorf("the first connection listed is %+v; want its device and rings", s.Connections[0])
+	}
+}
+
+// TestSocketsVariableBounded: a sockets variable published with a bound of
+// 3, with more connections open, lists 3 of them and counts the others; its
+// JSON has the listeners, the connections and how many more.
+func TestSocketsVariableBounded(t *testing.T) {
+	const name = "rnet_sockets_bound_3"
+	server := netip.MustParseAddrPort("10.0.7.4:7481")
+	for port := uint16(40001); port <= 40004; port++ {
+		x, y, err := simPair(nil, netip.AddrPortFrom(netip.MustParseAddr("10.0.7.3"), port), server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		defer y.Close()
+	}
+	publishSockets(name, 3)
+	v := expvar.Get(name)
+	if v == nil {
+		t.Fatalf("no %s variable", name)
+	}
+	// Other tests' connections may be open, and may close, never open,
+	// while this test reads: the total lies between the two counts.
+	before := len(ReadSockets(0).Connections)
+	published := v.String()
+	after := len(ReadSockets(0).Connections)
+
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(published), &keys); err != nil {
+		t.Fatalf("the %s variable: %v", name, err)
+	}
+	if got := slices.Sorted(maps.Keys(keys)); !slices.Equal(got, []string{"connections", "listeners", "more_connections"}) {
+		t.Errorf("the %s variable has the keys %q", name, got)
+	}
+	var s Sockets
+	if err := json.Unmarshal([]byte(published), &s); err != nil {
+		t.Fatalf("the %s variable: %v", name, err)
+	}
+	if total := len(s.Connections) + s.MoreConnections; len(s.Connections) != 3 || total > before || total < after {
+		t.Errorf("the %s variable lists %d connections and %d more; want 3 and %d to %d in all", name, len(s.Connections), s.MoreConnections, after, before)
+	}
+}
+
+// TestSortFirst: sortFirst puts the k least elements first, in order, for
+// every k, with and without equal elements.
+func TestSortFirst(t *testing.T) {
+	for _, distinct := range []int{3, 1000} {
+		for length := range 40 {
+			s := make([]int, length)
+			for i := range s {
+				s[i] = rand.IntN(distinct)
+			}
+			sorted := slices.Sorted(slices.Values(s))
+			for k := range length + 1 {
+				got := slices.Clone(s)
+				sortFirst(got, k, cmp.Compare[int])
+				if !slices.Equal(got[:k], sorted[:k]) || !slices.Equal(slices.Sorted(slices.Values(got)), sorted) {
+					t.Fatalf("sortFirst(%v, %d) = %v; want %v first, the others after", s, k, got, sorted[:k])
+				}
+			}
+		}
 	}
 }

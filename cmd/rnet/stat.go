@@ -32,9 +32,10 @@ var statCommand = command{
 expvar (its rnet.Metrics and rnet.Sockets) from its /debug/vars and prints them as tables, as
 ss does a host's sockets: each listener with its accepts, backlog and refusals; each open
 connection with its transport, device, addresses, queue pair number (as rdma resource show
-qp lists it), bytes read and written and ring bytes; then the open connections by transport
-and device, the other gauges (pinned bytes among them) and the counters. rnet perf -s
--metrics ADDR serves them.
+qp lists it), bytes read and written and ring bytes (the process lists the first 1000 by
+address and counts the others); then the open connections by transport and device, the
+other gauges (pinned bytes among them) and the counters. rnet perf -s -metrics ADDR serves
+them.
 `,
 	flags: func() *flag.FlagSet { return statFlags(&statOpts{}) },
 	run: func(args []string, stdout, stderr io.Writer, where *target) error {
@@ -136,7 +137,7 @@ type published struct {
 }
 
 // printSockets prints the listeners and the connections, a row each, as
-// ss does.
+// ss does, and how many connections the process left out.
 func printSockets(w io.Writer, s rnet.Sockets) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "Listener\tAccepted\tBacklog\tPending\tRefused\tHandshake errors")
@@ -154,6 +155,15 @@ func printSockets(w io.Writer, s rnet.Sockets) {
 			c.QPNumber, c.BytesRead, c.BytesWritten, c.SendRingSize+c.RecvRingSize)
 	}
 	tw.Flush()
+	// The process lists a bounded number of connections; the gauges below
+	// count them all.
+	switch s.MoreConnections {
+	case 0:
+	case 1:
+		fmt.Fprintln(w, "... and 1 more connection")
+	default:
+		fmt.Fprintf(w, "... and %d more connections\n", s.MoreConnections)
+	}
 	fmt.Fprintln(w)
 }
 

@@ -125,3 +125,43 @@ type http404OrEmpty struct{}
 func (http404OrEmpty) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.Write([]byte("{}\n"))
 }
+
+// TestStatSaysHowManyConnectionsAreLeftOut: when the process's
+// "rnet_sockets" lists only some of its connections, rnet stat shows those
+// and a line with how many more there are; --json keeps the count.
+func TestStatSaysHowManyConnectionsAreLeftOut(t *testing.T) {
+	for _, tt := range []struct {
+		more int
+		line string
+	}{
+		{0, ""},
+		{1, "... and 1 more connection\n"},
+		{1234, "... and 1234 more connections\n"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprintf(w, `{"rnet": {}, "rnet_sockets": {"listeners": [], "connections": [
+				{"transport": "rdma", "device": "rxe0", "local": "10.0.0.1:40000", "remote": "10.0.0.2:7471", "qp_number": 17}],
+				"more_connections": %d}}`, tt.more)
+		}))
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"stat", srv.URL}, &stdout, &stderr)
+		if code != 0 {
+			t.Fatalf("rnet stat: exit %d: %s", code, stderr.String())
+		}
+		// The line, if any, ends the connections' table.
+		want := regexp.MustCompile(`(?m)^rdma\s+rxe0\s+10\.0\.0\.1:40000\s+10\.0\.0\.2:7471\s+17\s+0\s+0\s+0\n` + regexp.QuoteMeta(tt.line) + `\n`)
+		if !want.MatchString(stdout.String()) || tt.more == 0 && strings.Contains(stdout.String(), "more connection") {
+			t.Errorf("%d more: rnet stat shows\n%s\nwant the connection's row, then %q", tt.more, stdout.String(), tt.line)
+		}
+
+		stdout.Reset()
+		if code := run([]string{"stat", "--json", srv.URL}, &stdout, &stderr); code != 0 {
+			t.Fatalf("rnet stat --json: exit %d: %s", code, stderr.String())
+		}
+		var got published
+		if err := json.Unmarshal(stdout.Bytes(), &got); err != nil || got.Sockets == nil || got.Sockets.MoreConnections != tt.more {
+			t.Errorf("rnet stat --json read %s (%v); want sockets with %d more connections", stdout.String(), err, tt.more)
+		}
+		srv.Close()
+	}
+}
