@@ -12,11 +12,16 @@ import (
 // arrived yet, (0, io.EOF) once the peer has closed its side and every
 // byte has been read, and the connection's error after a failure.
 // Consuming messages is what earns the peer new credits: call PostSends
-// afterwards.
+// afterwards. On a resumed queue pair it returns nothing before TakeOver
+// (the connection's error, if it failed): the peer may have taken over
+// first, and what it sent again must wait behind the old queue pair's
+// unread bytes, which TakeOver brings.
 func (e *Engine) Read(p []byte) (int, error) {
 	switch {
 	case e.readClosed:
 		return 0, ErrClosed
+	case e.resume.waiting():
+		return 0, e.err
 	case e.err != nil && e.msgCount == 0 && len(e.carry) == 0:
 		return 0, e.err
 	case len(p) == 0:
@@ -168,6 +173,8 @@ func (e *Engine) completeRecv(wc *wr.Completion) {
 	case e.cfg.SharedRecv:
 		// Any receive of the shared queue serves: completions are counted.
 		seq = e.recvDone
+	case wc.Status != wr.WCSuccess && seq > e.recvDone && seq < e.recvPosted:
+		e.loseRecvs(seq, wc) // see lost.go
 	case e.recvDone == e.recvPosted || seq != e.recvDone:
 		e.fail(fmt.Errorf("ring: %w: receive ID %d, expected %d (%d posted)",
 			ErrUnknownCompletion, seq, e.recvDone, e.recvPosted-e.recvDone))

@@ -234,7 +234,7 @@ func TestTakeOverResumesStreamsOnFreshQueuePair(t *testing.T) {
 					st.total = st.written + uint64(c.r.IntN(300<<10))
 				}
 			}
-			c.resumeToEOF(t, seed)
+			c.resumeToEOF(t, seed, false)
 		})
 	}
 }
@@ -269,7 +269,7 @@ func TestTakeOverSendsLostShutdownAgain(t *testing.T) {
 	if b.eng.StreamCounts().Received != 0 || a.eng.Err() == nil || b.eng.Err() == nil {
 		t.Fatalf("b received %d; errors %v, %v", b.eng.StreamCounts().Received, a.eng.Err(), b.eng.Err())
 	}
-	plans := c.resumeToEOF(t, 1)
+	plans := c.resumeToEOF(t, 1, false)
 	if plans[0] != (resume.ResendPlan{From: 0, Shutdown: true}) {
 		t.Fatalf("a resends %+v, want everything and SHUTDOWN", plans[0])
 	}
@@ -277,8 +277,11 @@ func TestTakeOverSendsLostShutdownAgain(t *testing.T) {
 
 // resumeToEOF resumes c on a fresh queue pair (fresh engines, the exchange,
 // TakeOver) and runs both streams to EOF, every byte checked. It returns
-// what each side sent again.
-func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.ResendPlan {
+// what each side sent again. With oneFirst, one side takes over as soon as
+// it can and runs until the fabric is quiet, its peer's application
+// reading and writing all along on the fresh engine, before the peer
+// takes over.
+func (c *failedConn) resumeToEOF(t *testing.T, seed uint64, oneFirst bool) [2]resume.ResendPlan {
 	t.Helper()
 	r := c.r
 	f := simfabric.New(seed+1000, simfabric.Options{MaxWireDelay: r.IntN(6), MaxCompletionDelay: r.IntN(10)})
@@ -304,14 +307,16 @@ func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.ResendPlan
 	if err := fresh[0].eng.Establish(pb[:]); err != nil {
 		t.Fatal(err)
 	}
-	for round := 0; !fresh[0].eng.ResumeReady() || !fresh[1].eng.ResumeReady(); round++ {
-		if round > 1000 {
-			t.Fatal("the exchange never completed")
-		}
-		drain(t, f, fresh)
-	}
 	var plans [2]resume.ResendPlan
-	for i, s := range fresh {
+	takeOver := func(i int) {
+		t.Helper()
+		s := fresh[i]
+		for round := 0; !s.eng.ResumeReady(); round++ {
+			if round > 1000 {
+				t.Fatalf("%s: the exchange never completed", s.name)
+			}
+			drain(t, f, fresh)
+		}
 		msg, _ := s.eng.PeerExchange()
 		ex, err := resume.ParseExchange(msg[:])
 		if err != nil {
@@ -321,6 +326,30 @@ func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.ResendPlan
 		if err := s.eng.TakeOver(c.sides[i].eng, plans[i].From, plans[i].Shutdown); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if oneFirst {
+		first := r.IntN(2)
+		takeOver(first)
+		for range r.IntN(3000) {
+			i := r.IntN(2)
+			if _, err := c.act(r, fresh[i], c.streams[i], c.streams[1-i], f); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range fresh {
+				s.check(t)
+			}
+		}
+		drain(t, f, fresh)
+		takeOver(1 - first)
+	} else {
+		for round := 0; !fresh[0].eng.ResumeReady() || !fresh[1].eng.ResumeReady(); round++ {
+			if round > 1000 {
+				t.Fatal("the exchange never completed")
+			}
+			drain(t, f, fresh)
+		}
+		takeOver(0)
+		takeOver(1)
 	}
 	idle := 0
 	for !c.streams[0].eof || !c.streams[1].eof {
@@ -339,9 +368,12 @@ func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.ResendPlan
 				c.streams[0].read, c.streams[0].total, c.streams[1].read, c.streams[1].total)
 		}
 	}
-	for _, s := range fresh {
-		if s.eng.Err() != nil || s.eng.Stats().ErrorCompletions != 0 {
-			t.Fatalf("%s: %v, %+v", s.name, s.eng.Err(), s.eng.Stats())
+	for i, s := range fresh {
+		// Counters carry on from the old engine's: no error completion
+		// on the fresh queue pair.
+		old := c.sides[i].eng.Stats()
+		if st := s.eng.Stats(); s.eng.Err() != nil || st.ErrorCompletions != old.ErrorCompletions {
+			t.Fatalf("%s: %v, %+v (old engine's: %+v)", s.name, s.eng.Err(), st, old)
 		}
 	}
 	return plans
