@@ -416,7 +416,7 @@ func (e *Engine) Establish(peer []byte) error {
 	e.peerCredits = c.Credits
 	e.peerGrows = c.Flags&FlagGrowingCredits != 0
 	if e.cfg.RetainUntilReceived {
-		e.sentMsgs = msgLengths{lens: make([]uint32, c.Credits)}
+		e.sentMsgs = msgLengths{limit: int(c.Credits)}
 	}
 	if c.Flags&FlagRecvHeadroom != 0 {
 		e.peerHeadroom = FlaggedRecvHeadroom

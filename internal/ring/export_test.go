@@ -125,3 +125,7 @@ func (e *Engine) checkRetained() error {
 	}
 	return nil
 }
+
+// SentLengthsCap is how many message lengths the engine has room for
+// (RetainUntilReceived).
+func (e *Engine) SentLengthsCap() int { return cap(e.sentMsgs.lens) }

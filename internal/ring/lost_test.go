@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/rnet-dev/rnet/internal/resume"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
 	"github.com/rnet-dev/rnet/internal/wr"
@@ -50,6 +51,9 @@ func TestTakeOverAfterDeviceRemoval(t *testing.T) {
 	t.Logf("b: %v", err)
 	if b.eng.InFlight() == 0 || a.eng.InFlight() != 0 || a.eng.Err() == nil {
 		t.Fatalf("in flight: a %d, b %d (want b's lost send); a's error %v", a.eng.InFlight(), b.eng.InFlight(), a.eng.Err())
+	}
+	if held, err := resume.HeldBy(b.eng); err == nil {
+		t.Fatalf("HeldBy with a send in flight: %+v", held)
 	}
 	b.eng.QueuePairDestroyed()
 	b.check(t)

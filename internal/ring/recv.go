@@ -367,6 +367,25 @@ func (e *Engine) recvCredits(m Msg, wc *wr.Completion) {
 		e.fail(protoErr(ErrBadCredits, m, fmt.Sprintf("limit %d with %d sent and %d credits", comp, e.sseqNo, e.peerCredits)))
 		return
 	}
+	// The grant's SGL update, if any, is checked before its limit
+	// releases any retained byte: a malformed message releases nothing.
+	if e.cfg.IWARP {
+		e.takeSGLUpdates(m)
+	} else {
+		// On RoCE and InfiniBand an SGL update travels in the same RDMA
+		// WRITE WITH IMMEDIATE as its credit message, so the completion
+		// says whether this message carried one, and that it has landed.
+		switch wc.ByteLen {
+		case 0:
+		case RemoteSGESize:
+			e.takeLandedSGLUpdate(m)
+		default:
+			e.fail(protoErr(ErrBadSGL, m, fmt.Sprintf("credit message wrote %d bytes into the target SGL, want 0 or %d", wc.ByteLen, RemoteSGESize)))
+		}
+	}
+	if e.err != nil {
+		return
+	}
 	if e.cfg.RetainUntilReceived {
 		e.releaseConsumed(comp, m)
 		if e.err != nil {
@@ -376,18 +395,4 @@ func (e *Engine) recvCredits(m Msg, wc *wr.Completion) {
 	e.sseqComp = comp
 	e.ctrlSinceGrant = 0
 	e.stats.CreditUpdatesReceived++
-	if e.cfg.IWARP {
-		e.takeSGLUpdates(m)
-		return
-	}
-	// On RoCE and InfiniBand an SGL update travels in the same RDMA WRITE
-	// WITH IMMEDIATE as its credit message, so the completion says whether
-	// this message carried one, and that it has landed.
-	switch wc.ByteLen {
-	case 0:
-	case RemoteSGESize:
-		e.takeLandedSGLUpdate(m)
-	default:
-		e.fail(protoErr(ErrBadSGL, m, fmt.Sprintf("credit message wrote %d bytes into the target SGL, want 0 or %d", wc.ByteLen, RemoteSGESize)))
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/rnet-dev/rnet/internal/resume"
@@ -372,8 +373,19 @@ func (c *failedConn) resumeToEOF(t *testing.T, seed uint64, oneFirst bool) [2]re
 		// Counters carry on from the old engine's: no error completion
 		// on the fresh queue pair.
 		old := c.sides[i].eng.Stats()
-		if st := s.eng.Stats(); s.eng.Err() != nil || st.ErrorCompletions != old.ErrorCompletions {
+		st := s.eng.Stats()
+		if s.eng.Err() != nil || st.ErrorCompletions != old.ErrorCompletions {
 			t.Fatalf("%s: %v, %+v (old engine's: %+v)", s.name, s.eng.Err(), st, old)
+		}
+		nv, ov := reflect.ValueOf(st), reflect.ValueOf(old)
+		for k := range nv.NumField() {
+			if nv.Field(k).Uint() < ov.Field(k).Uint() {
+				t.Fatalf("%s: %s went from %d to %d", s.name, nv.Type().Field(k).Name, ov.Field(k).Uint(), nv.Field(k).Uint())
+			}
+		}
+		// Bytes sent again count once.
+		if sent := s.eng.StreamCounts().Sent; st.BytesSent != sent {
+			t.Fatalf("%s: BytesSent %d, the stream's %d", s.name, st.BytesSent, sent)
 		}
 	}
 	return plans

@@ -200,3 +200,49 @@ func TestTakeOverPeerFirstWaitsForOldBytes(t *testing.T) {
 		}
 	}
 }
+
+// A credit update whose SGL part is malformed releases none of the bytes
+// its limit shows consumed: the message fails as a whole.
+func TestRetainReleasesNothingOnBadCreditMessage(t *testing.T) {
+	s, p := newHostile(t, ring.Config{RetainUntilReceived: true})
+	for range 3 {
+		if n, err := s.eng.Write(make([]byte, 100)); n != 100 || err != nil {
+			t.Fatal(n, err)
+		}
+		if _, err := s.service(len(s.wcs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := s.eng.StreamCounts(); c.Sent != 300 {
+		t.Fatalf("sent %d, want 300", c.Sent)
+	}
+	// The limit shows all three messages consumed; the write carries 8
+	// bytes into the target SGL, neither nothing nor an rs_sge.
+	p.post(wr.OpWriteImm, uint32(ring.MakeMsg(ring.MsgSGL, 64+3)), p.theirs.TargetSGL.Addr, p.theirs.TargetSGL.Key, make([]byte, 8))
+	expectFailure(t, s, ring.ErrBadSGL)
+	if c := s.eng.StreamCounts(); c.Released != 0 {
+		t.Fatalf("released %d bytes on a malformed credit message", c.Released)
+	}
+}
+
+// A peer that advertises the largest window (65535 credits) does not make
+// a retaining engine set aside room for as many message lengths at once.
+func TestRetainLengthsGrowWithUse(t *testing.T) {
+	cfg := ring.Config{RetainUntilReceived: true}
+	l := cfg.Layout()
+	e, err := ring.New(cfg, ring.Region{Buf: make([]byte, l.SendRegion)},
+		ring.Region{Buf: make([]byte, l.RecvRegion)}, ring.Region{Buf: make([]byte, l.TargetRegion)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := ring.ConnData{Version: 1, Flags: ring.FlagIOMap, Credits: 65535,
+		TargetSGL: ring.RemoteSGE{Addr: 0x1000, Key: 1, Length: 2},
+		DataBuf:   ring.RemoteSGE{Addr: 0x2000, Key: 2, Length: 4096}}
+	pd := peer.Encode()
+	if err := e.Establish(pd[:]); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.SentLengthsCap(); n > 16 {
+		t.Fatalf("room for %d lengths before any message was sent", n)
+	}
+}
