@@ -2,7 +2,9 @@ package ring_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rnet-dev/rnet/internal/resume"
@@ -107,4 +109,33 @@ func TestQueuePairDestroyed(t *testing.T) {
 	if err := b2.eng.Err(); err != nil {
 		t.Fatalf("a cleanly closed engine fails: %v", err)
 	}
+}
+
+// TestTakeOverResumesStreamsOnFreshQueuePair with the failed end's device
+// removed: the completions it had not polled are lost, its queue pair is
+// destroyed, and the connection still resumes with every byte once, in
+// order. Some seeds must lose completions, and some leave sends in flight
+// that only QueuePairDestroyed ends, or the test proves nothing.
+func TestTakeOverAfterDeviceRemovalMidStream(t *testing.T) {
+	var lost, stuck atomic.Int64
+	t.Run("seeds", func(t *testing.T) {
+		for seed := uint64(1); seed <= 60; seed++ {
+			t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+				t.Parallel()
+				c := failMidStreamWith(t, seed, true)
+				lost.Add(int64(c.lost))
+				stuck.Add(int64(c.stuck))
+				for _, st := range c.streams {
+					if st.total == 1<<40 {
+						st.total = st.written + uint64(c.r.IntN(300<<10))
+					}
+				}
+				c.resumeToEOF(t, seed, c.r.IntN(2) == 0)
+			})
+		}
+	})
+	if lost.Load() == 0 || stuck.Load() == 0 {
+		t.Fatalf("%d completions lost, %d sends left in flight: the test proves nothing", lost.Load(), stuck.Load())
+	}
+	t.Logf("%d completions lost, %d sends left in flight", lost.Load(), stuck.Load())
 }

@@ -22,9 +22,17 @@ type failedConn struct {
 	cfgs    [2]ring.Config
 	sides   [2]*side
 	streams [2]*stream
+	// lost counts the completions the failed end's device lost, and
+	// stuck the sends it still had in flight after the drain.
+	lost, stuck int
 }
 
-func failMidStream(t *testing.T, seed uint64) *failedConn {
+func failMidStream(t *testing.T, seed uint64) *failedConn { return failMidStreamWith(t, seed, false) }
+
+// failMidStreamWith is failMidStream; with removeDevice the failed end's
+// device goes away (FailLosingCompletions) and the driver destroys its
+// queue pair once drained (QueuePairDestroyed).
+func failMidStreamWith(t *testing.T, seed uint64, removeDevice bool) *failedConn {
 	r := rand.New(rand.NewPCG(seed, 43))
 	f := simfabric.New(seed, simfabric.Options{MaxWireDelay: r.IntN(6), MaxCompletionDelay: r.IntN(10)})
 	pick := func(vals ...int) int { return vals[r.IntN(len(vals))] }
@@ -64,7 +72,15 @@ func failMidStream(t *testing.T, seed uint64) *failedConn {
 		}
 	}
 
-	c.sides[r.IntN(2)].ep.Fail(wr.WCRetryExcErr)
+	victim := c.sides[r.IntN(2)]
+	if removeDevice {
+		for range r.IntN(4) {
+			f.Step() // completions the victim has not polled yet
+		}
+		c.lost = victim.ep.FailLosingCompletions(wr.WCGeneralErr)
+	} else {
+		victim.ep.Fail(wr.WCRetryExcErr)
+	}
 	// Both ends drain: the victim's work flushes, and what the other end
 	// sends it fails once its retries run out; an idle end finds out with
 	// its keepalive.
@@ -73,6 +89,13 @@ func failMidStream(t *testing.T, seed uint64) *failedConn {
 			s.eng.Keepalive() // the driver's timer
 		}
 		drain(t, f, c.sides)
+	}
+	if removeDevice {
+		c.stuck = victim.eng.InFlight()
+		if err := victim.eng.Err(); errors.Is(err, ring.ErrUnknownCompletion) {
+			t.Fatalf("%s: %v", victim.name, err)
+		}
+		victim.eng.QueuePairDestroyed()
 	}
 	for _, s := range c.sides {
 		if s.eng.Err() == nil || s.eng.InFlight() != 0 {
