@@ -122,11 +122,18 @@ func (h Held) Resend(peer Exchange) (ResendPlan, error) {
 
 // HeldBy reads what an engine that keeps its sent bytes
 // (ring.Config.RetainUntilReceived) still holds of its stream; call it
-// once its failed queue pair has no send in flight, so that the counts are
-// final. An engine that does not keep them gives ring.ErrNotRetaining.
+// once its failed queue pair has no send in flight (every completion
+// polled, or, its device gone, the queue pair destroyed and
+// ring.Engine.QueuePairDestroyed called), so that the counts are final;
+// before that it fails. An engine that does not keep them gives
+// ring.ErrNotRetaining.
 func HeldBy(e *ring.Engine) (Held, error) {
 	if !e.Config().RetainUntilReceived {
 		return Held{}, ring.ErrNotRetaining
+	}
+	if n := e.InFlight(); n != 0 {
+		return Held{}, errors.New("resume: the counts are not final: " + strconv.Itoa(n) +
+			" sends still in flight on the failed queue pair")
 	}
 	c := e.StreamCounts()
 	return Held{Released: c.Released, Sent: c.Sent, ShutDown: c.ShutDown}, nil

@@ -7,6 +7,9 @@ import "github.com/rnet-dev/rnet/internal/wr"
 // Completions keep being accounted after an error so Flushed stays
 // accurate during teardown.
 func (e *Engine) Complete(wcs []wr.Completion) error {
+	if e.qpGone {
+		return e.err // see QueuePairDestroyed
+	}
 	for i := range wcs {
 		wc := &wcs[i]
 		if wc.ID&RecvIDFlag != 0 {

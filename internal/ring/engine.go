@@ -76,6 +76,7 @@ type Engine struct {
 
 	established bool
 	err         error // first fatal error; sticky
+	qpGone      bool  // QueuePairDestroyed: completions are ignored (see lost.go)
 
 	// The peer, from its private data.
 	peerCredits   uint16    // its rq_size
@@ -104,6 +105,9 @@ type Engine struct {
 	sDone       uint64
 	sPosted     uint64
 	sHead       uint64
+	// sLost counts the bytes of sends whose completions were lost with
+	// the queue pair: neither completed nor in flight (see lost.go).
+	sLost uint64
 	// sReleased counts the bytes the peer's credit updates showed
 	// consumed, and sentMsgs the lengths of the DATA messages sent and not
 	// yet shown consumed, oldest first: RetainUntilReceived only.
@@ -220,10 +224,14 @@ type Engine struct {
 	stats Stats
 }
 
-// Stats counts what an engine did. All counters only grow.
+// Stats counts what an engine did. All counters only grow; TakeOver adds
+// the failed queue pair's engine's to the fresh one's.
 type Stats struct {
-	BytesWritten     uint64 // accepted by Write
-	BytesSent        uint64 // posted in DATA transfers
+	BytesWritten uint64 // accepted by Write
+	// BytesSent counts the stream bytes posted in DATA transfers, each
+	// once: bytes sent again after TakeOver count on the queue pair that
+	// first carried them (it is the highest StreamCounts.Sent reached).
+	BytesSent        uint64
 	BytesReceived    uint64 // announced by DATA messages
 	BytesRead        uint64 // copied out by Read
 	MessagesSent     uint64 // DATA messages posted
@@ -408,7 +416,7 @@ func (e *Engine) Establish(peer []byte) error {
 	e.peerCredits = c.Credits
 	e.peerGrows = c.Flags&FlagGrowingCredits != 0
 	if e.cfg.RetainUntilReceived {
-		e.sentMsgs = msgLengths{lens: make([]uint32, c.Credits)}
+		e.sentMsgs = msgLengths{limit: int(c.Credits)}
 	}
 	if c.Flags&FlagRecvHeadroom != 0 {
 		e.peerHeadroom = FlaggedRecvHeadroom
@@ -537,11 +545,20 @@ func (e *Engine) PeerMayLackReceives() bool {
 // Readable reports that Read would return something: data, io.EOF or an
 // error.
 func (e *Engine) Readable() bool {
+	if e.resume.waiting() {
+		return e.err != nil || e.readClosed // see Read
+	}
 	return e.unread > 0 || len(e.carry) > 0 || e.peerShutdown || e.peerDisconnected || e.err != nil || e.readClosed
 }
 
-// ReadableBytes is the number of received bytes not yet read.
-func (e *Engine) ReadableBytes() int { return int(e.unread) + len(e.carry) }
+// ReadableBytes is the number of received bytes not yet read: none on a
+// resumed queue pair before TakeOver (see Read).
+func (e *Engine) ReadableBytes() int {
+	if e.resume.waiting() {
+		return 0
+	}
+	return int(e.unread) + len(e.carry)
+}
 
 // SendSpace is the free space in sbuf: how much Write would take now.
 // Once a larger region is there the ring takes nothing until it has moved
@@ -563,8 +580,11 @@ func (e *Engine) Writable() bool {
 }
 
 // PeerClosedWrite reports that the peer sent SHUTDOWN or DISCONNECT: once
-// the received data is read, Read returns io.EOF.
-func (e *Engine) PeerClosedWrite() bool { return e.peerShutdown || e.peerDisconnected }
+// the received data is read, Read returns io.EOF. On a resumed queue pair
+// it says so only from TakeOver on (see Read).
+func (e *Engine) PeerClosedWrite() bool {
+	return !e.resume.waiting() && (e.peerShutdown || e.peerDisconnected)
+}
 
 // PeerDisconnected reports that the peer sent DISCONNECT: writes fail with
 // ErrPeerDisconnected.

@@ -44,8 +44,8 @@ func (e *Engine) CheckInvariants() error {
 	if ctrl != e.ctrlInFlight {
 		return fmt.Errorf("control in flight: %d records, counter %d", ctrl, e.ctrlInFlight)
 	}
-	if bytes != e.sPosted-e.sDone {
-		return fmt.Errorf("sbuf bytes in flight: %d records, counters %d", bytes, e.sPosted-e.sDone)
+	if bytes != e.sPosted-e.sDone-e.sLost {
+		return fmt.Errorf("sbuf bytes in flight: %d records, counters %d (%d lost)", bytes, e.sPosted-e.sDone-e.sLost, e.sLost)
 	}
 	if err := e.checkRetained(); err != nil {
 		return err
@@ -125,3 +125,7 @@ func (e *Engine) checkRetained() error {
 	}
 	return nil
 }
+
+// SentLengthsCap is how many message lengths the engine has room for
+// (RetainUntilReceived).
+func (e *Engine) SentLengthsCap() int { return cap(e.sentMsgs.lens) }

@@ -12,11 +12,11 @@ package ring
 
 // RecvSpan returns the oldest received bytes not yet read that lie
 // together in one grant, without consuming them; nil when there are none
-// (or Read would fail). Only ConsumeRecv, Read and CloseRead's discard
-// move past them, and a driver that lends them out allows none of those
-// until it consumes.
+// (or Read would fail, or hand out nothing yet: see Read). Only
+// ConsumeRecv, Read and CloseRead's discard move past them, and a driver
+// that lends them out allows none of those until it consumes.
 func (e *Engine) RecvSpan() []byte {
-	if e.readClosed {
+	if e.readClosed || e.resume.waiting() {
 		return nil
 	}
 	if len(e.carry) > 0 {
@@ -49,7 +49,7 @@ func (e *Engine) RecvSpan() []byte {
 // the driver has handed them out from RecvSpan. Consuming earns the peer
 // credits as Read does: call PostSends afterwards.
 func (e *Engine) ConsumeRecv(n int) {
-	if e.readClosed || n <= 0 {
+	if e.readClosed || n <= 0 || e.resume.waiting() {
 		return
 	}
 	e.take(nil, n)

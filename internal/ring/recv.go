@@ -12,11 +12,16 @@ import (
 // arrived yet, (0, io.EOF) once the peer has closed its side and every
 // byte has been read, and the connection's error after a failure.
 // Consuming messages is what earns the peer new credits: call PostSends
-// afterwards.
+// afterwards. On a resumed queue pair it returns nothing before TakeOver
+// (the connection's error, if it failed): the peer may have taken over
+// first, and what it sent again must wait behind the old queue pair's
+// unread bytes, which TakeOver brings.
 func (e *Engine) Read(p []byte) (int, error) {
 	switch {
 	case e.readClosed:
 		return 0, ErrClosed
+	case e.resume.waiting():
+		return 0, e.err
 	case e.err != nil && e.msgCount == 0 && len(e.carry) == 0:
 		return 0, e.err
 	case len(p) == 0:
@@ -168,6 +173,8 @@ func (e *Engine) completeRecv(wc *wr.Completion) {
 	case e.cfg.SharedRecv:
 		// Any receive of the shared queue serves: completions are counted.
 		seq = e.recvDone
+	case wc.Status != wr.WCSuccess && seq > e.recvDone && seq < e.recvPosted:
+		e.loseRecvs(seq, wc) // see lost.go
 	case e.recvDone == e.recvPosted || seq != e.recvDone:
 		e.fail(fmt.Errorf("ring: %w: receive ID %d, expected %d (%d posted)",
 			ErrUnknownCompletion, seq, e.recvDone, e.recvPosted-e.recvDone))
@@ -360,6 +367,25 @@ func (e *Engine) recvCredits(m Msg, wc *wr.Completion) {
 		e.fail(protoErr(ErrBadCredits, m, fmt.Sprintf("limit %d with %d sent and %d credits", comp, e.sseqNo, e.peerCredits)))
 		return
 	}
+	// The grant's SGL update, if any, is checked before its limit
+	// releases any retained byte: a malformed message releases nothing.
+	if e.cfg.IWARP {
+		e.takeSGLUpdates(m)
+	} else {
+		// On RoCE and InfiniBand an SGL update travels in the same RDMA
+		// WRITE WITH IMMEDIATE as its credit message, so the completion
+		// says whether this message carried one, and that it has landed.
+		switch wc.ByteLen {
+		case 0:
+		case RemoteSGESize:
+			e.takeLandedSGLUpdate(m)
+		default:
+			e.fail(protoErr(ErrBadSGL, m, fmt.Sprintf("credit message wrote %d bytes into the target SGL, want 0 or %d", wc.ByteLen, RemoteSGESize)))
+		}
+	}
+	if e.err != nil {
+		return
+	}
 	if e.cfg.RetainUntilReceived {
 		e.releaseConsumed(comp, m)
 		if e.err != nil {
@@ -369,18 +395,4 @@ func (e *Engine) recvCredits(m Msg, wc *wr.Completion) {
 	e.sseqComp = comp
 	e.ctrlSinceGrant = 0
 	e.stats.CreditUpdatesReceived++
-	if e.cfg.IWARP {
-		e.takeSGLUpdates(m)
-		return
-	}
-	// On RoCE and InfiniBand an SGL update travels in the same RDMA WRITE
-	// WITH IMMEDIATE as its credit message, so the completion says whether
-	// this message carried one, and that it has landed.
-	switch wc.ByteLen {
-	case 0:
-	case RemoteSGESize:
-		e.takeLandedSGLUpdate(m)
-	default:
-		e.fail(protoErr(ErrBadSGL, m, fmt.Sprintf("credit message wrote %d bytes into the target SGL, want 0 or %d", wc.ByteLen, RemoteSGESize)))
-	}
 }

@@ -27,18 +27,26 @@ import (
 
 // msgLengths is a FIFO of the byte counts of DATA messages sent and not yet
 // shown consumed. Credits bound it: at most the peer's window of messages
-// is ever unaccounted for.
+// (limit) is ever unaccounted for. It grows as messages go unaccounted,
+// so the window a peer advertises costs nothing until it is used.
 type msgLengths struct {
-	lens []uint32
-	head int
-	n    int
+	lens  []uint32
+	head  int
+	n     int
+	limit int
 }
 
 func (q *msgLengths) push(n uint32) {
-	// Unreachable while credits hold (sseqNo never passes sseqComp, and
-	// the queue has the peer's window of entries); never index past it.
 	if q.n == len(q.lens) {
-		return
+		// Never past limit: unreachable while credits hold (sseqNo never
+		// passes sseqComp).
+		if len(q.lens) >= q.limit {
+			return
+		}
+		grown := make([]uint32, min(max(2*len(q.lens), 16), q.limit))
+		k := copy(grown, q.lens[q.head:])
+		copy(grown[k:], q.lens[:q.head])
+		q.lens, q.head = grown, 0
 	}
 	i := q.head + q.n
 	if i >= len(q.lens) {
@@ -136,8 +144,9 @@ func (e *Engine) StreamCounts() StreamCounts {
 // Held returns the bytes of the stream from offset from up to what the
 // application has written, as the ring holds them: a and b, in order (b is
 // empty unless they wrap around the ring). They stay valid until the next
-// call that writes or moves the ring. from must lie within
-// [Released, Written].
+// call that writes or moves the ring. from must lie within the bytes
+// still held: from Released (or lower, down to the first byte whose
+// transfer has not completed, which stays held too) to Written.
 func (e *Engine) Held(from uint64) (a, b []byte, err error) {
 	if !e.cfg.RetainUntilReceived {
 		return nil, nil, ErrNotRetaining

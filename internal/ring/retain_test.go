@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/rnet-dev/rnet/internal/resume"
@@ -21,9 +22,17 @@ type failedConn struct {
 	cfgs    [2]ring.Config
 	sides   [2]*side
 	streams [2]*stream
+	// lost counts the completions the failed end's device lost, and
+	// stuck the sends it still had in flight after the drain.
+	lost, stuck int
 }
 
-func failMidStream(t *testing.T, seed uint64) *failedConn {
+func failMidStream(t *testing.T, seed uint64) *failedConn { return failMidStreamWith(t, seed, false) }
+
+// failMidStreamWith is failMidStream; with removeDevice the failed end's
+// device goes away (FailLosingCompletions) and the driver destroys its
+// queue pair once drained (QueuePairDestroyed).
+func failMidStreamWith(t *testing.T, seed uint64, removeDevice bool) *failedConn {
 	r := rand.New(rand.NewPCG(seed, 43))
 	f := simfabric.New(seed, simfabric.Options{MaxWireDelay: r.IntN(6), MaxCompletionDelay: r.IntN(10)})
 	pick := func(vals ...int) int { return vals[r.IntN(len(vals))] }
@@ -63,7 +72,15 @@ func failMidStream(t *testing.T, seed uint64) *failedConn {
 		}
 	}
 
-	c.sides[r.IntN(2)].ep.Fail(wr.WCRetryExcErr)
+	victim := c.sides[r.IntN(2)]
+	if removeDevice {
+		for range r.IntN(4) {
+			f.Step() // completions the victim has not polled yet
+		}
+		c.lost = victim.ep.FailLosingCompletions(wr.WCGeneralErr)
+	} else {
+		victim.ep.Fail(wr.WCRetryExcErr)
+	}
 	// Both ends drain: the victim's work flushes, and what the other end
 	// sends it fails once its retries run out; an idle end finds out with
 	// its keepalive.
@@ -72,6 +89,13 @@ func failMidStream(t *testing.T, seed uint64) *failedConn {
 			s.eng.Keepalive() // the driver's timer
 		}
 		drain(t, f, c.sides)
+	}
+	if removeDevice {
+		c.stuck = victim.eng.InFlight()
+		if err := victim.eng.Err(); errors.Is(err, ring.ErrUnknownCompletion) {
+			t.Fatalf("%s: %v", victim.name, err)
+		}
+		victim.eng.QueuePairDestroyed()
 	}
 	for _, s := range c.sides {
 		if s.eng.Err() == nil || s.eng.InFlight() != 0 {
@@ -234,7 +258,7 @@ func TestTakeOverResumesStreamsOnFreshQueuePair(t *testing.T) {
 					st.total = st.written + uint64(c.r.IntN(300<<10))
 				}
 			}
-			c.resumeToEOF(t, seed)
+			c.resumeToEOF(t, seed, false)
 		})
 	}
 }
@@ -269,7 +293,7 @@ func TestTakeOverSendsLostShutdownAgain(t *testing.T) {
 	if b.eng.StreamCounts().Received != 0 || a.eng.Err() == nil || b.eng.Err() == nil {
 		t.Fatalf("b received %d; errors %v, %v", b.eng.StreamCounts().Received, a.eng.Err(), b.eng.Err())
 	}
-	plans := c.resumeToEOF(t, 1)
+	plans := c.resumeToEOF(t, 1, false)
 	if plans[0] != (resume.ResendPlan{From: 0, Shutdown: true}) {
 		t.Fatalf("a resends %+v, want everything and SHUTDOWN", plans[0])
 	}
@@ -277,8 +301,11 @@ func TestTakeOverSendsLostShutdownAgain(t *testing.T) {
 
 // resumeToEOF resumes c on a fresh queue pair (fresh engines, the exchange,
 // TakeOver) and runs both streams to EOF, every byte checked. It returns
-// what each side sent again.
-func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.ResendPlan {
+// what each side sent again. With oneFirst, one side takes over as soon as
+// it can and runs until the fabric is quiet, its peer's application
+// reading and writing all along on the fresh engine, before the peer
+// takes over.
+func (c *failedConn) resumeToEOF(t *testing.T, seed uint64, oneFirst bool) [2]resume.ResendPlan {
 	t.Helper()
 	r := c.r
 	f := simfabric.New(seed+1000, simfabric.Options{MaxWireDelay: r.IntN(6), MaxCompletionDelay: r.IntN(10)})
@@ -304,14 +331,16 @@ func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.ResendPlan
 	if err := fresh[0].eng.Establish(pb[:]); err != nil {
 		t.Fatal(err)
 	}
-	for round := 0; !fresh[0].eng.ResumeReady() || !fresh[1].eng.ResumeReady(); round++ {
-		if round > 1000 {
-			t.Fatal("the exchange never completed")
-		}
-		drain(t, f, fresh)
-	}
 	var plans [2]resume.ResendPlan
-	for i, s := range fresh {
+	takeOver := func(i int) {
+		t.Helper()
+		s := fresh[i]
+		for round := 0; !s.eng.ResumeReady(); round++ {
+			if round > 1000 {
+				t.Fatalf("%s: the exchange never completed", s.name)
+			}
+			drain(t, f, fresh)
+		}
 		msg, _ := s.eng.PeerExchange()
 		ex, err := resume.ParseExchange(msg[:])
 		if err != nil {
@@ -321,6 +350,30 @@ func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.ResendPlan
 		if err := s.eng.TakeOver(c.sides[i].eng, plans[i].From, plans[i].Shutdown); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if oneFirst {
+		first := r.IntN(2)
+		takeOver(first)
+		for range r.IntN(3000) {
+			i := r.IntN(2)
+			if _, err := c.act(r, fresh[i], c.streams[i], c.streams[1-i], f); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range fresh {
+				s.check(t)
+			}
+		}
+		drain(t, f, fresh)
+		takeOver(1 - first)
+	} else {
+		for round := 0; !fresh[0].eng.ResumeReady() || !fresh[1].eng.ResumeReady(); round++ {
+			if round > 1000 {
+				t.Fatal("the exchange never completed")
+			}
+			drain(t, f, fresh)
+		}
+		takeOver(0)
+		takeOver(1)
 	}
 	idle := 0
 	for !c.streams[0].eof || !c.streams[1].eof {
@@ -339,9 +392,23 @@ func (c *failedConn) resumeToEOF(t *testing.T, seed uint64) [2]resume.ResendPlan
 				c.streams[0].read, c.streams[0].total, c.streams[1].read, c.streams[1].total)
 		}
 	}
-	for _, s := range fresh {
-		if s.eng.Err() != nil || s.eng.Stats().ErrorCompletions != 0 {
-			t.Fatalf("%s: %v, %+v", s.name, s.eng.Err(), s.eng.Stats())
+	for i, s := range fresh {
+		// Counters carry on from the old engine's: no error completion
+		// on the fresh queue pair.
+		old := c.sides[i].eng.Stats()
+		st := s.eng.Stats()
+		if s.eng.Err() != nil || st.ErrorCompletions != old.ErrorCompletions {
+			t.Fatalf("%s: %v, %+v (old engine's: %+v)", s.name, s.eng.Err(), st, old)
+		}
+		nv, ov := reflect.ValueOf(st), reflect.ValueOf(old)
+		for k := range nv.NumField() {
+			if nv.Field(k).Uint() < ov.Field(k).Uint() {
+				t.Fatalf("%s: %s went from %d to %d", s.name, nv.Type().Field(k).Name, ov.Field(k).Uint(), nv.Field(k).Uint())
+			}
+		}
+		// Bytes sent again count once.
+		if sent := s.eng.StreamCounts().Sent; st.BytesSent != sent {
+			t.Fatalf("%s: BytesSent %d, the stream's %d", s.name, st.BytesSent, sent)
 		}
 	}
 	return plans

@@ -202,7 +202,7 @@ func (e *Engine) postData(dst []wr.Send) []wr.Send {
 		if e.cfg.RetainUntilReceived {
 			e.sentMsgs.push(n)
 		}
-		e.stats.BytesSent += x
+		e.stats.BytesSent = max(e.stats.BytesSent, e.sPosted) // see Stats.BytesSent
 		e.stats.MessagesSent++
 
 		if !e.cfg.IWARP {
@@ -317,7 +317,7 @@ func (e *Engine) postCredits(dst []wr.Send) []wr.Send {
 // postClose sends a queued SHUTDOWN or DISCONNECT once every written byte
 // has been posted, so the peer sees EOF only after all data.
 func (e *Engine) postClose(dst []wr.Send) []wr.Send {
-	if e.closePending == closeNone || e.sPosted != e.sHead || e.ctrlInFlight >= CtrlSlots {
+	if e.closePending == closeNone || e.sPosted != e.sHead || e.ctrlInFlight >= CtrlSlots || e.resume.waiting() {
 		return dst
 	}
 	kind, code := sendShutdown, CtrlShutdown
@@ -385,6 +385,9 @@ func (e *Engine) pushSend(kind sendKind, bytes uint32) uint64 {
 // complete in posting order (every one is signalled), so the completion
 // must carry the ID of the oldest send in flight.
 func (e *Engine) completeSend(wc *wr.Completion) {
+	if wc.Status != wr.WCSuccess && wc.ID != e.sendDoneSeq && wc.ID-e.sendDoneSeq < uint64(e.inflightLen) {
+		e.loseSends(wc) // see lost.go
+	}
 	if e.inflightLen == 0 || wc.ID != e.sendDoneSeq {
 		e.fail(fmt.Errorf("ring: %w: send ID %d, expected %d (%d in flight)",
 			ErrUnknownCompletion, wc.ID, e.sendDoneSeq, e.inflightLen))

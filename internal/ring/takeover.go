@@ -16,7 +16,8 @@ import (
 //  1. BeginResume, before Establish: the fresh engine's first DATA message
 //     will be this side's exchange, and it takes the peer's first DATA
 //     message as the peer's exchange, which it neither counts nor
-//     delivers. Until TakeOver it accepts no Write.
+//     delivers. Until TakeOver it accepts no Write, hands no byte to Read
+//     and sends no close message.
 //  2. Establish and the driver loop as for any connection, until
 //     PeerExchange has the peer's exchange and ResumeReady says this
 //     side's has gone out.
@@ -41,8 +42,8 @@ type resumeState struct {
 	peer      [ExchangeSize]byte
 }
 
-// waiting reports that the stream may not move yet: no byte is written
-// before TakeOver.
+// waiting reports that the stream may not move yet: before TakeOver no
+// byte is written or read, and no SHUTDOWN or DISCONNECT goes out.
 func (r *resumeState) waiting() bool { return r.active }
 
 // ErrResumeNotReady is returned by TakeOver before both exchanges have
@@ -138,13 +139,21 @@ func (e *Engine) takePeerExchange() {
 // SHUTDOWN must go again. The bytes old holds from there on, and those it
 // received and nobody read yet, move here; the send ring must hold the
 // first (make the fresh engine with IdleBufferSize at least old's send
-// ring). Call it once ResumeReady, and once old has no send in flight.
+// ring). Call it once ResumeReady, and once old has no send in flight
+// (every completion polled, or QueuePairDestroyed).
+//
+// The peer may have taken over first: what it sent again, SHUTDOWN
+// included, may already be here, waiting behind old's unread bytes
+// (until TakeOver, Read and RecvSpan hand out nothing). Stats carry on
+// from old's (see Stats.BytesSent for the bytes sent again).
 func (e *Engine) TakeOver(old *Engine, from uint64, resendShutdown bool) error {
 	switch {
 	case !old.cfg.RetainUntilReceived:
 		return ErrNotRetaining
 	case !e.ResumeReady():
 		return ErrResumeNotReady
+	case e.err != nil:
+		return fmt.Errorf("ring: the resumed queue pair failed: %w", e.err)
 	case old.inflightLen != 0:
 		return fmt.Errorf("ring: the old queue pair still has %d sends in flight", old.inflightLen)
 	case old.disconnectPosted || old.peerDisconnected:
@@ -162,25 +171,59 @@ func (e *Engine) TakeOver(old *Engine, from uint64, resendShutdown bool) error {
 	e.sTail, e.sDone, e.sPosted, e.sReleased, e.sHead = from, from, from, from, old.sHead
 	e.sTurn, e.sBacklog = old.sTurn, old.sBacklog
 
-	received, read := old.stats.BytesReceived, old.stats.BytesRead
-	if n := int(old.unread) + len(old.carry); n > 0 && !old.readClosed {
+	// The application may have closed either engine meanwhile.
+	e.writeClosed = e.writeClosed || old.writeClosed
+	e.readClosed = e.readClosed || old.readClosed
+	oldStats := old.stats // before take counts the carried bytes as read
+	if n := int(old.unread) + len(old.carry); n > 0 && !e.readClosed {
 		e.carry = make([]byte, n)
 		old.take(e.carry, n)
 	}
-	e.stats.BytesWritten += old.stats.BytesWritten
-	e.stats.BytesSent += old.stats.BytesSent
-	e.stats.BytesReceived += received
-	e.stats.BytesRead += read
+	e.stats.add(oldStats)
 
-	e.writeClosed, e.readClosed = old.writeClosed, old.readClosed
-	e.closePending = old.closePending
+	e.closePending = max(e.closePending, old.closePending)
 	if old.shutdownPosted {
 		if resendShutdown {
 			e.closePending = max(e.closePending, closeShutdown)
 		} else {
 			e.shutdownPosted, e.shutdownDone = true, true
+			if e.closePending == closeShutdown {
+				e.closePending = closeNone // a second CloseWrite
+			}
 		}
 	}
-	e.peerShutdown = old.peerShutdown
+	// A SHUTDOWN the peer sent again may have arrived here already.
+	e.peerShutdown = e.peerShutdown || old.peerShutdown
 	return nil
+}
+
+// add adds o's counters to s: a resumed connection's counters carry on
+// from its old engine's.
+func (s *Stats) add(o Stats) {
+	s.BytesWritten += o.BytesWritten
+	s.BytesSent += o.BytesSent
+	s.BytesReceived += o.BytesReceived
+	s.BytesRead += o.BytesRead
+	s.MessagesSent += o.MessagesSent
+	s.MessagesReceived += o.MessagesReceived
+	s.InlineSends += o.InlineSends
+	s.CoalescedWrites += o.CoalescedWrites
+	s.CreditUpdatesSent += o.CreditUpdatesSent
+	s.CreditUpdatesReceived += o.CreditUpdatesReceived
+	s.BufferGrantsSent += o.BufferGrantsSent
+	s.BufferGrantsReceived += o.BufferGrantsReceived
+	s.KeepalivesSent += o.KeepalivesSent
+	s.ConsumptionProbes += o.ConsumptionProbes
+	s.CreditStalls += o.CreditStalls
+	s.BufferStalls += o.BufferStalls
+	s.QueueStalls += o.QueueStalls
+	s.SendCompletions += o.SendCompletions
+	s.RecvCompletions += o.RecvCompletions
+	s.ErrorCompletions += o.ErrorCompletions
+	s.SendRingGrowths += o.SendRingGrowths
+	s.SendRingShrinks += o.SendRingShrinks
+	s.RecvRingGrowths += o.RecvRingGrowths
+	s.RecvRingShrinks += o.RecvRingShrinks
+	s.RegionsDeclined += o.RegionsDeclined
+	s.CreditWindowGrowths += o.CreditWindowGrowths
 }
