@@ -225,22 +225,15 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 		ch.Close()
 		return
 	}
-	grant, err := a.resume.grant(offer, netAddr(id.RemoteAddr()))
+	nego, err := a.resume.begin(offer, netAddr(id.RemoteAddr()))
 	if err != nil {
 		a.reject(id, err)
 		id.Close()
 		ch.Close()
 		return
 	}
-	// Until the connection is handed out, whose end then forgets it,
-	// every failure forgets the token.
-	handedOut := false
-	defer func() {
-		if !handedOut {
-			a.resume.forget(grant)
-		}
-	}()
-	q, eng, err := setup(id, ch, grant.ringConfig(a.set.ring), a.set.transport, true)
+	defer nego.end() // a failure forgets the token
+	q, eng, err := setup(id, ch, nego.ringConfig(a.set.ring), a.set.transport, true)
 	if err != nil {
 		a.reject(id, err)
 		id.Close()
@@ -269,7 +262,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 	p := ev.Param
 	ours := connParam(eng, false, a.set.transport, q.portMTU)
 	p.PeerMTU = ours.PeerMTU
-	if p.PrivateData, err = a.resume.replyData(ours.PrivateData, grant, id.LocalAddr().Addr()); err != nil {
+	if p.PrivateData, err = nego.reply(ours.PrivateData, id.LocalAddr().Addr()); err != nil {
 		a.reject(id, err)
 		drop()
 		return
@@ -306,8 +299,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 	// Established: the slot is free for the next request now, not when
 	// Accept takes the connection.
 	slot.release()
-	handedOut = true
-	a.l.offer(newNegotiatedConn(q, eng, a.set, nil, a.resume.forgetOnEnd(grant)))
+	a.l.offer(nego.conn(q, eng, a.set))
 }
 
 // refuse rejects the request on id because of err and releases the id.

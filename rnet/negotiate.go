@@ -9,6 +9,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/resume"
 	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/stream"
 )
 
 // Negotiating the resume extension at connect (docs/design.md, "Resuming a
@@ -206,44 +207,56 @@ func (r *resumeListener) screen(privateData []byte) (offer bool, err error) {
 	return false, nil
 }
 
-// grant gives the connection from remote whose request offered the
-// extension its entry and token, or returns nil: for no offer, with the
+// acceptNegotiation is one connection request's part of the extension at
+// the listener, from its grant to the connection handed out. Without a
+// grant its methods change nothing: the connection is an ordinary one.
+type acceptNegotiation struct {
+	r     *resumeListener
+	grant *resumeGrant // nil: the connection goes without resume
+	done  bool         // the connection was handed out, and forgets its token when it ends
+}
+
+// begin gives the connection from remote, whose request offered the
+// extension if offer, its entry and token: not for no offer, with the
 // switch off, or with the table full (the connection goes without resume).
-// Every grant is forgotten once its connection or handshake ends.
-func (r *resumeListener) grant(offer bool, remote net.Addr) (*resumeGrant, error) {
+// The caller defers end, which forgets the token unless the connection is
+// handed out by conn.
+func (r *resumeListener) begin(offer bool, remote net.Addr) (*acceptNegotiation, error) {
+	n := &acceptNegotiation{r: r}
 	if r == nil || !offer {
-		return nil, nil
+		return n, nil
 	}
 	e := &resumeEntry{remote: remote}
 	tok, _, err := r.table.Issue(e)
-	if errors.Is(err, resume.ErrTableFull) {
-		return nil, nil
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, resume.ErrTableFull):
+		return n, nil
+	case err != nil:
 		return nil, err
 	}
-	return &resumeGrant{entry: e, token: tok}, nil
+	n.grant = &resumeGrant{entry: e, token: tok}
+	return n, nil
 }
 
-// ringConfig is the ring configuration for the connection g is for: with
-// the extension agreed it keeps sent bytes until the peer has them.
-func (g *resumeGrant) ringConfig(cfg ring.Config) ring.Config {
-	if g == nil {
+// ringConfig is the ring configuration for the connection: with the
+// extension agreed it keeps sent bytes until the peer has them.
+func (n *acceptNegotiation) ringConfig(cfg ring.Config) ring.Config {
+	if n.grant == nil {
 		return cfg
 	}
 	cfg.RetainUntilReceived = true
 	return cfg.Normalize()
 }
 
-// replyData is the reply's private data: the engine's conn data
-// (connData), and with g the extension after it, naming the listener's
-// addresses but the one dialled, IPv4 and IPv6 alike.
-func (r *resumeListener) replyData(connData []byte, g *resumeGrant, dialled netip.Addr) ([]byte, error) {
-	if g == nil {
+// reply is the reply's private data: the engine's conn data (connData),
+// and with the extension agreed the extension after it, naming the
+// listener's addresses but the one dialled, IPv4 and IPv6 alike.
+func (n *acceptNegotiation) reply(connData []byte, dialled netip.Addr) ([]byte, error) {
+	if n.grant == nil {
 		return connData, nil
 	}
 	addrs := make([]netip.AddrPort, 0, resume.MaxAddrs)
-	for _, a := range r.addrs {
+	for _, a := range n.r.addrs {
 		if len(addrs) == resume.MaxAddrs {
 			break
 		}
@@ -253,27 +266,29 @@ func (r *resumeListener) replyData(connData []byte, g *resumeGrant, dialled neti
 	}
 	return resume.EncodeReply(connData, resume.Reply{
 		Version:  resume.Version,
-		Lifetime: r.table.Lifetime(),
-		Token:    g.token,
+		Lifetime: n.r.table.Lifetime(),
+		Token:    n.grant.token,
 		Addrs:    addrs,
 	})
 }
 
-// forget drops g's connection from the table: its handshake failed or the
-// connection ended.
-func (r *resumeListener) forget(g *resumeGrant) {
-	if r != nil && g != nil {
-		r.table.Forget(g.entry)
+// conn hands the established connection out; from now on its end, not
+// end, forgets its token.
+func (n *acceptNegotiation) conn(qp stream.QueuePair, eng *ring.Engine, set settings) *Conn {
+	n.done = true
+	var ended func()
+	if g := n.grant; g != nil {
+		ended = func() { n.r.table.Forget(g.entry) }
 	}
+	return newNegotiatedConn(qp, eng, set, nil, ended)
 }
 
-// forgetOnEnd returns the function a connection granted g calls when it
-// ends, or nil without a grant.
-func (r *resumeListener) forgetOnEnd(g *resumeGrant) func() {
-	if r == nil || g == nil {
-		return nil
+// end forgets the token of a handshake that failed or was evicted before
+// its connection was handed out, so that it holds no table entry.
+func (n *acceptNegotiation) end() {
+	if !n.done && n.grant != nil {
+		n.r.table.Forget(n.grant.entry)
 	}
-	return func() { r.table.Forget(g.entry) }
 }
 
 // noMemlockLimit is RLIMIT_MEMLOCK's "unlimited", for resumeTableEntries.

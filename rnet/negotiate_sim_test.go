@@ -70,16 +70,13 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 	if _, err := ring.DecodeConnData(seen); err != nil { // admit's check
 		return h, err
 	}
-	if h.grant, err = lr.grant(offer, netAddr(simDialer)); err != nil {
+	nego, err := lr.begin(offer, netAddr(simDialer))
+	if err != nil {
 		return h, err
 	}
-	handedOut := false
-	defer func() {
-		if !handedOut {
-			lr.forget(h.grant)
-		}
-	}()
-	leng, err := simqp.NewEngine(h.grant.ringConfig(lset.ring), epb)
+	defer nego.end()
+	h.grant = nego.grant
+	leng, err := simqp.NewEngine(nego.ringConfig(lset.ring), epb)
 	if err != nil {
 		return h, err
 	}
@@ -88,7 +85,7 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 	}
 	lpd := leng.LocalConnData()
 	ring.SetPortMTU(&lpd, 4096)
-	if h.reply, err = lr.replyData(lpd[:], h.grant, simListener.Addr()); err != nil {
+	if h.reply, err = nego.reply(lpd[:], simListener.Addr()); err != nil {
 		return h, err
 	}
 
@@ -104,8 +101,7 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 	qa, qb := simqp.New(epa, netAddr(simDialer), netAddr(simListener)), simqp.New(epb, netAddr(simListener), netAddr(simDialer))
 	simqp.Connect(qa, qb)
 	h.dialer = newNegotiatedConn(qa, deng, dset, agreed, nil)
-	handedOut = true
-	h.listener = newNegotiatedConn(qb, leng, lset, nil, lr.forgetOnEnd(h.grant))
+	h.listener = nego.conn(qb, leng, lset)
 	return h, nil
 }
 
