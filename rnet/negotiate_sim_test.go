@@ -30,7 +30,10 @@ var (
 type simHandshake struct {
 	dialer, listener *Conn
 	request, reply   []byte // the private data each side sent
-	grant            *resumeGrant
+	// requestConnData and replyConnData are each engine's rs_conn_data
+	// with its port MTU: all the private data was before the extension.
+	requestConnData, replyConnData []byte
+	grant                          *resumeGrant
 }
 
 // simNegotiate connects a dialer configured by dset to a listener
@@ -53,6 +56,7 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 	}
 	pd := deng.LocalConnData()
 	ring.SetPortMTU(&pd, 4096)
+	h.requestConnData = bytes.Clone(pd[:])
 	if h.request, err = requestData(pd[:], dset); err != nil {
 		return h, err
 	}
@@ -85,6 +89,7 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 	}
 	lpd := leng.LocalConnData()
 	ring.SetPortMTU(&lpd, 4096)
+	h.replyConnData = bytes.Clone(lpd[:])
 	if h.reply, err = nego.reply(lpd[:], simListener.Addr()); err != nil {
 		return h, err
 	}
@@ -261,12 +266,13 @@ func TestResumeSwitchOffWireUnchanged(t *testing.T) {
 			t.Fatal(err)
 		}
 		for name, pair := range map[string]struct {
-			c    *Conn
-			wire []byte
-		}{"request": {h.dialer, h.request}, "reply": {h.listener, h.reply}} {
+			c              *Conn
+			wire, connData []byte
+		}{"request": {h.dialer, h.request, h.requestConnData}, "reply": {h.listener, h.reply, h.replyConnData}} {
 			golden := []byte{ring.ConnDataVersion, ring.FlagIOMap, ring.DefaultQueueSize >> 8, ring.DefaultQueueSize & 0xff, ring.PortMTUCode(4096), 0, 0, 0}
-			if len(pair.wire) != ring.ConnDataSize || !bytes.Equal(pair.wire[:8], golden) {
-				t.Errorf("listener switch %v: %s % x, want 40 bytes starting % x", lr != nil, name, pair.wire, golden)
+			if len(pair.wire) != ring.ConnDataSize || !bytes.Equal(pair.wire[:8], golden) || !bytes.Equal(pair.wire, pair.connData) {
+				t.Errorf("listener switch %v: %s % x, want 40 bytes starting % x, the engine's conn data % x",
+					lr != nil, name, pair.wire, golden, pair.connData)
 			}
 			if pair.c.conn.EngineConfig().RetainUntilReceived {
 				t.Errorf("listener switch %v: the %s's engine retains", lr != nil, name)
