@@ -13,6 +13,7 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/stream"
+	"github.com/rnet-dev/rnet/internal/verbs"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,11 +54,13 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 			device = vctx.Name()
 		}
 	}
-	resumes, err := newResumeListener(set, id.LocalAddr(), memlockLimit(), hostAddrs(laddr))
-	if err != nil {
-		id.Close()
-		ch.Close()
-		return fail(err)
+	var resumes *resumeListener
+	if set.resume { // a listener without the switch reads no device list or limit for it
+		if resumes, err = newResumeListener(set, id.LocalAddr(), memlockLimit(), hostAddrs(laddr)); err != nil {
+			id.Close()
+			ch.Close()
+			return fail(err)
+		}
 	}
 	if maxPending == 0 {
 		maxPending = defaultMaxPending(set.ring, device != "" && !onIWARP(laddr.Addr()))
@@ -345,21 +348,29 @@ func memlockLimit() uint64 {
 	return rl.Cur
 }
 
-// hostAddrs lists the host's addresses, for the replies of a wildcard
-// listener at laddr (none for another listener, or if they cannot be read).
+// hostAddrs lists the addresses of the host's RDMA devices, for the
+// replies of a wildcard listener at laddr, device by device (none for
+// another listener, or if the devices cannot be listed).
 func hostAddrs(laddr netip.AddrPort) []netip.Addr {
 	if !laddr.Addr().IsUnspecified() {
 		return nil
 	}
-	ifaddrs, err := net.InterfaceAddrs()
+	infos, err := verbs.Devices()
 	if err != nil {
 		return nil
 	}
+	ifaces := hostInterfaces()
+	seen := make(map[netip.Addr]bool)
 	var out []netip.Addr
-	for _, ia := range ifaddrs {
-		if p, ok := ia.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(p.IP); ok {
-				out = append(out, ip.Unmap())
+	for _, d := range infos {
+		addrs, err := findDeviceAddrs(infos, nil, d.Name, ifaces)
+		if err != nil {
+			continue
+		}
+		for _, ip := range addrs {
+			if !seen[ip] {
+				seen[ip] = true
+				out = append(out, ip)
 			}
 		}
 	}
