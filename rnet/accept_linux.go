@@ -56,7 +56,8 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 	}
 	var resumes *resumeListener
 	if set.resume { // a listener without the switch reads no device list or limit for it
-		if resumes, err = newResumeListener(set, id.LocalAddr(), memlockLimit(), hostAddrs(laddr)); err != nil {
+		_, v6only, _ := bindAddr(network, laddr)
+		if resumes, err = newResumeListener(set, id.LocalAddr(), v6only, memlockLimit(), hostAddrs(laddr)); err != nil {
 			id.Close()
 			ch.Close()
 			return fail(err)

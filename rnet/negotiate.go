@@ -119,10 +119,10 @@ func resumeTableEntries(memlock uint64, l ring.Layout) int {
 }
 
 // newResumeListener is the extension's state for a listener configured by
-// set, at addr, with a locked-memory limit of memlock bytes; local lists
-// the host's addresses, for a wildcard listener's replies. It returns nil
-// when the switch is off.
-func newResumeListener(set settings, addr netip.AddrPort, memlock uint64, local []netip.Addr) (*resumeListener, error) {
+// set, at addr (IPv6 alone if v6only), with a locked-memory limit of
+// memlock bytes; local lists the host's addresses, for a wildcard
+// listener's replies. It returns nil when the switch is off.
+func newResumeListener(set settings, addr netip.AddrPort, v6only bool, memlock uint64, local []netip.Addr) (*resumeListener, error) {
 	if !set.resume {
 		return nil, nil
 	}
@@ -134,21 +134,22 @@ func newResumeListener(set settings, addr netip.AddrPort, memlock uint64, local 
 	if err != nil {
 		return nil, err
 	}
-	return &resumeListener{table: table, addrs: resumeAddrs(addr, local)}, nil
+	return &resumeListener{table: table, addrs: resumeAddrs(addr, v6only, local)}, nil
 }
 
 // resumeAddrs is what a listener at addr can name in a reply among the
 // host's addresses local: none for a listener on one address; for a
-// wildcard one those of its family (both on a dual-stack "[::]") that a
-// dialer elsewhere can use (see resume.ParseReply), in local's order.
-func resumeAddrs(addr netip.AddrPort, local []netip.Addr) []netip.AddrPort {
+// wildcard one those of its family (both on a dual-stack "[::]" unless
+// v6only) that a dialer elsewhere can use (see resume.ParseReply), in
+// local's order.
+func resumeAddrs(addr netip.AddrPort, v6only bool, local []netip.Addr) []netip.AddrPort {
 	if !addr.Addr().IsUnspecified() {
 		return nil
 	}
 	var out []netip.AddrPort
 	for _, ip := range local {
 		ip = ip.Unmap()
-		if addr.Addr().Is4() && !ip.Is4() || !usableResumeAddr(ip) {
+		if addr.Addr().Is4() && !ip.Is4() || v6only && ip.Is4() || !usableResumeAddr(ip) {
 			continue
 		}
 		out = append(out, netip.AddrPortFrom(ip, addr.Port()))

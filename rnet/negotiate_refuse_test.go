@@ -161,12 +161,14 @@ func TestResumeAddrs(t *testing.T) {
 		netip.MustParseAddr("::10.9.0.2"), netip.MustParseAddr("224.0.0.1"),
 	}
 	for listen, want := range map[string]string{
-		"[::]:7471":      "[10.0.0.2:7471 [fd00::2]:7471 10.9.0.1:7471]",
-		"0.0.0.0:7471":   "[10.0.0.2:7471 10.9.0.1:7471]",
-		"10.0.0.2:7471":  "[]",
-		"[fd00::2]:7471": "[]",
+		"[::]:7471":        "[10.0.0.2:7471 [fd00::2]:7471 10.9.0.1:7471]",
+		"[::]:7471 v6only": "[[fd00::2]:7471]",
+		"0.0.0.0:7471":     "[10.0.0.2:7471 10.9.0.1:7471]",
+		"10.0.0.2:7471":    "[]",
+		"[fd00::2]:7471":   "[]",
 	} {
-		got := resumeAddrs(netip.MustParseAddrPort(listen), local)
+		addr, v6only := strings.CutSuffix(listen, " v6only")
+		got := resumeAddrs(netip.MustParseAddrPort(addr), v6only, local)
 		if s := fmtAddrs(got); s != want {
 			t.Errorf("listener %s names %s, want %s", listen, s, want)
 		}

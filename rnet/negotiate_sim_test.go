@@ -130,7 +130,7 @@ func newTestResumeListener(t *testing.T, entries int) *resumeListener {
 		netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.1.0.2"),
 		netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fd00::2"),
 	}
-	return &resumeListener{table: table, addrs: resumeAddrs(netip.MustParseAddrPort("[::]:7471"), local)}
+	return &resumeListener{table: table, addrs: resumeAddrs(netip.MustParseAddrPort("[::]:7471"), false, local)}
 }
 
 // roundTrip sends a message each way on a and b and checks it arrives.
