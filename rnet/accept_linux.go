@@ -13,6 +13,8 @@ import (
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/stream"
+	"github.com/rnet-dev/rnet/internal/verbs"
+	"golang.org/x/sys/unix"
 )
 
 // listen binds a listening id to laddr and starts its acceptor.
@@ -52,6 +54,15 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 			device = vctx.Name()
 		}
 	}
+	var resumes *resumeListener
+	if set.resume { // a listener without the switch reads no device list or limit for it
+		_, v6only, _ := bindAddr(network, laddr)
+		if resumes, err = newResumeListener(set, id.LocalAddr(), v6only, memlockLimit(), hostAddrs(laddr)); err != nil {
+			id.Close()
+			ch.Close()
+			return fail(err)
+		}
+	}
 	if maxPending == 0 {
 		maxPending = defaultMaxPending(set.ring, device != "" && !onIWARP(laddr.Addr()))
 	}
@@ -66,7 +77,7 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 		acceptDL:       stream.NewDeadline(func() {}),
 	}
 	l.requestsDone.L = &l.requestsMu
-	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx,
+	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx, resume: resumes,
 		pending: newPendingHandshakes(maxPending, min(backlog, lineSlotsPerSlot*maxPending), stalledHandshakeAfter)}
 	l.counts.pending = a.pending
 	l.stop = func() {
@@ -111,7 +122,10 @@ type acceptor struct {
 	// dialer's RTU, and so the memory they pin, and those in line for a
 	// slot (see pendingHandshakes).
 	pending *pendingHandshakes
-	wg      sync.WaitGroup
+	// resume is the listener's side of the resume extension, nil with
+	// the switch off.
+	resume *resumeListener
+	wg     sync.WaitGroup
 }
 
 func (a *acceptor) run() {
@@ -140,6 +154,13 @@ func (a *acceptor) run() {
 			continue
 		}
 		a.l.requestBegan()
+		// A resume request is answered before it may take a slot or any
+		// memory: a stranger's costs this listener a look at two bits.
+		offer, err := a.resume.screen(ev.Param.PrivateData)
+		if err != nil {
+			a.refuse(ev.ID, err)
+			continue
+		}
 		slot, err := a.l.admit(a.pending, ev.Param.PrivateData)
 		if err != nil {
 			a.refuse(ev.ID, err)
@@ -152,7 +173,7 @@ func (a *acceptor) run() {
 			continue
 		}
 		a.wg.Add(1)
-		go a.handshake(ev, ch, slot)
+		go a.handshake(ev, ch, slot, offer)
 	}
 }
 
@@ -184,8 +205,9 @@ func (a *acceptor) handOver(ev cm.Event) (*cm.EventChannel, bool) {
 
 // handshake accepts one connection request, whose id is already alone on
 // ch, in the pending slot it was given. Any failure refuses or drops this
-// request only.
-func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot) {
+// request only. offer says the request offered the resume extension and
+// the listener takes offers.
+func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot, offer bool) {
 	defer a.wg.Done()
 	defer a.l.requestEnded()
 	// Released last: the slot's next holder may pin memory only once this
@@ -207,7 +229,15 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 		ch.Close()
 		return
 	}
-	q, eng, err := setup(id, ch, a.set.ring, a.set.transport, true)
+	nego, err := a.resume.begin(offer, netAddr(id.RemoteAddr()))
+	if err != nil {
+		a.reject(id, err)
+		id.Close()
+		ch.Close()
+		return
+	}
+	defer nego.end() // a failure forgets the token
+	q, eng, err := setup(id, ch, nego.ringConfig(a.set.ring), a.set.transport, true)
 	if err != nil {
 		a.reject(id, err)
 		id.Close()
@@ -235,7 +265,12 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 	// request says.
 	p := ev.Param
 	ours := connParam(eng, false, a.set.transport, q.portMTU)
-	p.PrivateData, p.PeerMTU = ours.PrivateData, ours.PeerMTU
+	p.PeerMTU = ours.PeerMTU
+	if p.PrivateData, err = nego.reply(ours.PrivateData, id.LocalAddr().Addr()); err != nil {
+		a.reject(id, err)
+		drop()
+		return
+	}
 	p.RNRRetryCount = a.set.transport.rnrRetryCount
 	if err := id.Accept(p); err != nil {
 		a.dropped(id, err)
@@ -268,7 +303,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 	// Established: the slot is free for the next request now, not when
 	// Accept takes the connection.
 	slot.release()
-	a.l.offer(newConn(q, eng, a.set))
+	a.l.offer(nego.conn(q, eng, a.set))
 }
 
 // refuse rejects the request on id because of err and releases the id.
@@ -302,4 +337,43 @@ func (a *acceptor) report(id *cm.ID, err error, refused bool) {
 		}
 		a.l.handshakeFailed(netAddr(id.RemoteAddr()), device, err, refused)
 	}
+}
+
+// memlockLimit is RLIMIT_MEMLOCK's soft limit in bytes, noMemlockLimit if
+// it is unlimited or cannot be read.
+func memlockLimit() uint64 {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY {
+		return noMemlockLimit
+	}
+	return rl.Cur
+}
+
+// hostAddrs lists the addresses of the host's RDMA devices, for the
+// replies of a wildcard listener at laddr, device by device (none for
+// another listener, or if the devices cannot be listed).
+func hostAddrs(laddr netip.AddrPort) []netip.Addr {
+	if !laddr.Addr().IsUnspecified() {
+		return nil
+	}
+	infos, err := verbs.Devices()
+	if err != nil {
+		return nil
+	}
+	ifaces := hostInterfaces()
+	seen := make(map[netip.Addr]bool)
+	var out []netip.Addr
+	for _, d := range infos {
+		addrs, err := findDeviceAddrs(infos, nil, d.Name, ifaces)
+		if err != nil {
+			continue
+		}
+		for _, ip := range addrs {
+			if !seen[ip] {
+				seen[ip] = true
+				out = append(out, ip)
+			}
+		}
+	}
+	return out
 }

@@ -168,6 +168,9 @@ type settings struct {
 	transportErr error
 	// logger is the Dialer's or ListenConfig's Logger.
 	logger *slog.Logger
+	// resume offers (dialing) or takes offers of (listening) the resume
+	// extension (see negotiate.go). Off: no Config field sets it yet.
+	resume bool
 }
 
 // noDelay is Config.NoDelay of an engine configured with rc, as settings

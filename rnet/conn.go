@@ -29,6 +29,10 @@ type Conn struct {
 	// handshakeTimeout is Config.HandshakeTimeout with its default, for
 	// Config: the driver has no use for it.
 	handshakeTimeout time.Duration
+	// resume is the listener's agreement to resume the connection, on the
+	// dialing side of a connection that agreed to the extension; nil
+	// otherwise. Set before the handle is handed out.
+	resume *resumeAgreement
 }
 
 // noCopy makes go vet's copylocks check report a copied handle: a copy
@@ -41,6 +45,37 @@ func (*noCopy) Unlock() {}
 // newConn starts driving an established engine over qp, and hands it out.
 func newConn(qp stream.QueuePair, eng *ring.Engine, set settings) *Conn {
 	return newHandle(stream.Start(qp, eng, set.streamSettings()), set.handshakeTimeout)
+}
+
+// newNegotiatedConn is newConn for a connection whose handshake negotiated
+// the resume extension: agreed is the dialer's record of the agreement (nil
+// on the listening side or without one), and ended, if not nil, is called
+// once the connection ends, so that the listener forgets its token.
+func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agreed *resumeAgreement, ended func()) *Conn {
+	ss := set.streamSettings()
+	if ended != nil {
+		ss.Observer = endObserver{Observer: ss.Observer, ended: ended}
+	}
+	h := newHandle(stream.Start(qp, eng, ss), set.handshakeTimeout)
+	h.resume = agreed
+	return h
+}
+
+// endObserver calls ended when the connection's peer is gone or it closes,
+// besides what the observer it wraps does. ended may be called twice.
+type endObserver struct {
+	stream.Observer
+	ended func()
+}
+
+func (o endObserver) PeerGone(c *stream.Conn, err error) {
+	o.Observer.PeerGone(c, err)
+	o.ended()
+}
+
+func (o endObserver) Closed(c *stream.Conn) {
+	o.Observer.Closed(c)
+	o.ended()
 }
 
 // newHandle hands c out. The connection's own goroutines and timers

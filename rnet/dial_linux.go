@@ -72,7 +72,7 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 		ch.Close()
 		return fail(err)
 	}
-	q, eng, err := setup(id, ch, set.ring, set.transport, false)
+	q, eng, err := setup(id, ch, dialRingConfig(set), set.transport, false)
 	if err != nil {
 		id.Close()
 		ch.Close()
@@ -88,7 +88,11 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 	if err := postInitialRecvs(q, eng); err != nil {
 		return abort(err)
 	}
-	if err := id.Connect(connParam(eng, eng.Config().IWARP, set.transport, q.portMTU)); err != nil {
+	p := connParam(eng, eng.Config().IWARP, set.transport, q.portMTU)
+	if p.PrivateData, err = requestData(p.PrivateData, set); err != nil {
+		return abort(err)
+	}
+	if err := id.Connect(p); err != nil {
 		return abort(err)
 	}
 	var ev cm.Event
@@ -103,5 +107,9 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 	if err := eng.Establish(ev.Param.PrivateData); err != nil {
 		return abort(err)
 	}
-	return newConn(q, eng, set), nil
+	agreed, err := readReply(ev.Param.PrivateData, set.resume)
+	if err != nil {
+		return abort(err)
+	}
+	return newNegotiatedConn(q, eng, set, agreed, nil), nil
 }

@@ -52,6 +52,11 @@ const (
 	rejectLockedMemory rejectCode = 3 // the locked-memory limit stopped a registration
 	rejectResources    rejectCode = 4 // another failure setting the connection up
 	rejectPendingFull  rejectCode = 5 // every pending-handshake slot is taken, and the line for one is full
+	// rejectResumeRefused: a request to resume a connection (resume
+	// extension) that the listener does not resume: the same for a wrong,
+	// replayed or expired token and for a listener that resumes none, so
+	// that a stranger learns nothing of which tokens exist.
+	rejectResumeRefused rejectCode = 6
 )
 
 // rejectReason is the decoded private data of a reject.
@@ -82,6 +87,8 @@ func rejectReasonOf(err error) rejectReason {
 		return rejectReason{rejectBusy}
 	case errors.Is(err, errHandshakesBusy):
 		return rejectReason{rejectPendingFull}
+	case errors.Is(err, errResumeRefused):
+		return rejectReason{rejectResumeRefused}
 	case errors.Is(err, ErrProtocol):
 		return rejectReason{rejectBadRequest}
 	}
@@ -120,6 +127,9 @@ func (r rejectReason) String() string {
 			"the listener's HandshakeError names the limit to raise)"
 	case rejectResources:
 		return "the listener could not set up the connection (the listener's HandshakeError says why)"
+	case rejectResumeRefused:
+		return "the listener refused to resume the connection (its token is unknown or expired there, " +
+			"or the listener does not resume connections)"
 	}
 	return "the listener gave reason code " + strconv.Itoa(int(r.code))
 }

@@ -11,12 +11,13 @@ import (
 	"unicode"
 
 	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/resume"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
 
 func TestRejectReasonRoundTrip(t *testing.T) {
-	for _, r := range []rejectReason{{rejectBusy}, {rejectBadRequest}, {rejectLockedMemory}, {rejectResources}, {rejectPendingFull}} {
+	for _, r := range []rejectReason{{rejectBusy}, {rejectBadRequest}, {rejectLockedMemory}, {rejectResources}, {rejectPendingFull}, {rejectResumeRefused}} {
 		b := r.encode()
 		if len(b) != rejectReasonSize || len(b) > 56 {
 			t.Fatalf("%v encodes to %d bytes, want %d (within the 56 every transport carries)", r, len(b), rejectReasonSize)
@@ -60,6 +61,7 @@ func TestRejectTellsOnlyTheReason(t *testing.T) {
 			[]string{syscall.EMFILE.Error(), "ibv_create_cq", "rxe1"}},
 		{errHandshakesBusy, rejectPendingFull, "the listener is busy", []string{"MaxPendingHandshakes"}},
 		{errBacklogFull, rejectBusy, "the listener is busy", []string{"ListenConfig"}},
+		{errResumeRefused, rejectResumeRefused, "the listener refused to resume the connection", []string{"resume request refused"}},
 	} {
 		b := rejectReasonOf(tc.err).encode()
 		if want := append([]byte(rejectMagic), rejectVersion, byte(tc.code)); !bytes.Equal(b, want) {
@@ -111,13 +113,15 @@ func TestRejectReasonOf(t *testing.T) {
 		{errBacklogFull, rejectReason{rejectBusy}},
 		{fmt.Errorf("wrapped: %w", errHandshakesBusy), rejectReason{rejectPendingFull}},
 		{&ring.ProtocolError{Check: ring.ErrVersion}, rejectReason{rejectBadRequest}},
+		{fmt.Errorf("wrapped: %w", errResumeRefused), rejectReason{rejectResumeRefused}},
+		{&resume.ProtocolError{Check: resume.ErrVersion}, rejectReason{rejectBadRequest}},
 		{&verbs.Error{Op: "ibv_create_cq", Device: "rxe1", Errno: syscall.ENOMEM}, rejectReason{rejectResources}},
 	} {
 		if got := rejectReasonOf(tc.err); got != tc.want {
 			t.Errorf("rejectReasonOf(%v) = %+v, want %+v", tc.err, got, tc.want)
 		}
 	}
-	for code, busy := range map[rejectCode]bool{rejectBusy: true, rejectPendingFull: true, rejectLockedMemory: false, rejectResources: false, rejectBadRequest: false, 99: false} {
+	for code, busy := range map[rejectCode]bool{rejectBusy: true, rejectPendingFull: true, rejectLockedMemory: false, rejectResources: false, rejectBadRequest: false, rejectResumeRefused: false, 99: false} {
 		if got := (rejectReason{code}).busy(); got != busy {
 			t.Errorf("code %d: busy = %v, want %v", code, got, busy)
 		}
@@ -161,6 +165,8 @@ func TestExplainReject(t *testing.T) {
 func FuzzDecodeRejectReason(f *testing.F) {
 	f.Add(rejectReason{rejectLockedMemory}.encode())
 	f.Add(rejectReason{rejectBusy}.encode())
+	f.Add(rejectReason{rejectResumeRefused}.encode())
+	f.Add([]byte("rnet\x01\x06\x00\x00"))
 	f.Add(make([]byte, 148))
 	f.Add([]byte("rnet\x01\xff\xff\xff"))
 	f.Add([]byte("rnet\x02\x09\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"))

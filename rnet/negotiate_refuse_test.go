@@ -1,0 +1,184 @@
+package rnet
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/resume"
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// asResume turns an offer on the wire into a request that resumes the
+// connection tok names.
+func asResume(tok resume.Token) func([]byte) []byte {
+	return func(b []byte) []byte {
+		b[1] |= resume.ResumeFlag
+		copy(b[ring.ConnDataSize:], tok[:])
+		return b
+	}
+}
+
+// TestResumeTokenRefused: a request that resumes a connection is refused
+// with reason 6 before anything is set up for it, whether its token is the
+// connection's own, a wrong one, or sent to a listener with the switch off;
+// the connection the token names goes on as before, its token still valid.
+func TestResumeTokenRefused(t *testing.T) {
+	lr := newTestResumeListener(t, 4)
+	h, err := simNegotiate(resumeSettings(true), resumeSettings(true), lr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBoth(t, h)
+	right := h.dialer.resume.token
+	var wrong resume.Token
+	wrong[0] = 1
+	for name, tc := range map[string]struct {
+		lr  *resumeListener
+		tok resume.Token
+	}{
+		"RightToken":   {lr, right},
+		"WrongToken":   {lr, wrong},
+		"ZeroToken":    {lr, resume.Token{}},
+		"SwitchOffRun": {nil, right},
+	} {
+		_, err := simNegotiate(resumeSettings(true), resumeSettings(tc.lr != nil), tc.lr, asResume(tc.tok))
+		if !errors.Is(err, errResumeRefused) {
+			t.Fatalf("%s: %v, want errResumeRefused", name, err)
+		}
+		if r := rejectReasonOf(err); r.code != rejectResumeRefused {
+			t.Errorf("%s: reject reason %d, want %d", name, r.code, rejectResumeRefused)
+		}
+		// The same reject whatever the token, and the dialer does not
+		// take it as busy.
+		raw := &cm.RejectError{Addr: simListener.String(), Status: cm.RejectConsumer,
+			PrivateData: append(rejectReasonOf(err).encode(), make([]byte, 142)...)}
+		derr := explainReject(raw)
+		if refusedAsBusy(derr) || !strings.Contains(derr.Error(), "refused to resume the connection") {
+			t.Errorf("%s: the dialer reads %v", name, derr)
+		}
+	}
+	if n := lr.table.Len(); n != 1 {
+		t.Errorf("table holds %d connections after the refusals, want 1", n)
+	}
+	roundTrip(t, h.dialer, h.listener, 200<<10)
+	a, err := lr.table.Begin(right)
+	if err != nil || a.Value != h.grant.entry {
+		t.Fatalf("the connection's token after the refusals: %v, %v", a.Value, err)
+	}
+	lr.table.Abort(a)
+}
+
+// TestResumeTokensForgotten: a connection's token leaves the table when
+// it closes and when its handshake fails, so that many connect and close
+// cycles through a small table each get a token.
+func TestResumeTokensForgotten(t *testing.T) {
+	lr := newTestResumeListener(t, 2)
+	for i := range 50 {
+		h, err := simNegotiate(resumeSettings(true), resumeSettings(true), lr, nil)
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if h.dialer.resume == nil {
+			t.Fatalf("cycle %d: no agreement: the table kept closed connections", i)
+		}
+		roundTrip(t, h.dialer, h.listener, 100)
+		closeBoth(t, h)
+		if n := lr.table.Len(); n != 0 {
+			t.Fatalf("cycle %d: table holds %d connections after Close", i, n)
+		}
+	}
+	// A handshake that fails after the grant: the dialer's conn data
+	// says its credit window grows (bit 7), which no retaining engine
+	// can count.
+	growing := func(b []byte) []byte { b[1] |= ring.FlagGrowingCredits; return b }
+	for i := range 5 {
+		_, err := simNegotiate(resumeSettings(true), resumeSettings(true), lr, growing)
+		if !errors.Is(err, ring.ErrBadConnData) || rejectReasonOf(err).code != rejectBadRequest {
+			t.Fatalf("attempt %d: %v, want ring.ErrBadConnData, refused as a bad request", i, err)
+		}
+		if n := lr.table.Len(); n != 0 {
+			t.Fatalf("attempt %d: table holds %d connections after a failed handshake", i, n)
+		}
+	}
+}
+
+// TestResumeBrokenExtension: a peer that sets bit 5 with a broken extension
+// is refused (listener, reason 2) or fails the dial (dialer) with a protocol
+// error naming the field; a reply's extension to a request without an
+// offer is ignored.
+func TestResumeBrokenExtension(t *testing.T) {
+	lr := newTestResumeListener(t, 4)
+	versionZero := func(b []byte) []byte { b[ring.ConnDataSize] = 0; return b }
+	_, err := simNegotiate(resumeSettings(true), resumeSettings(true), lr, versionZero)
+	if !errors.Is(err, resume.ErrVersion) || rejectReasonOf(err).code != rejectBadRequest {
+		t.Errorf("offer of version 0: %v, want resume.ErrVersion refused as a bad request", err)
+	}
+	if lr.table.Len() != 0 {
+		t.Error("a broken offer took a table entry")
+	}
+
+	pd := [ring.ConnDataSize]byte{ring.ConnDataVersion, ring.FlagIOMap}
+	reply, err := resume.EncodeReply(pd[:], resume.Reply{Version: resume.Version, Lifetime: resume.DefaultLifetime})
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := append(append([]byte{}, reply...), make([]byte, simReplySeen-len(reply))...)
+	broken[ring.ConnDataSize+2], broken[ring.ConnDataSize+3] = 0, 0 // lifetime 0
+	if a, err := readReply(broken, true); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "lifetime") || a != nil {
+		t.Errorf("reply with lifetime 0: %v, %v; want a protocol error naming the lifetime", a, err)
+	}
+	if a, err := readReply(broken, false); a != nil || err != nil {
+		t.Errorf("reply with the extension to a request without it: %v, %v; want it ignored", a, err)
+	}
+}
+
+func TestResumeTableEntries(t *testing.T) {
+	l := defaultSettingsLayout()
+	idle := uint64(pinnedIdle(l))
+	for _, tc := range []struct {
+		memlock uint64
+		want    int
+	}{
+		{8 << 20, int((8 << 20) / idle)},
+		{64 << 10, minResumeEntries},
+		{0, minResumeEntries},
+		{noMemlockLimit, maxResumeEntries},
+		{idle * (maxResumeEntries + 1), maxResumeEntries},
+	} {
+		if got := resumeTableEntries(tc.memlock, l); got != tc.want {
+			t.Errorf("resumeTableEntries(%d) = %d, want %d", tc.memlock, got, tc.want)
+		}
+	}
+}
+
+func TestResumeAddrs(t *testing.T) {
+	local := []netip.Addr{
+		netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("::1"),
+		netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fd00::2"), netip.MustParseAddr("::ffff:10.9.0.1"),
+		netip.MustParseAddr("::10.9.0.2"), netip.MustParseAddr("224.0.0.1"),
+	}
+	for listen, want := range map[string]string{
+		"[::]:7471":        "[10.0.0.2:7471 [fd00::2]:7471 10.9.0.1:7471]",
+		"[::]:7471 v6only": "[[fd00::2]:7471]",
+		"0.0.0.0:7471":     "[10.0.0.2:7471 10.9.0.1:7471]",
+		"10.0.0.2:7471":    "[]",
+		"[fd00::2]:7471":   "[]",
+	} {
+		addr, v6only := strings.CutSuffix(listen, " v6only")
+		got := resumeAddrs(netip.MustParseAddrPort(addr), v6only, local)
+		if s := fmtAddrs(got); s != want {
+			t.Errorf("listener %s names %s, want %s", listen, s, want)
+		}
+	}
+}
+
+func fmtAddrs(a []netip.AddrPort) string {
+	s := make([]string, len(a))
+	for i, x := range a {
+		s[i] = x.String()
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
