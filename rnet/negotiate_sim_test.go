@@ -269,7 +269,7 @@ func TestResumeSwitchOffWireUnchanged(t *testing.T) {
 			c              *Conn
 			wire, connData []byte
 		}{"request": {h.dialer, h.request, h.requestConnData}, "reply": {h.listener, h.reply, h.replyConnData}} {
-			golden := []byte{ring.ConnDataVersion, ring.FlagIOMap, ring.DefaultQueueSize >> 8, ring.DefaultQueueSize & 0xff, ring.PortMTUCode(4096), 0, 0, 0}
+			golden := []byte{ring.ConnDataVersion, ring.FlagIOMap | ring.FlagRecvHeadroom, ring.DefaultQueueSize >> 8, ring.DefaultQueueSize & 0xff, ring.PortMTUCode(4096), 0, 0, 0}
 			if len(pair.wire) != ring.ConnDataSize || !bytes.Equal(pair.wire[:8], golden) || !bytes.Equal(pair.wire, pair.connData) {
 				t.Errorf("listener switch %v: %s % x, want 40 bytes starting % x, the engine's conn data % x",
 					lr != nil, name, pair.wire, golden, pair.connData)
