@@ -104,10 +104,7 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 	if err != nil {
 		return abort(explainReject(err))
 	}
-	if err := eng.Establish(ev.Param.PrivateData); err != nil {
-		return abort(err)
-	}
-	agreed, err := readReply(ev.Param.PrivateData, set.resume)
+	agreed, err := acceptReply(eng, ev.Param.PrivateData, set.resume)
 	if err != nil {
 		return abort(err)
 	}

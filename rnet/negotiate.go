@@ -37,8 +37,8 @@ var errResumeRefused = errors.New("rnet: resume request refused: this listener d
 // dialRingConfig is the ring configuration a dialer's engine is built with:
 // one that offers the extension keeps sent bytes until the peer has them
 // (and so advertises a fixed credit window) from the start, since its
-// request already carries that window; if the listener declines, the
-// connection is an ordinary one that still retains.
+// request already carries that window; if the listener declines,
+// acceptReply stops the retention before the connection starts.
 func dialRingConfig(set settings) ring.Config {
 	if !set.resume {
 		return set.ring
@@ -71,6 +71,28 @@ func readReply(privateData []byte, offered bool) (*resumeAgreement, error) {
 		return nil, err
 	}
 	return &resumeAgreement{token: r.Token, lifetime: r.Lifetime, addrs: r.Addrs}, nil
+}
+
+// acceptReply reads the listener's reply to a request that offered the
+// extension if offered, then establishes eng with it. A dialer that offered
+// retains from the start; if the listener declined, eng stops retaining
+// before Establish, so that it takes a listener whose credit window grows
+// (an rnet listener on a shared receive queue) and pays nothing for a
+// connection that can never resume.
+func acceptReply(eng *ring.Engine, privateData []byte, offered bool) (*resumeAgreement, error) {
+	agreed, err := readReply(privateData, offered)
+	if err != nil {
+		return nil, err
+	}
+	if agreed == nil && eng.Config().RetainUntilReceived {
+		if err := eng.StopRetaining(); err != nil {
+			return nil, err
+		}
+	}
+	if err := eng.Establish(privateData); err != nil {
+		return nil, err
+	}
+	return agreed, nil
 }
 
 // resumeListener is a listener's side of the extension: the table of the

@@ -96,10 +96,7 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 
 	// The dialer.
 	replySeen := append(bytes.Clone(h.reply), make([]byte, simReplySeen-len(h.reply))...)
-	if err := deng.Establish(replySeen); err != nil {
-		return h, err
-	}
-	agreed, err := readReply(replySeen, dset.resume)
+	agreed, err := acceptReply(deng, replySeen, dset.resume)
 	if err != nil {
 		return h, err
 	}
@@ -255,6 +252,54 @@ func TestResumeDeclined(t *testing.T) {
 	roundTrip(t, second.dialer, second.listener, 64<<10)
 }
 
+// TestResumeDeclinedOnSharedQueue: a listener on a shared receive queue
+// advertises a credit window that grows (bit 7), which a retaining dialer
+// cannot count. A dialer that offered and is declined, by a listener with
+// the switch off or one whose table is full, stops retaining before it
+// takes the reply, and the connection runs both ways past its rings.
+func TestResumeDeclinedOnSharedQueue(t *testing.T) {
+	shared := resumeSettings(false)
+	shared.ring.SharedRecv = true
+	sharedOn := shared
+	sharedOn.resume = true
+	full := newTestResumeListener(t, 1)
+	first, err := simNegotiate(resumeSettings(true), sharedOn, full, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBoth(t, first)
+	if first.dialer.resume == nil || first.listener.conn.EngineConfig().SharedRecv {
+		t.Fatalf("the agreed connection: agreement %v, listener SharedRecv %v; want one, false",
+			first.dialer.resume, first.listener.conn.EngineConfig().SharedRecv)
+	}
+	for _, tc := range []struct {
+		name string
+		lset settings
+		lr   *resumeListener
+	}{
+		{"switch off", shared, nil},
+		{"table full", sharedOn, full},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := simNegotiate(resumeSettings(true), tc.lset, tc.lr, nil)
+			if err != nil {
+				t.Fatalf("an offering dialer cannot connect to a declining listener on a shared queue: %v", err)
+			}
+			defer closeBoth(t, h)
+			if h.reply[1]&ring.FlagGrowingCredits == 0 || h.reply[1]&resume.ConnDataFlag != 0 {
+				t.Fatalf("reply flags %#x: want a growing window (bit 7), no agreement (bit 5)", h.reply[1])
+			}
+			if h.dialer.resume != nil {
+				t.Error("an agreement from a declining listener")
+			}
+			if h.dialer.conn.EngineConfig().RetainUntilReceived {
+				t.Error("the declined dialer still retains sent bytes")
+			}
+			roundTrip(t, h.dialer, h.listener, 300<<10)
+		})
+	}
+}
+
 // TestResumeSwitchOffWireUnchanged is the golden test: with the switch off
 // at both ends, the request and reply are rs_conn_data alone, the bytes the
 // engine's LocalConnData and port MTU always gave, extension flags clear; a
@@ -269,7 +314,7 @@ func TestResumeSwitchOffWireUnchanged(t *testing.T) {
 			c              *Conn
 			wire, connData []byte
 		}{"request": {h.dialer, h.request, h.requestConnData}, "reply": {h.listener, h.reply, h.replyConnData}} {
-			golden := []byte{ring.ConnDataVersion, ring.FlagIOMap, ring.DefaultQueueSize >> 8, ring.DefaultQueueSize & 0xff, ring.PortMTUCode(4096), 0, 0, 0}
+			golden := []byte{ring.ConnDataVersion, ring.FlagIOMap | ring.FlagRecvHeadroom, ring.DefaultQueueSize >> 8, ring.DefaultQueueSize & 0xff, ring.PortMTUCode(4096), 0, 0, 0}
 			if len(pair.wire) != ring.ConnDataSize || !bytes.Equal(pair.wire[:8], golden) || !bytes.Equal(pair.wire, pair.connData) {
 				t.Errorf("listener switch %v: %s % x, want 40 bytes starting % x, the engine's conn data % x",
 					lr != nil, name, pair.wire, golden, pair.connData)
