@@ -51,6 +51,11 @@ func TestResumeTokenRefused(t *testing.T) {
 		if r := rejectReasonOf(err); r.code != rejectResumeRefused {
 			t.Errorf("%s: reject reason %d, want %d", name, r.code, rejectResumeRefused)
 		}
+		// Counted and logged as its own refusal, not as the listener
+		// short of resources.
+		if f := handshakeFailureOf(err, true); f.String() != "resume_refused" {
+			t.Errorf("%s: counted as %q, want resume_refused", name, f)
+		}
 		// The same reject whatever the token, and the dialer does not
 		// take it as busy.
 		raw := &cm.RejectError{Addr: simListener.String(), Status: cm.RejectConsumer,
@@ -58,6 +63,9 @@ func TestResumeTokenRefused(t *testing.T) {
 		derr := explainReject(raw)
 		if refusedAsBusy(derr) || !strings.Contains(derr.Error(), "refused to resume the connection") {
 			t.Errorf("%s: the dialer reads %v", name, derr)
+		}
+		if got := dialFailureReason(exportError(derr)); got != "resume_refused" {
+			t.Errorf("%s: the dialer counts the failure as %q, want resume_refused", name, got)
 		}
 	}
 	if n := lr.table.Len(); n != 1 {
