@@ -14,7 +14,6 @@ import (
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/stream"
 	"github.com/rnet-dev/rnet/internal/verbs"
-	"golang.org/x/sys/unix"
 )
 
 // listen binds a listening id to laddr and starts its acceptor.
@@ -339,14 +338,16 @@ func (a *acceptor) report(id *cm.ID, err error, refused bool) {
 	}
 }
 
-// memlockLimit is RLIMIT_MEMLOCK's soft limit in bytes, noMemlockLimit if
-// it is unlimited or cannot be read.
+// memlockLimit is what this process may pin: RLIMIT_MEMLOCK's soft limit
+// in bytes, or noMemlockLimit if it is unlimited, cannot be read, or does
+// not apply (CAP_IPC_LOCK in the initial user namespace). A listener reads
+// it once, when it starts: a later setrlimit does not resize its table.
 func memlockLimit() uint64 {
-	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY {
+	limit, exempt, ok := verbs.LockedMemoryLimit()
+	if !ok {
 		return noMemlockLimit
 	}
-	return rl.Cur
+	return pinnable(limit, exempt)
 }
 
 // hostAddrs lists the addresses of the host's RDMA devices, for the

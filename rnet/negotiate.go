@@ -314,5 +314,17 @@ func (n *acceptNegotiation) end() {
 	}
 }
 
-// noMemlockLimit is RLIMIT_MEMLOCK's "unlimited", for resumeTableEntries.
+// noMemlockLimit is RLIMIT_MEMLOCK's "unlimited" (RLIM_INFINITY), for
+// resumeTableEntries.
 const noMemlockLimit = math.MaxUint64
+
+// pinnable is how much a process may pin under a locked-memory limit of
+// limit bytes: all of it unless exempt, when the kernel lets it pin past
+// the limit (CAP_IPC_LOCK in the initial user namespace, as root usually
+// has), and then without bound.
+func pinnable(limit uint64, exempt bool) uint64 {
+	if exempt {
+		return noMemlockLimit
+	}
+	return limit
+}

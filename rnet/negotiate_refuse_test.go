@@ -156,8 +156,13 @@ func TestResumeTableEntries(t *testing.T) {
 		{noMemlockLimit, maxResumeEntries},
 		{idle * (maxResumeEntries + 1), maxResumeEntries},
 	} {
-		if got := resumeTableEntries(tc.memlock, l); got != tc.want {
+		if got := resumeTableEntries(pinnable(tc.memlock, false), l); got != tc.want {
 			t.Errorf("resumeTableEntries(%d) = %d, want %d", tc.memlock, got, tc.want)
+		}
+		// A process exempt from the limit (CAP_IPC_LOCK) pins past it: the
+		// limit bounds nothing.
+		if got := resumeTableEntries(pinnable(tc.memlock, true), l); got != maxResumeEntries {
+			t.Errorf("exempt from a limit of %d: %d entries, want %d", tc.memlock, got, maxResumeEntries)
 		}
 	}
 }
