@@ -265,7 +265,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 	p := ev.Param
 	ours := connParam(eng, false, a.set.transport, q.portMTU)
 	p.PeerMTU = ours.PeerMTU
-	if p.PrivateData, err = nego.reply(ours.PrivateData, id.LocalAddr().Addr()); err != nil {
+	if p.PrivateData, err = nego.reply(ours.PrivateData, id.LocalAddr().Addr(), q.device); err != nil {
 		a.reject(id, err)
 		drop()
 		return
@@ -350,10 +350,11 @@ func memlockLimit() uint64 {
 	return pinnable(limit, exempt)
 }
 
-// hostAddrs lists the addresses of the host's RDMA devices, for the
-// replies of a wildcard listener at laddr, device by device (none for
-// another listener, or if the devices cannot be listed).
-func hostAddrs(laddr netip.AddrPort) []netip.Addr {
+// hostAddrs lists the host's RDMA devices and their addresses on this
+// network namespace's interfaces, for the replies of a wildcard listener at
+// laddr (none for another listener, or if the devices cannot be listed).
+// An address is listed once, under the first device that has it.
+func hostAddrs(laddr netip.AddrPort) []hostDevice {
 	if !laddr.Addr().IsUnspecified() {
 		return nil
 	}
@@ -363,18 +364,20 @@ func hostAddrs(laddr netip.AddrPort) []netip.Addr {
 	}
 	ifaces := hostInterfaces()
 	seen := make(map[netip.Addr]bool)
-	var out []netip.Addr
+	var out []hostDevice
 	for _, d := range infos {
 		addrs, err := findDeviceAddrs(infos, nil, d.Name, ifaces)
 		if err != nil {
 			continue
 		}
+		hd := hostDevice{name: d.Name}
 		for _, ip := range addrs {
 			if !seen[ip] {
 				seen[ip] = true
-				out = append(out, ip)
+				hd.addrs = append(hd.addrs, ip)
 			}
 		}
+		out = append(out, hd)
 	}
-	return out
+	return namespaceAddrs(out, ifaces)
 }

@@ -100,9 +100,21 @@ func acceptReply(eng *ring.Engine, privateData []byte, offered bool) (*resumeAgr
 // replies. A nil *resumeListener is a listener with the switch off.
 type resumeListener struct {
 	table *resume.Table[*resumeEntry]
-	// addrs are the listener's addresses, other than loopback ones, that a
-	// reply may name: every local address for a wildcard listener, none
-	// for a listener on one address. Set once before the first request.
+	// devices are the listener's addresses, by device, that a reply may
+	// name: every usable local address for a wildcard listener, none for
+	// a listener on one address. Set once before the first request.
+	devices []replyDevice
+}
+
+// hostDevice is one RDMA device of the host and its IP addresses.
+type hostDevice struct {
+	name  string
+	addrs []netip.Addr
+}
+
+// replyDevice is one device's addresses that a listener's replies name.
+type replyDevice struct {
+	name  string
 	addrs []netip.AddrPort
 }
 
@@ -142,9 +154,9 @@ func resumeTableEntries(memlock uint64, l ring.Layout) int {
 
 // newResumeListener is the extension's state for a listener configured by
 // set, at addr (IPv6 alone if v6only), with a locked-memory limit of
-// memlock bytes; local lists the host's addresses, for a wildcard
-// listener's replies. It returns nil when the switch is off.
-func newResumeListener(set settings, addr netip.AddrPort, v6only bool, memlock uint64, local []netip.Addr) (*resumeListener, error) {
+// memlock bytes; local lists the host's devices and their addresses, for a
+// wildcard listener's replies. It returns nil when the switch is off.
+func newResumeListener(set settings, addr netip.AddrPort, v6only bool, memlock uint64, local []hostDevice) (*resumeListener, error) {
 	if !set.resume {
 		return nil, nil
 	}
@@ -156,46 +168,94 @@ func newResumeListener(set settings, addr netip.AddrPort, v6only bool, memlock u
 	if err != nil {
 		return nil, err
 	}
-	return &resumeListener{table: table, addrs: resumeAddrs(addr, v6only, local)}, nil
+	return &resumeListener{table: table, devices: resumeAddrs(addr, v6only, local)}, nil
 }
 
 // resumeAddrs is what a listener at addr can name in a reply among the
-// host's addresses local: none for a listener on one address; for a
-// wildcard one those of its family (both on a dual-stack "[::]" unless
-// v6only) that a dialer elsewhere can use (see resume.ParseReply), in
-// local's order.
-func resumeAddrs(addr netip.AddrPort, v6only bool, local []netip.Addr) []netip.AddrPort {
+// host's devices' addresses local: none for a listener on one address; for
+// a wildcard one those of its family (both on a dual-stack "[::]" unless
+// v6only) that a dialer elsewhere can use (resume.AddrProblem), by device,
+// in local's order.
+func resumeAddrs(addr netip.AddrPort, v6only bool, local []hostDevice) []replyDevice {
 	if !addr.Addr().IsUnspecified() {
 		return nil
 	}
-	var out []netip.AddrPort
-	for _, ip := range local {
-		ip = ip.Unmap()
-		if addr.Addr().Is4() && !ip.Is4() || v6only && ip.Is4() || !usableResumeAddr(ip) {
-			continue
+	var out []replyDevice
+	for _, d := range local {
+		rd := replyDevice{name: d.name}
+		for _, ip := range d.addrs {
+			ip = ip.Unmap()
+			a := netip.AddrPortFrom(ip, addr.Port())
+			if addr.Addr().Is4() && !ip.Is4() || v6only && ip.Is4() || resume.AddrProblem(a) != "" {
+				continue
+			}
+			rd.addrs = append(rd.addrs, a)
 		}
-		out = append(out, netip.AddrPortFrom(ip, addr.Port()))
+		if len(rd.addrs) > 0 {
+			out = append(out, rd)
+		}
 	}
 	return out
 }
 
-// usableResumeAddr reports whether a dialer on another host can reach ip as
-// the wire states it: unicast, routable, without a zone.
-func usableResumeAddr(ip netip.Addr) bool {
-	switch {
-	case !ip.IsValid(), ip.Zone() != "", ip.IsUnspecified(), ip.IsMulticast(), ip.IsLoopback(),
-		ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}), ip.Is4In6():
-		return false
-	case ip.Is6() && (ip.IsLinkLocalUnicast() || isIPv4CompatibleAddr(ip)):
-		return false
+// replyAddrs picks the addresses a reply names, at most resume.MaxAddrs,
+// never the one dialled: first the other devices', one of each in turn, so
+// that a dialer learns paths that do not share the failed port even when
+// a device has many addresses; then the other addresses of the device the
+// request came in on (arrival), which share its port.
+func replyAddrs(devices []replyDevice, dialled netip.Addr, arrival string) []netip.AddrPort {
+	dialled = dialled.Unmap()
+	out := make([]netip.AddrPort, 0, resume.MaxAddrs)
+	add := func(a netip.AddrPort) {
+		if len(out) < resume.MaxAddrs && a.Addr() != dialled {
+			out = append(out, a)
+		}
 	}
-	return true
+	for round := 0; len(out) < resume.MaxAddrs; round++ {
+		more := false
+		for _, d := range devices {
+			if d.name != arrival && round < len(d.addrs) {
+				more = true
+				add(d.addrs[round])
+			}
+		}
+		if !more {
+			break
+		}
+	}
+	for _, d := range devices {
+		if d.name == arrival {
+			for _, a := range d.addrs {
+				add(a)
+			}
+		}
+	}
+	return out
 }
 
-// isIPv4CompatibleAddr reports whether ip is in ::/96, which no stack routes.
-func isIPv4CompatibleAddr(ip netip.Addr) bool {
-	b := ip.As16()
-	return [12]byte(b[:12]) == [12]byte{}
+// namespaceAddrs keeps, of each device's addresses, those on one of this
+// network namespace's interfaces ifaces: a device shared between
+// namespaces has RoCE GIDs for other namespaces' netdevs too, and a
+// resume sent there would give the token to whatever listens on that
+// port in another namespace.
+func namespaceAddrs(devices []hostDevice, ifaces []netInterface) []hostDevice {
+	here := make(map[netip.Addr]bool)
+	for _, ifc := range ifaces {
+		for _, a := range ifc.addrs {
+			here[a.Unmap()] = true
+		}
+	}
+	out := make([]hostDevice, 0, len(devices))
+	for _, d := range devices {
+		kept := hostDevice{name: d.name}
+		for _, a := range d.addrs {
+			if here[a.Unmap()] {
+				kept.addrs = append(kept.addrs, a)
+			}
+		}
+		out = append(out, kept)
+	}
+	return out
 }
 
 // screen reads a connection request's extension before anything is set up
@@ -273,25 +333,17 @@ func (n *acceptNegotiation) ringConfig(cfg ring.Config) ring.Config {
 
 // reply is the reply's private data: the engine's conn data (connData),
 // and with the extension agreed the extension after it, naming the
-// listener's addresses but the one dialled, IPv4 and IPv6 alike.
-func (n *acceptNegotiation) reply(connData []byte, dialled netip.Addr) ([]byte, error) {
+// listener's addresses but the one dialled (see replyAddrs); arrival is
+// the device the request came in on.
+func (n *acceptNegotiation) reply(connData []byte, dialled netip.Addr, arrival string) ([]byte, error) {
 	if n.grant == nil {
 		return connData, nil
-	}
-	addrs := make([]netip.AddrPort, 0, resume.MaxAddrs)
-	for _, a := range n.r.addrs {
-		if len(addrs) == resume.MaxAddrs {
-			break
-		}
-		if a.Addr() != dialled.Unmap() {
-			addrs = append(addrs, a)
-		}
 	}
 	return resume.EncodeReply(connData, resume.Reply{
 		Version:  resume.Version,
 		Lifetime: n.r.table.Lifetime(),
 		Token:    n.grant.token,
-		Addrs:    addrs,
+		Addrs:    replyAddrs(n.r.devices, dialled, arrival),
 	})
 }
 

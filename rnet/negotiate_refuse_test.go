@@ -2,6 +2,7 @@ package rnet
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -168,10 +169,10 @@ func TestResumeTableEntries(t *testing.T) {
 }
 
 func TestResumeAddrs(t *testing.T) {
-	local := []netip.Addr{
-		netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("::1"),
-		netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fd00::2"), netip.MustParseAddr("::ffff:10.9.0.1"),
-		netip.MustParseAddr("::10.9.0.2"), netip.MustParseAddr("224.0.0.1"),
+	local := []hostDevice{
+		{"rxe0", []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("::1")}},
+		{"rxe1", []netip.Addr{netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fd00::2"), netip.MustParseAddr("::ffff:10.9.0.1")}},
+		{"lo_rxe", []netip.Addr{netip.MustParseAddr("::10.9.0.2"), netip.MustParseAddr("224.0.0.1")}},
 	}
 	for listen, want := range map[string]string{
 		"[::]:7471":        "[10.0.0.2:7471 [fd00::2]:7471 10.9.0.1:7471]",
@@ -181,10 +182,63 @@ func TestResumeAddrs(t *testing.T) {
 		"[fd00::2]:7471":   "[]",
 	} {
 		addr, v6only := strings.CutSuffix(listen, " v6only")
-		got := resumeAddrs(netip.MustParseAddrPort(addr), v6only, local)
+		var got []netip.AddrPort
+		for _, d := range resumeAddrs(netip.MustParseAddrPort(addr), v6only, local) {
+			if d.name == "lo_rxe" || len(d.addrs) == 0 {
+				t.Errorf("listener %s keeps device %s with %v", listen, d.name, d.addrs)
+			}
+			got = append(got, d.addrs...)
+		}
 		if s := fmtAddrs(got); s != want {
 			t.Errorf("listener %s names %s, want %s", listen, s, want)
 		}
+	}
+}
+
+// TestResumeReplyAddrs: a reply names the other devices' addresses first,
+// one of each in turn, then the other addresses of the device the request
+// came in on, never the one dialled, at most seven; so a device with many
+// addresses does not crowd the other devices out.
+func TestResumeReplyAddrs(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	devices := []replyDevice{
+		{"rxe0", []netip.AddrPort{ap("10.0.0.2:1"), ap("[fd00::2]:1"), ap("[fd00::3]:1"), ap("[fd00::4]:1"), ap("[fd00::5]:1"), ap("[fd00::6]:1"), ap("[fd00::7]:1"), ap("[fd00::8]:1")}},
+		{"rxe1", []netip.AddrPort{ap("10.1.0.2:1"), ap("[fd01::2]:1")}},
+		{"mlx5_0", []netip.AddrPort{ap("10.2.0.2:1")}},
+	}
+	for _, tc := range []struct {
+		dialled netip.Addr
+		arrival string
+		want    string
+	}{
+		{netip.MustParseAddr("10.0.0.2"), "rxe0", "[10.1.0.2:1 10.2.0.2:1 [fd01::2]:1 [fd00::2]:1 [fd00::3]:1 [fd00::4]:1 [fd00::5]:1]"},
+		{netip.MustParseAddr("::ffff:10.1.0.2"), "rxe1", "[10.0.0.2:1 10.2.0.2:1 [fd00::2]:1 [fd00::3]:1 [fd00::4]:1 [fd00::5]:1 [fd00::6]:1]"},
+		{netip.MustParseAddr("10.2.0.2"), "mlx5_0", "[10.0.0.2:1 10.1.0.2:1 [fd00::2]:1 [fd01::2]:1 [fd00::3]:1 [fd00::4]:1 [fd00::5]:1]"},
+	} {
+		if got := fmtAddrs(replyAddrs(devices, tc.dialled, tc.arrival)); got != tc.want {
+			t.Errorf("dialled %v on %s: names %s, want %s", tc.dialled, tc.arrival, got, tc.want)
+		}
+	}
+}
+
+// TestResumeNamespaceAddrs: of a device's addresses, a listener keeps
+// those on its own network namespace's interfaces; a RoCE GID of a netdev
+// in another namespace is not one.
+func TestResumeNamespaceAddrs(t *testing.T) {
+	devices := []hostDevice{
+		{"rxe0", []netip.Addr{netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.5.9"), netip.MustParseAddr("fd00::2")}},
+		{"rxe1", []netip.Addr{netip.MustParseAddr("10.7.0.1")}},
+	}
+	ifaces := []netInterface{
+		{index: 2, addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("fd00::2")}},
+		{index: 1, addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}},
+	}
+	var got []string
+	for _, d := range namespaceAddrs(devices, ifaces) {
+		got = append(got, fmt.Sprint(d.name, d.addrs))
+	}
+	if fmt.Sprint(got) != "[rxe0[10.0.0.2 fd00::2] rxe1[]]" {
+		t.Errorf("kept %v; want rxe0's 10.0.0.2 and fd00::2, nothing of rxe1", got)
 	}
 }
 

@@ -90,7 +90,7 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 	lpd := leng.LocalConnData()
 	ring.SetPortMTU(&lpd, 4096)
 	h.replyConnData = bytes.Clone(lpd[:])
-	if h.reply, err = nego.reply(lpd[:], simListener.Addr()); err != nil {
+	if h.reply, err = nego.reply(lpd[:], simListener.Addr(), "rxe0"); err != nil {
 		return h, err
 	}
 
@@ -123,11 +123,11 @@ func newTestResumeListener(t *testing.T, entries int) *resumeListener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := []netip.Addr{
-		netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.1.0.2"),
-		netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fd00::2"),
+	local := []hostDevice{
+		{"rxe0", []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fd00::2")}},
+		{"rxe1", []netip.Addr{netip.MustParseAddr("10.1.0.2")}},
 	}
-	return &resumeListener{table: table, addrs: resumeAddrs(netip.MustParseAddrPort("[::]:7471"), false, local)}
+	return &resumeListener{table: table, devices: resumeAddrs(netip.MustParseAddrPort("[::]:7471"), false, local)}
 }
 
 // roundTrip sends a message each way on a and b and checks it arrives.
