@@ -13,12 +13,10 @@ import (
 )
 
 // Negotiating the resume extension at connect (docs/design.md, "Resuming a
-// connection on another path"). Only the agreement is built so far: a
-// connection that agreed keeps its sent bytes until the peer has them and
-// holds a token, but nothing resumes it yet, and a resume request is
-// refused. settings.resume is the switch; it is off unless a test sets it,
-// so that C rsocket peers and older rnet peers see the bytes they always
-// did.
+// connection on another path"): a connection that agreed keeps its sent
+// bytes until the peer has them, and its dialer holds a token.
+// Config.Resume turns it on; off, C rsocket peers and older rnet peers see
+// the bytes they always did.
 
 // resumeAgreement is what a dialer keeps of a listener's agreement to
 // resume its connection: the token to present, how long the listener waits
@@ -49,7 +47,7 @@ func dialRingConfig(set settings) ring.Config {
 }
 
 // requestData is the connection request's private data: the engine's conn
-// data (connData), with the offer appended when the switch is on.
+// data (connData), with the offer appended with Config.Resume.
 func requestData(connData []byte, set settings) ([]byte, error) {
 	if !set.resume {
 		return connData, nil
@@ -97,7 +95,7 @@ func acceptReply(eng *ring.Engine, privateData []byte, offered bool) (*resumeAgr
 
 // resumeListener is a listener's side of the extension: the table of the
 // connections it can resume, by token, and the addresses it names in its
-// replies. A nil *resumeListener is a listener with the switch off.
+// replies. A nil *resumeListener is a listener without Config.Resume.
 type resumeListener struct {
 	table *resume.Table[*resumeEntry]
 	// devices are the listener's addresses, by device, that a reply may
@@ -155,7 +153,7 @@ func resumeTableEntries(memlock uint64, l ring.Layout) int {
 // newResumeListener is the extension's state for a listener configured by
 // set, at addr (IPv6 alone if v6only), with a locked-memory limit of
 // memlock bytes; local lists the host's devices and their addresses, for a
-// wildcard listener's replies. It returns nil when the switch is off.
+// wildcard listener's replies. It returns nil without Config.Resume.
 func newResumeListener(set settings, addr netip.AddrPort, v6only bool, memlock uint64, local []hostDevice) (*resumeListener, error) {
 	if !set.resume {
 		return nil, nil
@@ -164,11 +162,21 @@ func newResumeListener(set settings, addr netip.AddrPort, v6only bool, memlock u
 	cfg.RetainUntilReceived = true
 	table, err := resume.NewTable[*resumeEntry](resume.TableConfig{
 		MaxEntries: resumeTableEntries(memlock, cfg.Normalize().Layout()),
+		Lifetime:   resumeLifetime(set.resumeTimeout),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &resumeListener{table: table, devices: resumeAddrs(addr, v6only, local)}, nil
+}
+
+// resumeLifetime is how long a listener whose ResumeTimeout is timeout
+// keeps a connection whose path failed: twice that, in whole seconds, at
+// least resume.DefaultLifetime, since it may see the path fail before
+// the dialer does and the dialer's timeout may be longer than its own.
+func resumeLifetime(timeout time.Duration) time.Duration {
+	l := (2*timeout + time.Second - 1).Truncate(time.Second)
+	return min(max(l, resume.DefaultLifetime), resume.MaxTableLifetime)
 }
 
 // resumeAddrs is what a listener at addr can name in a reply among the
@@ -261,11 +269,11 @@ func namespaceAddrs(devices []hostDevice, ifaces []netInterface) []hostDevice {
 // screen reads a connection request's extension before anything is set up
 // for it: offer says the dialer offers the extension and this listener
 // takes offers. A request that resumes a connection is refused
-// (errResumeRefused, reject reason 6), whether or not the switch is on: it
-// is never taken for a new connection, which its dialer would drop at
-// once. With the switch on, a broken extension is the dialer's protocol
-// error (reason 2); with it off, the listener reads no flag but the
-// resume one, as a listener from before the extension.
+// (errResumeRefused, reject reason 6) by a listener without Config.Resume
+// too: it is never taken for a new connection, which its dialer would drop
+// at once. With Config.Resume, a broken extension is the dialer's protocol
+// error (reason 2); without it, the listener reads bits 5 and 4 only to
+// refuse a resume, and ignores the rest of the extension.
 func (r *resumeListener) screen(privateData []byte) (offer bool, err error) {
 	if len(privateData) < ring.ConnDataSize {
 		return false, nil // admit refuses it
@@ -300,8 +308,9 @@ type acceptNegotiation struct {
 }
 
 // begin gives the connection from remote, whose request offered the
-// extension if offer, its entry and token: not for no offer, with the
-// switch off, or with the table full (the connection goes without resume).
+// extension if offer, its entry and token. A request without an offer, a
+// listener without Config.Resume, or a full table gets none: the
+// connection goes without resume.
 // The caller defers end, which forgets the token unless the connection is
 // handed out by conn.
 func (r *resumeListener) begin(offer bool, remote net.Addr) (*acceptNegotiation, error) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/rnet-dev/rnet/internal/resume"
 	"github.com/rnet-dev/rnet/internal/ring"
@@ -331,5 +332,57 @@ func TestResumeSwitchOffWireUnchanged(t *testing.T) {
 		}
 		roundTrip(t, h.dialer, h.listener, 1000)
 		closeBoth(t, h)
+	}
+}
+
+// TestResumeConfig: Config.Resume turns the extension on at both ends,
+// and Conn.Config reports it, with its timeout, only on a connection that
+// agreed; the listener keeps a failed connection twice the timeout, at
+// least 10 s.
+func TestResumeConfig(t *testing.T) {
+	on := (&Config{Resume: true, ResumeTimeout: 8 * time.Second}).settings()
+	if !on.resume || on.resumeTimeout != 8*time.Second {
+		t.Fatalf("Config{Resume: true, ResumeTimeout: 8s}: resume %v, timeout %v", on.resume, on.resumeTimeout)
+	}
+	if def := (&Config{Resume: true}).settings(); def.resumeTimeout != 5*time.Second {
+		t.Errorf("default ResumeTimeout %v, want 5s", def.resumeTimeout)
+	}
+	if (*Config)(nil).settings().resume {
+		t.Error("resume on by default")
+	}
+	lr, err := newResumeListener(on, netip.MustParseAddrPort("[::]:7471"), false, noMemlockLimit, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lr.table.Lifetime(); got != 16*time.Second {
+		t.Errorf("table lifetime %v, want 16s", got)
+	}
+	for timeout, want := range map[time.Duration]time.Duration{
+		100 * time.Millisecond: 10 * time.Second, 5 * time.Second: 10 * time.Second,
+		5300 * time.Millisecond: 11 * time.Second, time.Minute: 2 * time.Minute,
+	} {
+		if got := resumeLifetime(timeout); got != want {
+			t.Errorf("resumeLifetime(%v) = %v, want %v", timeout, got, want)
+		}
+	}
+	h, err := simNegotiate(on, on, lr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBoth(t, h)
+	for name, c := range map[string]*Conn{"dialer": h.dialer, "listener": h.listener} {
+		if cfg := c.Config(); !cfg.Resume || cfg.ResumeTimeout != 8*time.Second {
+			t.Errorf("%s: Config() Resume %v, ResumeTimeout %v; want true, 8s", name, cfg.Resume, cfg.ResumeTimeout)
+		}
+	}
+	declined, err := simNegotiate(on, (*Config)(nil).settings(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBoth(t, declined)
+	for name, c := range map[string]*Conn{"dialer": declined.dialer, "listener": declined.listener} {
+		if cfg := c.Config(); cfg.Resume || cfg.ResumeTimeout != 0 {
+			t.Errorf("declined, %s: Config() Resume %v, ResumeTimeout %v; want false, 0", name, cfg.Resume, cfg.ResumeTimeout)
+		}
 	}
 }
