@@ -52,12 +52,16 @@ func newConn(qp stream.QueuePair, eng *ring.Engine, set settings) *Conn {
 
 // newNegotiatedConn is newConn for a connection whose handshake negotiated
 // the resume extension: agreed is the dialer's record of the agreement (nil
-// on the listening side or without one), and ended, if not nil, is called
-// once the connection ends, so that the listener forgets its token.
-func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agreed *resumeAgreement, ended func()) *Conn {
+// on the listening side or without one), resumer, if not nil, resumes the
+// connection when its path fails, and ended, if not nil, is called once
+// the connection ends, so that the listener forgets its token.
+func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agreed *resumeAgreement, resumer stream.Resumer, ended func()) *Conn {
 	ss := set.streamSettings()
 	if ended != nil {
 		ss.Observer = endObserver{Observer: ss.Observer, ended: ended}
+	}
+	if resumer != nil {
+		ss.Resumer, ss.ResumeTimeout = resumer, set.resumeTimeout
 	}
 	h := newHandle(stream.Start(qp, eng, ss), set.handshakeTimeout)
 	h.resume = agreed

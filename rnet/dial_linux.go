@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/stream"
 )
 
 // dial connects to raddr from laddr (any local address if invalid), trying
@@ -108,5 +109,9 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 	if err != nil {
 		return abort(err)
 	}
-	return newNegotiatedConn(q, eng, set, agreed, nil), nil
+	var resumer stream.Resumer
+	if agreed != nil {
+		resumer = newDialResumer(set, raddr, agreed)
+	}
+	return newNegotiatedConn(q, eng, set, agreed, resumer, nil), nil
 }

@@ -364,7 +364,7 @@ func (n *acceptNegotiation) conn(qp stream.QueuePair, eng *ring.Engine, set sett
 	if g := n.grant; g != nil {
 		ended = func() { n.r.table.Forget(g.entry) }
 	}
-	return newNegotiatedConn(qp, eng, set, nil, ended)
+	return newNegotiatedConn(qp, eng, set, nil, nil, ended)
 }
 
 // end forgets the token of a handshake that failed or was evicted before
