@@ -74,6 +74,7 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 		handshakeError: handshakeError,
 		log:            logFor(set.logger),
 		acceptDL:       stream.NewDeadline(func() {}),
+		resume:         resumes,
 	}
 	l.requestsDone.L = &l.requestsMu
 	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx, resume: resumes,
@@ -153,13 +154,19 @@ func (a *acceptor) run() {
 			continue
 		}
 		a.l.requestBegan()
-		// A resume request is answered before it may take a slot or any
-		// memory: a stranger's costs this listener a look at two bits.
-		offer, err := a.resume.screen(ev.Param.PrivateData)
+		// A resume request's token is checked before the request may take
+		// a slot or any memory: a stranger's costs this listener a hash
+		// and a lookup, and its reject.
+		sc, err := a.resume.screen(ev.Param.PrivateData)
 		if err != nil {
 			a.refuse(ev.ID, err)
 			continue
 		}
+		if sc.resume != nil {
+			a.startResume(ev, *sc.resume)
+			continue
+		}
+		offer := sc.offer
 		slot, err := a.l.admit(a.pending, ev.Param.PrivateData)
 		if err != nil {
 			a.refuse(ev.ID, err)
@@ -228,7 +235,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 		ch.Close()
 		return
 	}
-	nego, err := a.resume.begin(offer, netAddr(id.RemoteAddr()))
+	nego, err := a.resume.begin(offer)
 	if err != nil {
 		a.reject(id, err)
 		id.Close()

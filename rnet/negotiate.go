@@ -2,8 +2,8 @@ package rnet
 
 import (
 	"errors"
+	"fmt"
 	"math"
-	"net"
 	"net/netip"
 	"time"
 
@@ -28,9 +28,13 @@ type resumeAgreement struct {
 }
 
 // errResumeRefused is what a listener tells its HandshakeError hook when it
-// refuses a request that resumes a connection: it resumes none yet, so every
-// token is refused alike, before anything is set up for the request.
-var errResumeRefused = errors.New("rnet: resume request refused: this listener does not resume connections")
+// refuses a request that resumes a connection (reject reason 6), before
+// anything is set up for it: wrapped with the table's reason (an unknown
+// or expired token), or errNoResumes.
+var (
+	errResumeRefused = errors.New("rnet: resume request refused")
+	errNoResumes     = fmt.Errorf("%w: this listener does not resume connections (Config.Resume)", errResumeRefused)
+)
 
 // dialRingConfig is the ring configuration a dialer's engine is built with:
 // one that offers the extension keeps sent bytes until the peer has them
@@ -114,12 +118,6 @@ type hostDevice struct {
 type replyDevice struct {
 	name  string
 	addrs []netip.AddrPort
-}
-
-// resumeEntry is one connection in a listener's table; its pointer is the
-// table's key.
-type resumeEntry struct {
-	remote net.Addr // the dialer, for logs
 }
 
 // resumeGrant is a listener's agreement to resume one connection: its
@@ -266,36 +264,51 @@ func namespaceAddrs(devices []hostDevice, ifaces []netInterface) []hostDevice {
 	return out
 }
 
+// screened is what a listener learnt from a connection request's
+// extension before anything is set up for it.
+type screened struct {
+	// offer says the dialer offers the extension and the listener takes
+	// offers.
+	offer bool
+	// resume is a request to resume a connection whose token the table
+	// took, its handshake to run (see handshakeResume); nil otherwise.
+	resume *resume.Attempt[*resumeEntry]
+}
+
 // screen reads a connection request's extension before anything is set up
-// for it: offer says the dialer offers the extension and this listener
-// takes offers. A request that resumes a connection is refused
-// (errResumeRefused, reject reason 6) by a listener without Config.Resume
-// too: it is never taken for a new connection, which its dialer would drop
-// at once. With Config.Resume, a broken extension is the dialer's protocol
-// error (reason 2); without it, the listener reads bits 5 and 4 only to
-// refuse a resume, and ignores the rest of the extension.
-func (r *resumeListener) screen(privateData []byte) (offer bool, err error) {
+// for it. A request that resumes a connection whose token the table does
+// not take (unknown, replayed or expired) is refused with reject reason 6,
+// as is every resume by a listener without Config.Resume: it is never
+// taken for a new connection, which its dialer would drop at once. With
+// Config.Resume, a broken extension is the dialer's protocol error
+// (reason 2); without it, the listener reads bits 5 and 4 only to refuse
+// a resume, and ignores the rest of the extension.
+func (r *resumeListener) screen(privateData []byte) (screened, error) {
 	if len(privateData) < ring.ConnDataSize {
-		return false, nil // admit refuses it
+		return screened{}, nil // admit refuses it
 	}
 	const resuming = resume.ConnDataFlag | resume.ResumeFlag
 	if r == nil {
 		if privateData[1]&resuming == resuming {
-			return false, errResumeRefused
+			return screened{}, errNoResumes
 		}
-		return false, nil
+		return screened{}, nil
 	}
 	req, err := resume.ParseRequest(privateData)
 	if err != nil {
-		return false, err
+		return screened{}, err
 	}
 	switch req.Kind {
 	case resume.Resume:
-		return false, errResumeRefused
+		a, err := r.table.Begin(req.Token)
+		if err != nil {
+			return screened{}, fmt.Errorf("%w: %w", errResumeRefused, err)
+		}
+		return screened{resume: &a}, nil
 	case resume.Offer:
-		return true, nil
+		return screened{offer: true}, nil
 	}
-	return false, nil
+	return screened{}, nil
 }
 
 // acceptNegotiation is one connection request's part of the extension at
@@ -307,25 +320,25 @@ type acceptNegotiation struct {
 	done  bool         // the connection was handed out, and forgets its token when it ends
 }
 
-// begin gives the connection from remote, whose request offered the
-// extension if offer, its entry and token. A request without an offer, a
-// listener without Config.Resume, or a full table gets none: the
-// connection goes without resume.
-// The caller defers end, which forgets the token unless the connection is
-// handed out by conn.
-func (r *resumeListener) begin(offer bool, remote net.Addr) (*acceptNegotiation, error) {
+// begin gives the connection whose request offered the extension if offer
+// its entry and token. A request without an offer, a listener without
+// Config.Resume, or a full table gets none: the connection goes without
+// resume. The caller defers end, which forgets the token unless the
+// connection is handed out by conn.
+func (r *resumeListener) begin(offer bool) (*acceptNegotiation, error) {
 	n := &acceptNegotiation{r: r}
 	if r == nil || !offer {
 		return n, nil
 	}
-	e := &resumeEntry{remote: remote}
-	tok, _, err := r.table.Issue(e)
+	e := newResumeEntry(r)
+	tok, path, err := r.table.Issue(e)
 	switch {
 	case errors.Is(err, resume.ErrTableFull):
 		return n, nil
 	case err != nil:
 		return nil, err
 	}
+	e.path = path
 	n.grant = &resumeGrant{entry: e, token: tok}
 	return n, nil
 }
@@ -356,22 +369,24 @@ func (n *acceptNegotiation) reply(connData []byte, dialled netip.Addr, arrival s
 	})
 }
 
-// conn hands the established connection out; from now on its end, not
-// end, forgets its token.
+// conn hands the established connection out, with its entry as its
+// resumer; from now on its end, not end, forgets its token.
 func (n *acceptNegotiation) conn(qp stream.QueuePair, eng *ring.Engine, set settings) *Conn {
 	n.done = true
-	var ended func()
-	if g := n.grant; g != nil {
-		ended = func() { n.r.table.Forget(g.entry) }
+	g := n.grant
+	if g == nil {
+		return newNegotiatedConn(qp, eng, set, nil, nil, nil)
 	}
-	return newNegotiatedConn(qp, eng, set, nil, nil, ended)
+	h := newNegotiatedConn(qp, eng, set, nil, g.entry, g.entry.Forget)
+	g.entry.handedOut(h.conn)
+	return h
 }
 
 // end forgets the token of a handshake that failed or was evicted before
 // its connection was handed out, so that it holds no table entry.
 func (n *acceptNegotiation) end() {
 	if !n.done && n.grant != nil {
-		n.r.table.Forget(n.grant.entry)
+		n.grant.entry.Forget()
 	}
 }
 

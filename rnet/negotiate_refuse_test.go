@@ -22,32 +22,25 @@ func asResume(tok resume.Token) func([]byte) []byte {
 	}
 }
 
-// TestResumeTokenRefused: a request that resumes a connection is refused
-// with reason 6 before anything is set up for it, whether its token is the
-// connection's own, a wrong one, or sent to a listener with the switch off;
-// the connection the token names goes on as before, its token still valid.
-func TestResumeTokenRefused(t *testing.T) {
+// TestResumeTokenIsChecked: a request that resumes a connection with a
+// wrong token, a replayed one (presented by a resume that completed), or
+// to a listener without Config.Resume, is refused with reason 6 before
+// anything is set up for it, counted as resume_refused, and read by the
+// dialer as final, not busy; the connection the token named goes on as
+// before. The connection's current token is taken, and names it.
+func TestResumeTokenIsChecked(t *testing.T) {
 	lr := newTestResumeListener(t, 4)
 	h, err := simNegotiate(resumeSettings(true), resumeSettings(true), lr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeBoth(t, h)
-	right := h.dialer.resume.token
-	var wrong resume.Token
-	wrong[0] = 1
-	for name, tc := range map[string]struct {
-		lr  *resumeListener
-		tok resume.Token
-	}{
-		"RightToken":   {lr, right},
-		"WrongToken":   {lr, wrong},
-		"ZeroToken":    {lr, resume.Token{}},
-		"SwitchOffRun": {nil, right},
-	} {
-		_, err := simNegotiate(resumeSettings(true), resumeSettings(tc.lr != nil), tc.lr, asResume(tc.tok))
-		if !errors.Is(err, errResumeRefused) {
-			t.Fatalf("%s: %v, want errResumeRefused", name, err)
+	first := h.dialer.resume.token
+	refused := func(name string, lr *resumeListener, tok resume.Token, why error) {
+		t.Helper()
+		_, err := simNegotiate(resumeSettings(true), resumeSettings(lr != nil), lr, asResume(tok))
+		if !errors.Is(err, errResumeRefused) || !errors.Is(err, why) {
+			t.Fatalf("%s: %v, want errResumeRefused for %v", name, err, why)
 		}
 		if r := rejectReasonOf(err); r.code != rejectResumeRefused {
 			t.Errorf("%s: reject reason %d, want %d", name, r.code, rejectResumeRefused)
@@ -69,15 +62,35 @@ func TestResumeTokenRefused(t *testing.T) {
 			t.Errorf("%s: the dialer counts the failure as %q, want resume_refused", name, got)
 		}
 	}
+	taken := func(name string, tok resume.Token) *resume.Attempt[*resumeEntry] {
+		t.Helper()
+		s, err := simNegotiate(resumeSettings(true), resumeSettings(true), lr, asResume(tok))
+		if !errors.Is(err, errSimResumeTaken) || s.attempt.Value != h.grant.entry {
+			t.Fatalf("%s: %v; want the request taken for the connection's entry", name, err)
+		}
+		return s.attempt
+	}
+	var wrong resume.Token
+	wrong[0] = 1
+	refused("wrong token", lr, wrong, resume.ErrUnknownToken)
+	refused("zero token", lr, resume.Token{}, resume.ErrUnknownToken)
+	refused("listener without Resume", nil, first, errNoResumes)
+
+	// A resume whose handshake fails before the RTU leaves both tokens
+	// valid; one that completes retires the one it presented.
+	a := taken("the connection's token", first)
+	lr.table.Abort(*a)
+	b := taken("the first token again after an abort", first)
+	if _, err := lr.table.Commit(*b); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	refused("replayed token", lr, first, resume.ErrUnknownToken)
+	refused("the token the aborted resume was given", lr, a.Token, resume.ErrUnknownToken)
+	lr.table.Abort(*taken("the committed resume's token", b.Token))
 	if n := lr.table.Len(); n != 1 {
 		t.Errorf("table holds %d connections after the refusals, want 1", n)
 	}
 	roundTrip(t, h.dialer, h.listener, 200<<10)
-	a, err := lr.table.Begin(right)
-	if err != nil || a.Value != h.grant.entry {
-		t.Fatalf("the connection's token after the refusals: %v, %v", a.Value, err)
-	}
-	lr.table.Abort(a)
 }
 
 // TestResumeTokensForgotten: a connection's token leaves the table when

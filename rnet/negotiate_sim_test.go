@@ -2,6 +2,7 @@ package rnet
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -35,7 +36,14 @@ type simHandshake struct {
 	// with its port MTU: all the private data was before the extension.
 	requestConnData, replyConnData []byte
 	grant                          *resumeGrant
+	// attempt is a resume request's attempt that the listener's table
+	// took (errSimResumeTaken): the handshake would run from here.
+	attempt *resume.Attempt[*resumeEntry]
 }
+
+// errSimResumeTaken is simNegotiate's answer to a resume request whose
+// token the listener's table took: its handshake is not simulated.
+var errSimResumeTaken = errors.New("the listener took the resume request")
 
 // simNegotiate connects a dialer configured by dset to a listener
 // configured by lset with resume state lr (nil: the switch off), through
@@ -68,14 +76,18 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 	seen = append(bytes.Clone(seen), make([]byte, max(simRequestSeen-len(seen), 0))...)
 
 	// The listener.
-	offer, err := lr.screen(seen)
+	sc, err := lr.screen(seen)
 	if err != nil {
 		return h, err
+	}
+	if sc.resume != nil {
+		h.attempt = sc.resume
+		return h, errSimResumeTaken
 	}
 	if _, err := ring.DecodeConnData(seen); err != nil { // admit's check
 		return h, err
 	}
-	nego, err := lr.begin(offer, netAddr(simDialer))
+	nego, err := lr.begin(sc.offer)
 	if err != nil {
 		return h, err
 	}

@@ -63,13 +63,6 @@ func (rt resumeRoute) release() {
 	rt.ch.Close()
 }
 
-// resumedPath is a new queue pair to the listener and its engine,
-// established and resuming.
-type resumedPath struct {
-	q   *verbsQP
-	eng *ring.Engine
-}
-
 // Resume connects to the listener again for the connection whose path
 // failed (stream.Resumer).
 func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (stream.QueuePair, *ring.Engine, error) {
@@ -79,17 +72,13 @@ func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (str
 			return r.connect(ctx, to, rt, req)
 		},
 		release: resumeRoute.release,
-		drop: func(p resumedPath) {
-			p.q.Disconnect()
-			p.q.Shutdown()
-			p.q.Destroy()
-		},
+		drop:    resumedPath.close,
 	}
 	p, err := paths.race(ctx, resumeCandidates(r.latest().addrs, r.dialled), resumeAttemptTimeout(r.set.resumeTimeout))
 	if err != nil {
 		return nil, nil, err
 	}
-	return p.q, p.eng, nil
+	return p.qp, p.eng, nil
 }
 
 // resolve finds a route to the listener at to from any local device, as
@@ -174,5 +163,5 @@ func (r *dialResumer) connect(ctx context.Context, to netip.AddrPort, rt resumeR
 	if err := eng.Establish(ev.Param.PrivateData); err != nil {
 		return abort(err)
 	}
-	return resumedPath{q: q, eng: eng}, nil
+	return resumedPath{qp: q, eng: eng}, nil
 }
