@@ -36,7 +36,4 @@ type Settings struct {
 	// (err), on a goroutine of its own: the step that registers it holds
 	// the connection's lock.
 	RingResized func(c *Conn, kind ring.RegionKind, size int, err error)
-	// Resumer and ResumeTimeout: see resume_iface_tmp.go (temporary).
-	Resumer       Resumer
-	ResumeTimeout time.Duration
 }
