@@ -71,9 +71,9 @@ type Conn struct {
 	forgetting   bool
 	retiredQPs   []QueuePair
 	resumeStats  ResumeStats
-	sends []wr.Send // the work requests of the step under way
-	recvs []wr.Recv
-	wcs   []wr.Completion
+	sends        []wr.Send // the work requests of the step under way
+	recvs        []wr.Recv
+	wcs          []wr.Completion
 	// lastPost is when a crossing last posted sends, on the monotonic
 	// clock, read after it; on a device in software (softPosts), postCost
 	// is how long the crossings that posted ring data took lately (see
@@ -150,8 +150,8 @@ type Conn struct {
 	closeErr  error // under closeOnce
 	// forgetOnce calls the Resumer's Forget once (see forget).
 	forgetOnce sync.Once
-	readDL    *Deadline
-	writeDL   *Deadline
+	readDL     *Deadline
+	writeDL    *Deadline
 }
 
 // LocalAddr: see rnet's Conn.LocalAddr.

@@ -85,10 +85,10 @@ func (k ResumeCause) String() string {
 type pathState uint8
 
 const (
-	pathUp         pathState = iota // the queue pair carries the stream
-	pathDraining                    // the failed queue pair is being drained
-	pathSuspended                   // the Resumer looks for a new one
-	pathSwitching                   // the new one is in, its exchange under way
+	pathUp        pathState = iota // the queue pair carries the stream
+	pathDraining                   // the failed queue pair is being drained
+	pathSuspended                  // the Resumer looks for a new one
+	pathSwitching                  // the new one is in, its exchange under way
 )
 
 // waitsForPathLocked reports that the stream waits for a new path: the
