@@ -122,6 +122,13 @@ type resumeConns struct {
 // nil, changes the settings after that.
 func resumePipe(tb testing.TB, mod func(*Settings)) *resumeConns {
 	tb.Helper()
+	return resumePipeWrap(tb, mod, nil)
+}
+
+// resumePipeWrap is resumePipe with the dialer's first queue pair wrapped
+// by wrap, if not nil.
+func resumePipeWrap(tb testing.TB, mod func(*Settings), wrap func(*simqp.QP) QueuePair) *resumeConns {
+	tb.Helper()
 	set := testSettings(func(s *Settings) {
 		s.Ring.RetainUntilReceived = true
 		s.Ring.SendBufferSize = 16 << 10
@@ -140,7 +147,11 @@ func resumePipe(tb testing.TB, mod func(*Settings)) *resumeConns {
 	rc.rb = &testResumer{meet: rc.meet, side: 1, entered: make(chan ResumeRequest, 8)}
 	sa, sb := set, set
 	sa.Resumer, sb.Resumer = rc.ra, rc.rb
-	rc.a, rc.b = Start(a.QP, a.Engine, sa), Start(b.QP, b.Engine, sb)
+	var qa QueuePair = a.QP
+	if wrap != nil {
+		qa = wrap(a.QP)
+	}
+	rc.a, rc.b = Start(qa, a.Engine, sa), Start(b.QP, b.Engine, sb)
 	return rc
 }
 
@@ -162,20 +173,36 @@ func resumesOf(c *Conn) (n uint64) {
 }
 
 // checkedStream writes total patterned bytes on w and reads them on r,
-// checking each, in the background; progress receives the bytes read so
-// far after each Read, and done the outcome.
+// checking each, in the background. At each of its gates the writer stops
+// once it has written that many bytes, and the reader once it has read
+// that many less gateLag, each saying so on atGate and going on when pass
+// receives: a test fails the path there, with bytes in flight or unread.
 type checkedStream struct {
-	read     atomic.Int64
-	progress chan struct{}
-	done     chan error
+	read   atomic.Int64
+	atGate chan struct{}
+	pass   chan struct{}
+	done   chan error
 }
 
-func startChecked(w, r *Conn, total int, salt uint64) *checkedStream {
-	s := &checkedStream{progress: make(chan struct{}, 1), done: make(chan error, 2)}
+// gateLag is how far the reader stays behind the writer at a gate: bytes
+// the writer holds, unread at the peer.
+const gateLag = 6 << 10
+
+func startChecked(w, r *Conn, total int, salt uint64, gates ...int) *checkedStream {
+	s := &checkedStream{atGate: make(chan struct{}, 2), pass: make(chan struct{}, 2), done: make(chan error, 2)}
 	go func() {
 		buf := make([]byte, 5000)
+		next := 0
 		for off := 0; off < total; {
+			if next < len(gates) && off == gates[next] {
+				next++
+				s.atGate <- struct{}{}
+				<-s.pass
+			}
 			n := min(len(buf), total-off)
+			if next < len(gates) {
+				n = min(n, gates[next]-off)
+			}
 			for i := range buf[:n] {
 				buf[i] = conntest.Pattern(uint64(off+i), salt)
 			}
@@ -189,8 +216,18 @@ func startChecked(w, r *Conn, total int, salt uint64) *checkedStream {
 	}()
 	go func() {
 		buf := make([]byte, 7000)
+		next := 0
 		for off := 0; off < total; {
-			n, err := r.Read(buf)
+			if next < len(gates) && off == gates[next]-gateLag {
+				next++
+				s.atGate <- struct{}{}
+				<-s.pass
+			}
+			want := len(buf)
+			if next < len(gates) {
+				want = min(want, gates[next]-gateLag-off)
+			}
+			n, err := r.Read(buf[:want])
 			for i, c := range buf[:n] {
 				if want := conntest.Pattern(uint64(off+i), salt); c != want {
 					s.done <- fmt.Errorf("byte %d: got %#x, want %#x", off+i, c, want)
@@ -199,10 +236,6 @@ func startChecked(w, r *Conn, total int, salt uint64) *checkedStream {
 			}
 			off += n
 			s.read.Store(int64(off))
-			select {
-			case s.progress <- struct{}{}:
-			default:
-			}
 			if err != nil {
 				s.done <- fmt.Errorf("read at %d of %d: %w", off, total, err)
 				return
@@ -213,10 +246,29 @@ func startChecked(w, r *Conn, total int, salt uint64) *checkedStream {
 	return s
 }
 
-// reached waits until the stream's reader has read at least n bytes.
-func (s *checkedStream) reached(t testing.TB, n int) {
+// gate waits until the writer and the reader of each stream have reached
+// their next gate.
+func gate(t testing.TB, streams ...*checkedStream) {
 	t.Helper()
-	conntest.Signalled(t, fmt.Sprintf("%d bytes read", n), s.progress, func() bool { return s.read.Load() >= int64(n) })
+	timeout := time.NewTimer(conntest.Timeout(t))
+	defer timeout.Stop()
+	for _, s := range streams {
+		for range 2 {
+			select {
+			case <-s.atGate:
+			case <-timeout.C:
+				t.Fatalf("a stream never reached its gate: %d bytes read", s.read.Load())
+			}
+		}
+	}
+}
+
+// pass lets the writer and the reader of each stream go on from their gate.
+func pass(streams ...*checkedStream) {
+	for _, s := range streams {
+		s.pass <- struct{}{}
+		s.pass <- struct{}{}
+	}
 }
 
 // wait waits for the writer and the reader to finish, and fails the test

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,10 +38,12 @@ func TestResumeAfterPathFailure(t *testing.T) {
 			base := runtime.NumGoroutine()
 			rc := resumePipe(t, nil)
 			const total = 400 << 10
-			ab := startChecked(rc.a, rc.b, total, 1)
-			ba := startChecked(rc.b, rc.a, total, 2)
-			ab.reached(t, total/3)
+			ab := startChecked(rc.a, rc.b, total, 1, total/3)
+			ba := startChecked(rc.b, rc.a, total, 2, total/3)
+			gate(t, ab, ba)
 			tc.fail(endpointOf(rc.a))
+			rc.a.Drive() // as the tick would
+			pass(ab, ba)
 			ab.wait(t)
 			ba.wait(t)
 			for _, c := range []*Conn{rc.a, rc.b} {
@@ -67,18 +70,20 @@ func TestResumeRepeatedly(t *testing.T) {
 	rc := resumePipe(t, nil)
 	defer rc.close()
 	const total = 600 << 10
-	ab := startChecked(rc.a, rc.b, total, 3)
-	ba := startChecked(rc.b, rc.a, total, 4)
-	for i := 1; i <= 3; i++ {
-		ab.reached(t, i*total/4)
+	gates := []int{total / 4, total / 2, 3 * total / 4}
+	ab := startChecked(rc.a, rc.b, total, 3, gates...)
+	ba := startChecked(rc.b, rc.a, total, 4, gates...)
+	for i := 1; i <= len(gates); i++ {
+		gate(t, ab, ba)
 		victim := rc.a
 		if i == 2 {
 			victim = rc.b
 		}
-		endpointOf(victim).Endpoint().Fail(wr.WCRetryExcErr)
+		failIdle(victim)
 		conntest.Until(t, "both ends resumed", func() bool {
 			return resumesOf(rc.a) == uint64(i) && resumesOf(rc.b) == uint64(i)
 		})
+		pass(ab, ba)
 	}
 	ab.wait(t)
 	ba.wait(t)
@@ -380,5 +385,59 @@ func TestResumeResendsWhatWasLost(t *testing.T) {
 	}
 	if s := rc.b.Stats().Resume; s.Resumes[CauseTransport] != 1 {
 		t.Fatalf("the writer's resumes: %v, want one for a transport event", s.Resumes)
+	}
+}
+
+// A path that goes silent (the device retries without limit, as rxe does
+// with retry count 7, so no completion ever fails) is found by the
+// keepalive, and the connection resumes: the side whose keepalive found it
+// for that cause, its peer for the transport's event (the first side's
+// disconnect of its old queue pair).
+func TestResumeAfterKeepaliveFindsPathSilent(t *testing.T) {
+	var offset atomic.Int64 // how far the keepalive's clock is ahead
+	base := time.Now()
+	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	defer func() { testHookNow = nil }()
+	const period = time.Hour // the real timer never fires in the test
+	var hold *holdQP
+	rc := resumePipeWrap(t, func(s *Settings) { s.KeepAlive = period }, func(q *simqp.QP) QueuePair {
+		hold = &holdQP{QP: q}
+		return hold
+	})
+	defer rc.close()
+	conntest.Until(t, "nothing in flight", func() bool {
+		rc.a.mu.Lock()
+		defer rc.a.mu.Unlock()
+		rc.a.driveLocked()
+		return rc.a.eng.InFlight() == 0
+	})
+	hold.mu.Lock()
+	hold.holding = true
+	hold.mu.Unlock()
+	rc.a.tick()
+	silent := []byte("into the silence")
+	if _, err := rc.a.Write(silent); err != nil {
+		t.Fatal(err)
+	}
+	offset.Add(int64(keepaliveProbes*period + time.Second))
+	rc.a.tick()
+	offset.Add(int64(period))
+	rc.a.tick()
+	<-rc.ra.entered
+
+	buf := make([]byte, len(silent))
+	if _, err := io.ReadFull(rc.b, buf); err != nil || string(buf) != string(silent) {
+		t.Fatalf("ReadFull = %q, %v", buf, err)
+	}
+	const total = 200 << 10
+	ab := startChecked(rc.a, rc.b, total, 7)
+	ba := startChecked(rc.b, rc.a, total, 8)
+	ab.wait(t)
+	ba.wait(t)
+	if s := rc.a.Stats().Resume; s.Resumes[CauseKeepalive] != 1 {
+		t.Errorf("resumes of the side whose keepalive found the silence: %v", s.Resumes)
+	}
+	if s := rc.b.Stats().Resume; s.Resumes[CauseTransport] != 1 {
+		t.Errorf("resumes of its peer: %v", s.Resumes)
 	}
 }
