@@ -52,6 +52,9 @@ type Conn struct {
 	qp     QueuePair
 	eng    *ring.Engine
 	kickTo atomic.Pointer[QueuePair]
+	sends  []wr.Send // the work requests of the step under way
+	recvs  []wr.Recv
+	wcs    []wr.Completion
 	// The resume (resume.go): path says where the connection stands
 	// with its path, pathNum counts the paths it moved to (events of
 	// earlier ones are ignored); while a resume runs, resumeCancel ends
@@ -71,9 +74,6 @@ type Conn struct {
 	forgetting   bool
 	retiredQPs   []QueuePair
 	resumeStats  ResumeStats
-	sends        []wr.Send // the work requests of the step under way
-	recvs        []wr.Recv
-	wcs          []wr.Completion
 	// lastPost is when a crossing last posted sends, on the monotonic
 	// clock, read after it; on a device in software (softPosts), postCost
 	// is how long the crossings that posted ring data took lately (see

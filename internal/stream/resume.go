@@ -49,6 +49,11 @@ type Resumer interface {
 	Forget()
 }
 
+// DefaultResumeTimeout bounds a resume when Settings.ResumeTimeout is not
+// positive: a dialer's few attempts, well within the listener's token
+// lifetime (resume.DefaultLifetime).
+const DefaultResumeTimeout = 5 * time.Second
+
 // ResumeCause says how a connection learned that its path failed.
 type ResumeCause uint8
 
@@ -209,13 +214,17 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 		Ring:  cfg,
 		Cause: cause,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.set.ResumeTimeout)
+	timeout := c.set.ResumeTimeout
+	if timeout <= 0 {
+		timeout = DefaultResumeTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	c.resumeCancel = cancel
 	c.resumeDone = make(chan struct{})
 	c.resumeStart = time.Now()
 	c.resumeKind = kind
 	c.resumeCause = cause
-	go c.resumeRun(ctx, req, c.resumeDone)
+	go c.resumeRun(ctx, cancel, req, c.resumeDone)
 	c.signalLocked()
 	c.kickLocked()
 }

@@ -31,8 +31,9 @@ var errClosedWhileResuming = errors.New("rnet: closed while the connection resum
 
 // resumeRun asks the Resumer for a new path and moves the connection onto
 // it, or fails the connection; done is closed when it returns.
-func (c *Conn) resumeRun(ctx context.Context, req ResumeRequest, done chan struct{}) {
+func (c *Conn) resumeRun(ctx context.Context, cancel context.CancelFunc, req ResumeRequest, done chan struct{}) {
 	defer close(done)
+	defer cancel()
 	// A deadline or cancel must reach the wait of switchTo.
 	stop := context.AfterFunc(ctx, c.kick)
 	defer stop()
@@ -61,7 +62,7 @@ func (c *Conn) giveUp(err error) {
 func (c *Conn) failResumeLocked(err error) {
 	took := time.Since(c.resumeStart)
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = errors.New("gave up after ResumeTimeout (" + c.set.ResumeTimeout.String() + ")")
+		err = errors.New("gave up after ResumeTimeout (" + took.Round(time.Millisecond).String() + ")")
 	}
 	c.path = pathUp
 	c.resumeFailed = true

@@ -40,7 +40,7 @@ type Settings struct {
 	// when its path fails (resume.go); nil: a failed path ends it.
 	Resumer Resumer
 	// ResumeTimeout bounds one resume, from the failure to the stream
-	// moving again; it must be positive when Resumer is set.
+	// moving again; DefaultResumeTimeout if not positive.
 	ResumeTimeout time.Duration
 	// Resumed, if not nil, is told of each resume that completed: what
 	// found the path failed, how long the resume took, and how many
