@@ -5,7 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/resume"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/simfabric"
@@ -29,27 +31,21 @@ func simPath(t *testing.T) resumedPath {
 }
 
 // TestResumeListenerHandsOver: at the listener, a resume request's
-// handshake waits for the connection's Resume call, takes its exchange and
-// ring configuration, and hands it the new path; a call whose time ran
-// out takes none, and a connection that ended fails both sides.
+// handshake takes the connection's Resume call, with its exchange and ring
+// configuration, and hands it the new path; a call whose time ran out
+// takes none, and a connection that ended fails both sides.
 func TestResumeListenerHandsOver(t *testing.T) {
 	lr := newTestResumeListener(t, 4)
-	h, err := simNegotiate(resumeSettings(true), resumeSettings(true), lr, nil)
-	if err != nil {
-		t.Fatal(err)
+	nego, err := lr.begin(true)
+	if err != nil || nego.grant == nil {
+		t.Fatal(nego, err)
 	}
-	defer closeBoth(t, h)
-	e := h.grant.entry
-
-	type waited struct {
-		w   *resumeWait
-		err error
+	e := nego.grant.entry // not handed out: no connection calls Resume itself
+	waiting := func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.wait != nil
 	}
-	awaited := make(chan waited, 1)
-	go func() {
-		w, err := e.await(t.Context(), errors.New("the dialer resumed"))
-		awaited <- waited{w, err}
-	}()
 	req := stream.ResumeRequest{Own: resume.Exchange{Received: 7}.Encode(), Ring: ring.Config{RetainUntilReceived: true}}
 	type resumed struct {
 		qp  stream.QueuePair
@@ -57,16 +53,20 @@ func TestResumeListenerHandsOver(t *testing.T) {
 		err error
 	}
 	got := make(chan resumed, 1)
-	go func() {
-		qp, eng, err := e.Resume(t.Context(), req)
-		got <- resumed{qp, eng, err}
-	}()
-	aw := <-awaited
-	if aw.err != nil || aw.w.req != req {
-		t.Fatalf("await: %+v, %v; want the Resume call's request", aw.w, aw.err)
+	resumeWithin := func(ctx context.Context) {
+		go func() {
+			qp, eng, err := e.Resume(ctx, req)
+			got <- resumed{qp, eng, err}
+		}()
+		conntest.Until(t, "the Resume call to wait", waiting)
+	}
+	resumeWithin(t.Context())
+	w, err := e.await(t.Context(), errors.New("the dialer resumed"))
+	if err != nil || w.req != req {
+		t.Fatalf("await: %+v, %v; want the Resume call's request", w, err)
 	}
 	p := simPath(t)
-	if !e.hand(aw.w, p, 2) {
+	if !e.hand(w, p, 2) {
 		t.Fatal("hand: the Resume call is not waiting")
 	}
 	if r := <-got; r.err != nil || r.qp != p.qp || r.eng != p.eng {
@@ -75,21 +75,19 @@ func TestResumeListenerHandsOver(t *testing.T) {
 
 	// A Resume call whose time runs out takes no path.
 	ctx, cancel := context.WithCancel(t.Context())
-	go func() {
-		qp, eng, err := e.Resume(ctx, req)
-		got <- resumed{qp, eng, err}
-	}()
-	aw = waited{}
-	aw.w, aw.err = e.await(t.Context(), errors.New("the dialer resumed"))
-	if aw.err != nil {
-		t.Fatal(aw.err)
+	resumeWithin(ctx)
+	if w, err = e.await(t.Context(), errors.New("the dialer resumed")); err != nil {
+		t.Fatal(err)
 	}
 	cancel()
 	if r := <-got; r.err == nil || !strings.Contains(r.err.Error(), "did not resume") {
 		t.Fatalf("Resume past its time: %v, want an error", r.err)
 	}
-	if e.hand(aw.w, simPath(t), 3) {
+	if e.hand(w, simPath(t), 3) {
 		t.Error("a path handed to a Resume call that gave up")
+	}
+	if _, err := e.await(t.Context(), nil); err == nil {
+		t.Error("await took a connection not handed out, with no Resume call")
 	}
 
 	// The connection ends: both sides fail, and the table forgets it.
@@ -103,4 +101,51 @@ func TestResumeListenerHandsOver(t *testing.T) {
 	if n := lr.table.Len(); n != 0 {
 		t.Errorf("table holds %d connections after Forget", n)
 	}
+}
+
+// TestResumeRequestFailsHealthyPath: a resume request for a connection
+// whose path still looks healthy at the listener tells the connection that
+// its path failed; the connection then asks its resumer for a new queue
+// pair with its exchange and a retaining ring configuration, and, with no
+// path handed over within its ResumeTimeout, fails saying so.
+func TestResumeRequestFailsHealthyPath(t *testing.T) {
+	lr := newTestResumeListener(t, 4)
+	lset := resumeSettings(true)
+	lset.resumeTimeout = 300 * time.Millisecond
+	h, err := simNegotiate(resumeSettings(true), lset, lr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBoth(t, h)
+	roundTrip(t, h.dialer, h.listener, 1000)
+	w, err := h.grant.entry.await(t.Context(), errors.New("the dialer resumed"))
+	if err != nil {
+		t.Fatalf("await: %v", err)
+	}
+	ex, err := resume.ParseExchange(w.req.Own[:])
+	if err != nil || ex.Received != 1000 || !w.req.Ring.RetainUntilReceived {
+		t.Fatalf("the connection's request: exchange %+v, %v, ring %+v; want 1000 bytes received, retaining", ex, err, w.req.Ring)
+	}
+	_, err = h.listener.Read(make([]byte, 1))
+	if err == nil || !strings.Contains(err.Error(), "the dialer resumed") || !strings.Contains(err.Error(), "resuming it failed") {
+		t.Errorf("Read after the resume's time: %v; want the resume's failure", err)
+	}
+}
+
+// TestResumeTokenForgottenOnPeerClose: a connection whose dialer closes it
+// (a graceful DISCONNECT) leaves the listener's table at once, before the
+// listening end is closed: a resume could otherwise revive a connection
+// its peer ended.
+func TestResumeTokenForgottenOnPeerClose(t *testing.T) {
+	lr := newTestResumeListener(t, 4)
+	h, err := simNegotiate(resumeSettings(true), resumeSettings(true), lr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.listener.Close()
+	roundTrip(t, h.dialer, h.listener, 1000)
+	if err := h.dialer.Close(); err != nil {
+		t.Fatal(err)
+	}
+	conntest.Until(t, "the listener to forget the token of a connection its peer closed", func() bool { return lr.table.Len() == 0 })
 }
