@@ -120,7 +120,7 @@ func TestResumeCloseWrite(t *testing.T) {
 				}
 			}
 			failIdle(rc.a)
-			<-rc.ra.entered
+			rc.ra.waitEntered(t)
 			if during {
 				if err := rc.a.CloseWrite(); err != nil {
 					t.Fatal(err)
@@ -175,7 +175,7 @@ func TestResumeReadDeadlineWhileSuspended(t *testing.T) {
 		return rc.a.eng.ReadableBytes() == 5
 	})
 	failIdle(rc.a)
-	<-rc.ra.entered
+	rc.ra.waitEntered(t)
 	buf := make([]byte, 64)
 	if n, err := rc.a.Read(buf); err != nil || string(buf[:n]) != "early" {
 		t.Fatalf("Read while suspended = %q, %v; want the early bytes", buf[:n], err)
@@ -242,8 +242,8 @@ func TestResumeCloseWhileSuspended(t *testing.T) {
 		t.Fatal(err)
 	}
 	failIdle(rc.a)
-	<-rc.ra.entered
-	<-rc.rb.entered // the peer heard of it too
+	rc.ra.waitEntered(t)
+	rc.rb.waitEntered(t) // the peer heard of it too
 	read := make(chan error, 1)
 	go func() {
 		_, err := rc.a.Read(make([]byte, 10))
@@ -423,7 +423,7 @@ func TestResumeAfterKeepaliveFindsPathSilent(t *testing.T) {
 	rc.a.tick()
 	offset.Add(int64(period))
 	rc.a.tick()
-	<-rc.ra.entered
+	rc.ra.waitEntered(t)
 
 	buf := make([]byte, len(silent))
 	if _, err := io.ReadFull(rc.b, buf); err != nil || string(buf) != string(silent) {
