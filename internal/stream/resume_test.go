@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -441,5 +442,105 @@ func TestResumeAfterKeepaliveFindsPathSilent(t *testing.T) {
 	// the disconnected queue pair did not take, whichever comes first.
 	if s := rc.b.Stats().Resume; s.Resumes[CauseTransport]+s.Resumes[CauseCompletion] != 1 {
 		t.Errorf("resumes of its peer: %v", s.Resumes)
+	}
+}
+
+// gatedReader yields patterned bytes, total of them; the first Read after
+// it has yielded gate bytes says so on at and returns only once pass is
+// closed, holding the ring memory ReadFrom lent it all the while.
+type gatedReader struct {
+	off, total, gate int
+	salt             uint64
+	at, pass         chan struct{}
+}
+
+func (r *gatedReader) Read(p []byte) (int, error) {
+	if r.off >= r.total {
+		return 0, io.EOF
+	}
+	if r.at != nil && r.off >= r.gate {
+		close(r.at)
+		r.at = nil
+		<-r.pass
+	}
+	n := min(len(p), r.total-r.off)
+	for i := range p[:n] {
+		p[i] = conntest.Pattern(uint64(r.off+i), r.salt)
+	}
+	r.off += n
+	return n, nil
+}
+
+// gatedWriter checks patterned bytes; the first Write after it has taken
+// gate bytes says so on at and returns only once pass is closed, holding
+// the received bytes WriteTo lent it all the while.
+type gatedWriter struct {
+	off, gate int
+	salt      uint64
+	at, pass  chan struct{}
+	bad       error
+}
+
+func (w *gatedWriter) Write(p []byte) (int, error) {
+	if w.at != nil && w.off >= w.gate {
+		close(w.at)
+		w.at = nil
+		<-w.pass
+	}
+	for i, c := range p {
+		if want := conntest.Pattern(uint64(w.off+i), w.salt); c != want && w.bad == nil {
+			w.bad = errors.New("byte " + strconv.Itoa(w.off+i) + " wrong")
+		}
+	}
+	w.off += len(p)
+	return len(p), nil
+}
+
+// A resume while ReadFrom has the send ring lent to its reader and WriteTo
+// has received bytes lent to its writer: the reader's bytes go to the new
+// engine, the writer's count as read once, and every byte arrives once.
+func TestResumeWhileRingsLent(t *testing.T) {
+	// Rings large enough that the reader reaches its gate while the
+	// writer's loan, behind it, holds back what the peer consumes.
+	rc := resumePipe(t, func(s *Settings) {
+		s.Ring.SendBufferSize, s.Ring.RecvBufferSize = 128<<10, 128<<10
+	})
+	defer rc.close()
+	const total, gate = 300 << 10, 60 << 10
+	pass := make(chan struct{})
+	gr := &gatedReader{total: total, gate: gate + 8<<10, salt: 9, at: make(chan struct{}), pass: pass}
+	gw := &gatedWriter{gate: gate, salt: 9, at: make(chan struct{}), pass: pass}
+	grAt, gwAt := gr.at, gw.at
+	sent := make(chan error, 1)
+	go func() {
+		_, err := rc.a.ReadFrom(gr)
+		if err == nil {
+			err = rc.a.CloseWrite()
+		}
+		sent <- err
+	}()
+	got := make(chan error, 1)
+	go func() {
+		_, err := rc.b.WriteTo(gw)
+		got <- err
+	}()
+	for _, at := range []chan struct{}{grAt, gwAt} {
+		select {
+		case <-at:
+		case <-time.After(conntest.Timeout(t)):
+			t.Fatal("a loan never reached its gate")
+		}
+	}
+	failIdle(rc.a)
+	conntest.Until(t, "both ends resumed", func() bool { return resumesOf(rc.a) == 1 && resumesOf(rc.b) == 1 })
+	close(pass)
+	if err := <-sent; err != nil {
+		t.Fatalf("ReadFrom: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("WriteTo: %v", err)
+	}
+	if gw.bad != nil || gw.off != total {
+		t.Fatalf("the writer took %d bytes of %d: %v", gw.off, total, gw.bad)
 	}
 }
