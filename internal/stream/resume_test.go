@@ -544,3 +544,56 @@ func TestResumeWhileRingsLent(t *testing.T) {
 		t.Fatalf("the writer took %d bytes of %d: %v", gw.off, total, gw.bad)
 	}
 }
+
+// A Write while the connection waits for a new path takes what the send
+// ring has room for and returns, as on a connection whose peer is slow;
+// a CloseWrite after it ends the stream after those bytes, and a Write
+// after that fails. The peer reads every byte once, then io.EOF.
+func TestResumeWriteWhileSuspended(t *testing.T) {
+	rc := resumePipe(t, nil)
+	defer rc.close()
+	hold := make(chan struct{})
+	rc.ra.hold = hold
+	const before, total = 4 << 10, 10 << 10
+	buf := make([]byte, total)
+	for i := range buf {
+		buf[i] = conntest.Pattern(uint64(i), 10)
+	}
+	if _, err := rc.a.Write(buf[:before]); err != nil {
+		t.Fatal(err)
+	}
+	failIdle(rc.a)
+	rc.ra.waitEntered(t)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := rc.a.Write(buf[before:])
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatalf("Write while suspended: %v", err)
+		}
+	case <-time.After(conntest.Timeout(t)):
+		t.Fatal("a Write that fits the send ring waits while suspended")
+	}
+	if err := rc.a.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.a.Write([]byte("x")); !errors.Is(err, ring.ErrWriteClosed) {
+		t.Fatalf("Write after CloseWrite while suspended: %v", err)
+	}
+	close(hold)
+	got, err := io.ReadAll(rc.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != total {
+		t.Fatalf("read %d bytes, want %d", len(got), total)
+	}
+	for i, c := range got {
+		if c != buf[i] {
+			t.Fatalf("byte %d: %#x, want %#x", i, c, buf[i])
+		}
+	}
+}

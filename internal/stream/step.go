@@ -329,7 +329,7 @@ func (c *Conn) readReadyLocked() bool {
 // writeReadyLocked reports whether a blocked Write can make progress.
 func (c *Conn) writeReadyLocked() bool {
 	if c.waitsForPathLocked() {
-		return c.closing || c.fatal != nil
+		return c.closing || c.fatal != nil || c.writeShut || len(c.heldWrites) < c.heldRoom
 	}
 	return c.eng.Writable() || c.closing
 }
