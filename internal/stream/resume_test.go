@@ -597,3 +597,57 @@ func TestResumeWriteWhileSuspended(t *testing.T) {
 		}
 	}
 }
+
+// removedQP is a queue pair whose device is gone once removed is set: every
+// step fails, as verbs calls on a removed device do.
+type removedQP struct {
+	*simqp.QP
+	removed atomic.Bool
+}
+
+func (q *removedQP) Step(flags wr.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+	if q.removed.Load() {
+		return 0, errors.New("test: the device was removed")
+	}
+	return q.QP.Step(flags, recvs, sends, out, tries)
+}
+
+// A removed device: the connection manager reports it, and the queue pair
+// refuses even the drain's polls. The connection resumes all the same,
+// counting what the drain could not poll as lost, and the peer sends it
+// again.
+func TestResumeAfterDeviceRemoved(t *testing.T) {
+	var removed *removedQP
+	rc := resumePipeWrap(t, nil, func(q *simqp.QP) QueuePair {
+		removed = &removedQP{QP: q}
+		return removed
+	})
+	defer rc.close()
+	const total = 12 << 10
+	buf := make([]byte, total)
+	for i := range buf {
+		buf[i] = conntest.Pattern(uint64(i), 11)
+	}
+	if _, err := rc.b.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	removed.QP.Endpoint().FailLosingCompletions(wr.WCGeneralErr)
+	removed.removed.Store(true)
+	rc.a.TransportFailed(errors.New("test: device removal event"))
+	got := make([]byte, 0, total)
+	for len(got) < total {
+		n, err := rc.a.Read(buf)
+		if err != nil {
+			t.Fatalf("Read after %d bytes: %v", len(got), err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	for i, c := range got {
+		if c != conntest.Pattern(uint64(i), 11) {
+			t.Fatalf("byte %d: %#x", i, c)
+		}
+	}
+	if s := rc.a.Stats().Resume; s.Resumes[CauseTransport] != 1 {
+		t.Fatalf("resumes: %v, want one for the transport's event", s.Resumes)
+	}
+}

@@ -243,7 +243,12 @@ func (c *Conn) roundsLocked(mode stepMode, flags wr.StepFlags) (moved, cut bool)
 		c.polls++
 		c.notePostLocked(start, timed)
 		if err != nil {
-			c.failLocked(err)
+			if c.path != pathDraining {
+				c.failLocked(err)
+			}
+			// A failed path's queue pair may refuse even a poll (its
+			// device removed): the drain ends, and the completions it
+			// would have found count as lost (suspendDrainedLocked).
 			break
 		}
 		if flags != 0 {
