@@ -10,8 +10,8 @@ FUZZTIME  ?= 300000x
 # with -short: a 64 MiB soak, 50 busy connections).
 NORACE_TESTS = github.com/rnet-dev/rnet/internal/cm=^TestConnectWriteImmDisconnect$$ \
                github.com/rnet-dev/rnet/faults=^(TestSoak|TestManyConnections)$$
-# Device packages that need a guest of their own in the lab: removal deletes an RDMA device.
-DEVICE_OWN_GUEST = github.com/rnet-dev/rnet/faults/removal
+# The device package that runs last in the lab's guest: removal deletes an RDMA device.
+DEVICE_LAST = github.com/rnet-dev/rnet/faults/removal
 # The device tier runs at full length only with RNET_SOAK=1, which CI sets; otherwise
 # -short: 64 MiB soaks instead of 1 GiB, 100 churn cycles instead of 1000, 100 idle
 # connections instead of 1000, 20 release cycles instead of 200, 50 busy connections instead
@@ -121,12 +121,12 @@ lab-selftest:
 lab-smoke:
 	$(VM) scripts/softroce/smoke.sh
 # Every device package compiled on the host, then run one after another in one guest (a
-# boot costs about 30 s) after the smoke check, DEVICE_OWN_GUEST's each in a guest of its
-# own, NORACE_TESTS last in the shared one; a line per package as go test's.
+# boot costs about 30 s) after the smoke check, NORACE_TESTS after the others and
+# DEVICE_LAST last of all; a line per package as go test's.
 test-device: build-deps
 	@[ -n "$(DEVICE_MODPKGS)" ] || { echo "no device-tier packages found"; exit 1; }
 	GO=$(GO) scripts/softroce/device-tier.sh -smoke $(SHORT) -timeout 20m -list $(DEVICE_TESTS) \
-	  $(addprefix -own ,$(DEVICE_OWN_GUEST)) $(foreach t,$(NORACE_TESTS),-norace '$(t)') \
+	  $(addprefix -last ,$(DEVICE_LAST)) $(foreach t,$(NORACE_TESTS),-norace '$(t)') \
 	  $(DEVICE_MODPKGS)
 endif
 
