@@ -5,18 +5,21 @@ GO        ?= go
 VM        := $(CURDIR)/scripts/softroce-vm
 FUZZTIME  ?= 300000x
 # Device tests run once more without -race, as PACKAGE=REGEXP: those whose checks hold only
-# without it (allocations per call), and faults' volume tests, whose worth at full length is
-# volume and checksums (under -race, which slows each access several times over, they run as
-# with -short: a 64 MiB soak, 50 busy connections).
+# without it (allocations per call), and the volume tests of faults and interop, whose worth
+# at full length is volume and checksums (under -race, which slows each access several
+# times over, they run as with -short: a 64 MiB soak, 50 busy connections, 8 MiB each way
+# through socat under librspreload).
 NORACE_TESTS = github.com/rnet-dev/rnet/internal/cm=^TestConnectWriteImmDisconnect$$ \
-               github.com/rnet-dev/rnet/faults=^(TestSoak|TestManyConnections)$$
+               github.com/rnet-dev/rnet/faults=^(TestSoak|TestManyConnections)$$ \
+               github.com/rnet-dev/rnet/interop=^(TestPreloadBulkCShutdownFirst|TestPreloadBulkRnetCloseWriteFirst)$$
 # The device package that runs last in the lab's guest: removal deletes an RDMA device.
 DEVICE_LAST = github.com/rnet-dev/rnet/faults/removal
 # The device tier runs at full length only with RNET_SOAK=1, which CI sets; otherwise
 # -short: 64 MiB soaks instead of 1 GiB, 100 churn cycles instead of 1000, 100 idle
 # connections instead of 1000, 20 release cycles instead of 200, 50 busy connections instead
-# of 200 (faults' soak and busy connections keep the -short length under -race and run at
-# full length in NORACE_TESTS).
+# of 200, 8 MiB each way through socat instead of 64 (faults' soak and busy connections and
+# interop's socat bulk tests keep the -short length under -race and run at full length in
+# NORACE_TESTS).
 SHORT = $(if $(filter 1,$(RNET_SOAK)),,-short)
 # Every Go module in the repository: the core at the root and the nested ones (a directory
 # with its own go.mod) that keep gRPC and the benchmark tools' requirements out of the
