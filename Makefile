@@ -49,12 +49,13 @@ DEVICE_MODPKGS = $(foreach m,$(MODULES),$(addprefix $(m):,$(call device_pkgs,$(m
 # $(call norace_test,ENV): NORACE_TESTS' tests on this host, one `go test` each.
 norace_test = $(foreach t,$(NORACE_TESTS),$(1) $(GO) test -count=1 $(SHORT) -run '$(lastword $(subst =, ,$(t)))' $(firstword $(subst =, ,$(t)))$(newline))
 
-.PHONY: test test-host fuzz lab-selftest lab-smoke test-device test-hosts test-native lab-shell build-deps
-# In the lab the smoke check runs first in the device tier's guest (one boot fewer).
+.PHONY: test test-host fuzz lab-selftest fuzz-and-selftest lab-smoke test-device test-hosts test-native lab-shell build-deps
+# In the lab the smoke check runs first in the device tier's guest (one boot fewer), and the
+# self-test runs beside fuzzing (fuzz-and-selftest).
 ifeq ($(RNET_NATIVE),1)
 TEST_STAGES = test-host fuzz lab-selftest lab-smoke test-device test-hosts
 else
-TEST_STAGES = test-host fuzz lab-selftest test-device test-hosts
+TEST_STAGES = test-host fuzz-and-selftest test-device test-hosts
 endif
 # $(call stages,TARGETS,$(MAKE)): make each target in turn, with a line when it starts and
 # one with its duration when it ends, so that a log shows where the time went. ($(MAKE) is
@@ -107,6 +108,18 @@ fuzz: build-deps
 	    done; \
 	  done; \
 	done
+
+# fuzz and lab-selftest at once: the self-test's guests mostly wait (its timeout check
+# idles a minute) and time nothing, and each fuzz run counts inputs rather than time, so
+# neither can fail for the other's load. The self-test's output follows fuzzing's, with its
+# own duration.
+fuzz-and-selftest: build-deps
+	@out=$$(mktemp); t0=$$(date +%s); \
+	{ $(MAKE) --no-print-directory lab-selftest >$$out 2>&1; echo "$$? $$(( $$(date +%s) - t0 ))" >$$out.rc; } & \
+	$(MAKE) --no-print-directory fuzz; fuzz=$$?; \
+	wait; read -r self secs <$$out.rc; cat $$out; rm -f $$out $$out.rc; \
+	echo "== lab-selftest (beside fuzz): $$( [ $$self = 0 ] && echo passed || echo FAILED) in $$secs s"; \
+	[ $$fuzz = 0 ] && [ $$self = 0 ]
 
 ifeq ($(RNET_NATIVE),1)
 lab-selftest:
