@@ -98,9 +98,13 @@ host-unit:
 # Each fuzz target for a short run: enough to catch a regression in a decoder, not a search.
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can fail a run at its
 # deadline with a bare "context deadline exceeded" on a busy machine (golang/go#75804).
+# go test -list builds and runs a package's tests, so it is asked only of the packages whose
+# test files declare a func Fuzz: go list names their files without building anything.
+fuzz_pkgs = $(GO) -C $(1) list -f '{{$$d := .Dir}}{{.ImportPath}}{{range .TestGoFiles}} {{$$d}}/{{.}}{{end}}{{range .XTestGoFiles}} {{$$d}}/{{.}}{{end}}' ./... | \
+	  while read -r pkg files; do [ -n "$$files" ] && grep -q '^func Fuzz' $$files && echo "$$pkg"; done
 fuzz: build-deps
 	@for mod in $(MODULES); do \
-	  for pkg in $$($(GO) -C $$mod list ./...); do \
+	  for pkg in $$($(call fuzz_pkgs,$$mod)); do \
 	    for f in $$($(GO) -C $$mod test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
 	      echo "fuzz $$pkg $$f ($(FUZZTIME))"; t0=$$(date +%s); \
 	      $(GO) -C $$mod test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >/tmp/rnet-fuzz.log 2>&1 || { cat /tmp/rnet-fuzz.log; exit 1; }; \
