@@ -5,18 +5,21 @@ GO        ?= go
 VM        := $(CURDIR)/scripts/softroce-vm
 FUZZTIME  ?= 300000x
 # Device tests run once more without -race, as PACKAGE=REGEXP: those whose checks hold only
-# without it (allocations per call), and faults' volume tests, whose worth at full length is
-# volume and checksums (under -race, which slows each access several times over, they run as
-# with -short: a 64 MiB soak, 50 busy connections).
+# without it (allocations per call), and the volume tests of faults and interop, whose worth
+# at full length is volume and checksums (under -race, which slows each access several
+# times over, they run as with -short: a 64 MiB soak, 50 busy connections, 8 MiB each way
+# through socat under librspreload).
 NORACE_TESTS = github.com/rnet-dev/rnet/internal/cm=^TestConnectWriteImmDisconnect$$ \
-               github.com/rnet-dev/rnet/faults=^(TestSoak|TestManyConnections)$$
-# Device packages that need a guest of their own in the lab: removal deletes an RDMA device.
-DEVICE_OWN_GUEST = github.com/rnet-dev/rnet/faults/removal
+               github.com/rnet-dev/rnet/faults=^(TestSoak|TestManyConnections)$$ \
+               github.com/rnet-dev/rnet/interop=^(TestPreloadBulkCShutdownFirst|TestPreloadBulkRnetCloseWriteFirst)$$
+# The device package that runs last in the lab's guest: removal deletes an RDMA device.
+DEVICE_LAST = github.com/rnet-dev/rnet/faults/removal
 # The device tier runs at full length only with RNET_SOAK=1, which CI sets; otherwise
 # -short: 64 MiB soaks instead of 1 GiB, 100 churn cycles instead of 1000, 100 idle
 # connections instead of 1000, 20 release cycles instead of 200, 50 busy connections instead
-# of 200 (faults' soak and busy connections keep the -short length under -race and run at
-# full length in NORACE_TESTS).
+# of 200, 8 MiB each way through socat instead of 64 (faults' soak and busy connections and
+# interop's socat bulk tests keep the -short length under -race and run at full length in
+# NORACE_TESTS).
 SHORT = $(if $(filter 1,$(RNET_SOAK)),,-short)
 # Every Go module in the repository: the core at the root and the nested ones (a directory
 # with its own go.mod) that keep gRPC and the benchmark tools' requirements out of the
@@ -46,12 +49,13 @@ DEVICE_MODPKGS = $(foreach m,$(MODULES),$(addprefix $(m):,$(call device_pkgs,$(m
 # $(call norace_test,ENV): NORACE_TESTS' tests on this host, one `go test` each.
 norace_test = $(foreach t,$(NORACE_TESTS),$(1) $(GO) test -count=1 $(SHORT) -run '$(lastword $(subst =, ,$(t)))' $(firstword $(subst =, ,$(t)))$(newline))
 
-.PHONY: test test-host fuzz lab-selftest lab-smoke test-device test-hosts test-native lab-shell build-deps
-# In the lab the smoke check runs first in the device tier's guest (one boot fewer).
+.PHONY: test test-host fuzz lab-selftest fuzz-and-selftest lab-smoke test-device test-hosts test-native lab-shell build-deps
+# In the lab the smoke check runs first in the device tier's guest (one boot fewer), and the
+# self-test runs beside fuzzing (fuzz-and-selftest).
 ifeq ($(RNET_NATIVE),1)
 TEST_STAGES = test-host fuzz lab-selftest lab-smoke test-device test-hosts
 else
-TEST_STAGES = test-host fuzz lab-selftest test-device test-hosts
+TEST_STAGES = test-host fuzz-and-selftest test-device test-hosts
 endif
 # $(call stages,TARGETS,$(MAKE)): make each target in turn, with a line when it starts and
 # one with its duration when it ends, so that a log shows where the time went. ($(MAKE) is
@@ -94,9 +98,13 @@ host-unit:
 # Each fuzz target for a short run: enough to catch a regression in a decoder, not a search.
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can fail a run at its
 # deadline with a bare "context deadline exceeded" on a busy machine (golang/go#75804).
+# go test -list builds and runs a package's tests, so it is asked only of the packages whose
+# test files declare a func Fuzz: go list names their files without building anything.
+fuzz_pkgs = $(GO) -C $(1) list -f '{{$$d := .Dir}}{{.ImportPath}}{{range .TestGoFiles}} {{$$d}}/{{.}}{{end}}{{range .XTestGoFiles}} {{$$d}}/{{.}}{{end}}' ./... | \
+	  while read -r pkg files; do [ -n "$$files" ] && grep -q '^func Fuzz' $$files && echo "$$pkg"; done
 fuzz: build-deps
 	@for mod in $(MODULES); do \
-	  for pkg in $$($(GO) -C $$mod list ./...); do \
+	  for pkg in $$($(call fuzz_pkgs,$$mod)); do \
 	    for f in $$($(GO) -C $$mod test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
 	      echo "fuzz $$pkg $$f ($(FUZZTIME))"; t0=$$(date +%s); \
 	      $(GO) -C $$mod test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >/tmp/rnet-fuzz.log 2>&1 || { cat /tmp/rnet-fuzz.log; exit 1; }; \
@@ -104,6 +112,18 @@ fuzz: build-deps
 	    done; \
 	  done; \
 	done
+
+# fuzz and lab-selftest at once: the self-test's guests mostly wait (its timeout check
+# idles a minute) and time nothing, and each fuzz run counts inputs rather than time, so
+# neither can fail for the other's load. The self-test's output follows fuzzing's, with its
+# own duration.
+fuzz-and-selftest: build-deps
+	@out=$$(mktemp); t0=$$(date +%s); \
+	{ $(MAKE) --no-print-directory lab-selftest >$$out 2>&1; echo "$$? $$(( $$(date +%s) - t0 ))" >$$out.rc; } & \
+	$(MAKE) --no-print-directory fuzz; fuzz=$$?; \
+	wait; read -r self secs <$$out.rc; cat $$out; rm -f $$out $$out.rc; \
+	echo "== lab-selftest (beside fuzz): $$( [ $$self = 0 ] && echo passed || echo FAILED) in $$secs s"; \
+	[ $$fuzz = 0 ] && [ $$self = 0 ]
 
 ifeq ($(RNET_NATIVE),1)
 lab-selftest:
@@ -121,12 +141,12 @@ lab-selftest:
 lab-smoke:
 	$(VM) scripts/softroce/smoke.sh
 # Every device package compiled on the host, then run one after another in one guest (a
-# boot costs about 30 s) after the smoke check, DEVICE_OWN_GUEST's each in a guest of its
-# own, NORACE_TESTS last in the shared one; a line per package as go test's.
+# boot costs about 30 s) after the smoke check, NORACE_TESTS after the others and
+# DEVICE_LAST last of all; a line per package as go test's.
 test-device: build-deps
 	@[ -n "$(DEVICE_MODPKGS)" ] || { echo "no device-tier packages found"; exit 1; }
 	GO=$(GO) scripts/softroce/device-tier.sh -smoke $(SHORT) -timeout 20m -list $(DEVICE_TESTS) \
-	  $(addprefix -own ,$(DEVICE_OWN_GUEST)) $(foreach t,$(NORACE_TESTS),-norace '$(t)') \
+	  $(addprefix -last ,$(DEVICE_LAST)) $(foreach t,$(NORACE_TESTS),-norace '$(t)') \
 	  $(DEVICE_MODPKGS)
 endif
 

@@ -19,7 +19,7 @@
 //
 // Tests that change the lab (netem) restore it with t.Cleanup. Removing
 // the RDMA device under traffic (DEVICE_REMOVAL) is destructive, so it lives
-// in faults/removal, which gets a guest of its own.
+// in faults/removal, which the lab runs after every other package.
 //
 // Knobs: RNET_SOAK_BYTES scales the soak (default 1 GiB); -short shrinks
 // every suite.

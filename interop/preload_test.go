@@ -106,7 +106,17 @@ func TestPreloadCurlHTTP(t *testing.T) {
 	}
 }
 
-const bulkSize = 64 << 20
+// bulkSize is what each preload bulk test sends each way: 64 MiB, or 8 MiB
+// (still dozens of wraps of either end's largest ring) with -short or under
+// the race detector, which slows rnet's side several times over while
+// socat's runs at full speed. Their worth at full length is volume and
+// checksums; make test-device runs them once more without the detector.
+func bulkSize() int {
+	if testing.Short() || raceEnabled {
+		return 8 << 20
+	}
+	return 64 << 20
+}
 
 // socatArgs connects socat's stdio to addr over rsocket (under the preload)
 // from the client address. -t: once one direction has ended, wait this long
@@ -123,16 +133,18 @@ func readAllSum(c io.Reader) (int64, string, error) {
 	return n, hex.EncodeToString(h.Sum(nil)), err
 }
 
-// TestPreloadBulkCShutdownFirst: socat under librspreload sends 64 MiB and
-// shuts down its write side (its stdin ended); rnet must read exactly those
-// bytes and then io.EOF, and can still send: 64 MiB back, then CloseWrite,
-// after which socat reads EOF and exits 0. Checksums both ways.
+// TestPreloadBulkCShutdownFirst: socat under librspreload sends bulkSize
+// bytes and shuts down its write side (its stdin ended); rnet must read
+// exactly those bytes and then io.EOF, and can still send: as many back,
+// then CloseWrite, after which socat reads EOF and exits 0. Checksums both
+// ways.
 func TestPreloadBulkCShutdownFirst(t *testing.T) {
 	pair := rdmatest.Require(t)
 	socat := need(t, "socat")
 	env := preloadEnv(t)
 	ln, ap := listen(t, pair.Server, nil)
-	up, down := randomBytes(3, bulkSize), randomBytes(4, bulkSize)
+	size := bulkSize()
+	up, down := randomBytes(3, size), randomBytes(4, size)
 	in, err := os.Open(writeFile(t, "up", up))
 	if err != nil {
 		t.Fatal(err)
@@ -154,8 +166,8 @@ func TestPreloadBulkCShutdownFirst(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading C's data: %d bytes, then %v; socat:\n%s", n, err, peer.out.String())
 	}
-	if n != bulkSize || s != sum(up) {
-		t.Fatalf("C to rnet: %d bytes, sha256 %s; want %d, %s", n, s, bulkSize, sum(up))
+	if n != int64(size) || s != sum(up) {
+		t.Fatalf("C to rnet: %d bytes, sha256 %s; want %d, %s", n, s, size, sum(up))
 	}
 	upTime := time.Since(t0)
 	// The peer's write side is shut; ours is still open.
@@ -172,16 +184,16 @@ func TestPreloadBulkCShutdownFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != bulkSize || sum(got) != sum(down) {
-		t.Fatalf("rnet to C: socat wrote %d bytes, sha256 %s; want %d, %s", len(got), sum(got), bulkSize, sum(down))
+	if len(got) != size || sum(got) != sum(down) {
+		t.Fatalf("rnet to C: socat wrote %d bytes, sha256 %s; want %d, %s", len(got), sum(got), size, sum(down))
 	}
-	t.Logf("64 MiB C->rnet in %v (%.1f MB/s), rnet->C in %v (%.1f MB/s)", upTime.Round(time.Millisecond),
-		bulkSize/upTime.Seconds()/1e6, downTime.Round(time.Millisecond), bulkSize/downTime.Seconds()/1e6)
+	t.Logf("%d MiB C->rnet in %v (%.1f MB/s), rnet->C in %v (%.1f MB/s)", size>>20, upTime.Round(time.Millisecond),
+		float64(size)/upTime.Seconds()/1e6, downTime.Round(time.Millisecond), float64(size)/downTime.Seconds()/1e6)
 }
 
-// TestPreloadBulkRnetCloseWriteFirst: the other way round. rnet sends 64
-// MiB and calls CloseWrite first, while socat is still sending its own 64
-// MiB; socat must see rnet's data then EOF, and rnet must go on reading
+// TestPreloadBulkRnetCloseWriteFirst: the other way round. rnet sends
+// bulkSize bytes and calls CloseWrite first, while socat is still sending
+// as many; socat must see rnet's data then EOF, and rnet must go on reading
 // until socat's stdin ends and socat shuts down its write side (EOF).
 // socat 1.7.4 under the preload exits as soon as it has read EOF, even with
 // -t, so the order "C reads EOF, then C sends" is not forced here; what is
@@ -191,7 +203,8 @@ func TestPreloadBulkRnetCloseWriteFirst(t *testing.T) {
 	socat := need(t, "socat")
 	env := preloadEnv(t)
 	ln, ap := listen(t, pair.Server, nil)
-	up, down := randomBytes(5, bulkSize), randomBytes(6, bulkSize)
+	size := bulkSize()
+	up, down := randomBytes(5, size), randomBytes(6, size)
 	in, err := os.Open(writeFile(t, "up", up))
 	if err != nil {
 		t.Fatal(err)
@@ -224,15 +237,15 @@ func TestPreloadBulkRnetCloseWriteFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-toRnet
-	if r.err != nil || r.n != bulkSize || r.sum != sum(up) {
-		t.Fatalf("C to rnet: %d bytes, sha256 %s, %v; want %d, %s; socat:\n%s", r.n, r.sum, r.err, bulkSize, sum(up), peer.out.String())
+	if r.err != nil || r.n != int64(size) || r.sum != sum(up) {
+		t.Fatalf("C to rnet: %d bytes, sha256 %s, %v; want %d, %s; socat:\n%s", r.n, r.sum, r.err, size, sum(up), peer.out.String())
 	}
 	peer.wait(t)
 	got, err := os.ReadFile(outPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != bulkSize || sum(got) != sum(down) {
-		t.Fatalf("rnet to C: socat wrote %d bytes, sha256 %s; want %d, %s", len(got), sum(got), bulkSize, sum(down))
+	if len(got) != size || sum(got) != sum(down) {
+		t.Fatalf("rnet to C: socat wrote %d bytes, sha256 %s; want %d, %s", len(got), sum(got), size, sum(down))
 	}
 }

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # device-tier.sh: make test-device in the Soft-RoCE lab. Compiles each device package's
 # tests on the host (go test -c -race), then runs them all in one guest (run-tests.sh), so
-# the tier pays for one boot instead of one per package; a package named with -own gets a
-# guest of its own (it destroys part of the lab). The tests that count what the race
+# the tier pays for one boot instead of one per package. The tests that count what the race
 # detector would distort run once more, compiled without it, in the same guest.
 #
-#   device-tier.sh [-smoke] [-short] [-v] [-timeout D] [-list FILE] [-own PKG]... [-norace PKG=REGEXP]... MODULE:PKG...
+#   device-tier.sh [-smoke] [-short] [-v] [-timeout D] [-list FILE] [-last PKG] [-norace PKG=REGEXP]... MODULE:PKG...
 #
+# -last PKG: PKG runs after every other run in the guest, since it changes the lab for good
+# (faults/removal deletes a device); its tests are in the list like any others.
 # -v: every package's output, as go test -v.
-# -smoke: the shared guest first runs smoke.sh (make lab-smoke), and no test if it fails,
+# -smoke: the guest first runs smoke.sh (make lab-smoke), and no test if it fails,
 # so a broken lab fails fast with the step named and costs no boot of its own.
 # -list FILE: the tests that asked for a device in the host tier (RNET_DEVICE_TESTS,
 # internal/rdmatest): only those run in the guest, since the others passed on the host
@@ -20,14 +21,14 @@
 # no test fails (run-tests.sh).
 #
 # Output is go test's: one "ok" or "FAIL" line per package, a failing package's output above
-# its line. Environment: GO (default go), RNET_VM_TIMEOUT (seconds for each guest, default
-# 5400 for the shared one).
+# its line. Environment: GO (default go), RNET_VM_TIMEOUT (seconds for the guest, default
+# 5400).
 set -euo pipefail
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 vm=$here/../softroce-vm
 go=${GO:-go}
-short= timeout=20m list= smoke= verbose=
-own=() norace=() pkgs=()
+short= timeout=20m list= smoke= verbose= last=
+norace=() pkgs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -short) short=-test.short ;;
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
     -v) verbose=-test.v ;;
     -timeout) timeout=$2; shift ;;
     -list) list=$2; shift ;;
-    -own) own+=("$2"); shift ;;
+    -last) [ -z "$last" ] || { echo "device-tier.sh: one -last package at most" >&2; exit 2; }; last=$2; shift ;;
     -norace) norace+=("$2"); shift ;;
     -*) echo "device-tier.sh: unknown flag $1" >&2; exit 2 ;;
     *) pkgs+=("$1") ;;
@@ -77,14 +78,13 @@ trap 'rm -rf "$work"' EXIT
 : >"$work/shared.plan"
 flags="-test.count=1 -test.timeout=$timeout${short:+ $short}${verbose:+ $verbose}"
 i=0
-is_own() { local o; for o in "${own[@]}"; do [ "$o" = "$1" ] && return 0; done; return 1; }
 for mp in "${pkgs[@]}"; do
   mod=${mp%%:*} pkg=${mp#*:}
   dir=${dirs[$i]}
   i=$((i + 1))
   bin=$work/$i-$(basename "$pkg").test
   plan=$work/shared.plan
-  if is_own "$pkg"; then plan=$work/own-$i.plan; fi
+  if [ "$pkg" = "$last" ]; then plan=$work/last.plan; fi
   run=
   if [ -n "$list" ]; then
     run=$(awk -F'\t' -v d="$dir" '$1 == d && !seen[$2]++ {printf "%s%s", n++ ? "|" : "", $2}' "$list")
@@ -105,9 +105,12 @@ for mp in "${pkgs[@]}"; do
     printf '%s\t%s\t%s\t%s\n' "$pkg (without -race)" "$dir" "$nbin" "$flags -test.run=${nr#*=}" >>"$work/norace.plan"
   done
 done
-# The runs without the race detector come last: they are the few tests the race
-# detector would distort, and a failure among the others is the likelier one to read first.
+# The runs without the race detector come after the others: they are the few tests the
+# race detector would distort, and a failure among the others is the likelier one to read
+# first. The -last package comes last of all (run-tests.sh checks the lab after every run
+# but the last).
 [ -f "$work/norace.plan" ] && cat "$work/norace.plan" >>"$work/shared.plan"
+[ -f "$work/last.plan" ] && cat "$work/last.plan" >>"$work/shared.plan"
 
 rc=0
 if [ -n "$smoke" ]; then
@@ -116,8 +119,4 @@ if [ -n "$smoke" ]; then
 elif [ -s "$work/shared.plan" ]; then
   RNET_VM_TIMEOUT=${RNET_VM_TIMEOUT:-5400} "$vm" "$here/run-tests.sh" "$work/shared.plan" || rc=1
 fi
-for p in "$work"/own-*.plan; do
-  [ -e "$p" ] || continue
-  "$vm" "$here/run-tests.sh" "$p" || rc=1
-done
 exit $rc
