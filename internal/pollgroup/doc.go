@@ -42,11 +42,7 @@
 // that resends for every connection can take long. What the holder polls
 // it hands over, and the rest reaches a member through the leader once it
 // waits, or through CollectAll (which does wait for pollMu, once per
-// drain). While a caller waits for pollMu (lockPoll counts them), a step
-// with sends posts them in a crossing of its own before it takes the
-// lock: a software device (rxe, siw) makes the transfer inside the post,
-// which can take long while it resends for every connection, and the
-// waiter then waits for polls alone. verbs.QP.Step takes no lock of its own
+// drain). verbs.QP.Step takes no lock of its own
 // for the crossing (see there; lists longer than one crossing carries are
 // posted ahead with PostRecv and PostSend, which read-hold the QP's). A step that polls hands what it found to the other members
 // before it lets go of pollMu: each hand-over takes that member's mu for a

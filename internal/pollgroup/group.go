@@ -55,19 +55,6 @@ func (g *Group) Reserve(depth, cqEntries, recvs int) (*Member, bool) {
 	return m, true
 }
 
-// lockPoll takes pollMu, counted in pollWaiters while it waits: a step
-// with sends then posts them before it takes the lock (see Member.Step),
-// so that the waiter waits for a poll, not for a post that a software
-// device (rxe, siw) makes its transfer in.
-func (g *Group) lockPoll() {
-	if g.pollMu.TryLock() {
-		return
-	}
-	g.pollWaiters.Add(1)
-	g.pollMu.Lock()
-	g.pollWaiters.Add(-1)
-}
-
 // drainLocked polls the CQ until it is empty or for maxDrainRounds polls,
 // whichever comes first, doing what flags ask in the first crossing, and
 // hands each completion to its member. cut says it stopped at the bound
@@ -139,14 +126,14 @@ func (g *Group) collectPastLocked(mark cqMark) {
 				hooks.BetweenDrains(g)
 			}
 			runtime.Gosched()
-			g.lockPoll()
+			g.pollMu.Lock()
 		}
 	}
 }
 
 // collectAll hands out everything in the CQ now.
 func (g *Group) collectAll() {
-	g.lockPoll()
+	g.pollMu.Lock()
 	g.collectPastLocked(g.markLocked())
 	g.pollMu.Unlock()
 }
@@ -156,7 +143,7 @@ func (g *Group) collectAll() {
 // when a bounded drain left completions that may have no event: the leader
 // must then look again rather than park.
 func (g *Group) armForLeader(leader *Member) (parkable bool) {
-	g.lockPoll()
+	g.pollMu.Lock()
 	defer g.pollMu.Unlock()
 	g.stepper = leader
 	defer func() { g.stepper = nil }()
@@ -182,7 +169,7 @@ func (g *Group) armForLeader(leader *Member) (parkable bool) {
 // send half only if members need it: the event may have been its) and
 // hands out what it holds.
 func (g *Group) takeEvent(leader *Member) {
-	g.lockPoll()
+	g.pollMu.Lock()
 	g.stepper = leader
 	flags := verbs.StepTakeEvent | verbs.StepArm
 	g.armed = true
@@ -261,7 +248,7 @@ func (g *Group) deliverLocked(wcs []wr.Completion) (wokeOthers bool) {
 
 // fail fails every member with the CQ's error.
 func (g *Group) fail(err error) {
-	g.lockPoll()
+	g.pollMu.Lock()
 	g.failLocked(err)
 	g.pollMu.Unlock()
 }
@@ -288,7 +275,7 @@ func (g *Group) failLocked(err error) {
 // drain at a time, and its room stays reserved until m is gone. The last
 // member to leave destroys the CQ.
 func (g *Group) leave(m *Member, destroyQP func() error) error {
-	g.lockPoll()
+	g.pollMu.Lock()
 	var err error
 	if destroyQP != nil {
 		err = destroyQP()
@@ -313,7 +300,7 @@ func (g *Group) leave(m *Member, destroyQP func() error) error {
 	// Under pollMu, which every poll and every refill of the shared
 	// receive queue holds: with no member left none comes, and this
 	// orders the destruction after the last (see verbs.CQ.Step).
-	g.lockPoll()
+	g.pollMu.Lock()
 	if g.srq != nil {
 		err = errors.Join(err, g.srq.rq.Destroy())
 	}
@@ -349,7 +336,7 @@ func (g *Group) Closed() bool {
 // queue pair number that found no member means a completion lost to its
 // connection.
 func (g *Group) Strays() uint64 {
-	g.lockPoll()
+	g.pollMu.Lock()
 	defer g.pollMu.Unlock()
 	return g.strays
 }

@@ -1,7 +1,6 @@
 package pollgroup
 
 import (
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/simfabric"
 	"github.com/rnet-dev/rnet/internal/simqp"
-	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
 
@@ -150,92 +148,5 @@ func TestCollectAllWaitsForHandOver(t *testing.T) {
 	h.handOver()
 	if got := <-res; got.n != 1 || got.err != nil || got.wc.ID != 7 {
 		t.Fatalf("step after CollectAll = %d, %v, %+v; want the completion the poll in progress held", got.n, got.err, got.wc)
-	}
-}
-
-// stepCrossing is what one crossing of a member's step did.
-type stepCrossing struct {
-	sends, polls int // sends posted; completions it could poll
-	locked       bool
-}
-
-// recordQP records its crossings, and whether the poll lock was held in
-// each.
-type recordQP struct {
-	num       uint32
-	g         *Group
-	crossings []stepCrossing
-}
-
-func (q *recordQP) Num() uint32 { return q.num }
-
-func (q *recordQP) Step(_ *verbs.CQ, _ verbs.StepFlags, _ []wr.Recv, sends []wr.Send, out []wr.Completion, _ int) (int, error) {
-	locked := !q.g.pollMu.TryLock()
-	if !locked {
-		q.g.pollMu.Unlock()
-	}
-	q.crossings = append(q.crossings, stepCrossing{sends: len(sends), polls: len(out), locked: locked})
-	return 0, nil
-}
-
-// TestStepPostsBeforeAWaitedPollLock: a step with sends to post, while
-// another caller waits for the poll lock (the leader, a drain), posts them
-// in a crossing of its own before it takes the lock, so that the waiter
-// waits for a poll and not for a transfer a software device makes inside
-// the post; with nobody waiting it posts and polls in one crossing.
-func TestStepPostsBeforeAWaitedPollLock(t *testing.T) {
-	f := simfabric.New(1, simfabric.Options{Auto: true})
-	cq := simqp.NewGroupCQ(f.NewCQ(simfabric.CQOptions{}), ErrInterrupted)
-	g := New(cq, nil)
-	m, ok := g.Reserve(8, 8, 0)
-	if !ok {
-		t.Fatal("the group's CQ is full")
-	}
-	q := &recordQP{num: 1, g: g}
-	m.Attach(q, nil)
-	defer func() {
-		m.Stop()
-		if err := g.leave(m, nil); err != nil {
-			t.Error(err)
-		}
-		<-cq.Destroyed()
-	}()
-	out := make([]wr.Completion, 4)
-	send := []wr.Send{{ID: 1, Op: wr.OpWrite, Signaled: true}}
-
-	if _, err := m.Step(nil, send, out, 1); err != nil {
-		t.Fatal(err)
-	}
-	if want := []stepCrossing{{sends: 1, polls: batch, locked: true}}; !slices.Equal(q.crossings, want) {
-		t.Fatalf("a step with nobody waiting for the poll lock crossed %+v; want %+v", q.crossings, want)
-	}
-
-	q.crossings = nil
-	g.pollWaiters.Add(1) // a caller in lockPoll, between two holders
-	defer g.pollWaiters.Add(-1)
-	if _, err := m.Step(nil, send, out, 1); err != nil {
-		t.Fatal(err)
-	}
-	if want := []stepCrossing{{sends: 1, polls: 0, locked: false}, {sends: 0, polls: batch, locked: true}}; !slices.Equal(q.crossings, want) {
-		t.Fatalf("a step while another waits for the poll lock crossed %+v; want %+v", q.crossings, want)
-	}
-}
-
-// TestLockPollCountsWaiters: a caller waiting for the poll lock is counted
-// until it has it.
-func TestLockPollCountsWaiters(t *testing.T) {
-	g := New(nil, nil)
-	g.pollMu.Lock()
-	took := make(chan struct{})
-	go func() {
-		g.lockPoll()
-		close(took)
-		g.pollMu.Unlock()
-	}()
-	conntest.Until(t, "the caller to be counted as waiting", func() bool { return g.pollWaiters.Load() == 1 })
-	g.pollMu.Unlock()
-	<-took
-	if n := g.pollWaiters.Load(); n != 0 {
-		t.Fatalf("%d waiters counted after the caller took the lock", n)
 	}
 }

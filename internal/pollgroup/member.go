@@ -22,7 +22,7 @@ func (m *Member) SRQ() *verbs.SRQ { return m.g.deviceSRQ }
 func (m *Member) Attach(qp QP, onCutOff func()) {
 	g := m.g
 	num := qp.Num()
-	g.lockPoll()
+	g.pollMu.Lock()
 	if gone := g.members[num]; gone != nil && gone.leaving {
 		g.collectPastLocked(gone.leftAt)
 	}
@@ -44,17 +44,7 @@ func (m *Member) Attach(qp QP, onCutOff func()) {
 func (m *Member) Step(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	recvs = m.accountRecvs(recvs)
 	g := m.g
-	poll := len(out) > 0 && m.pending() == 0
-	if poll && len(sends) > 0 && g.pollWaiters.Load() > 0 {
-		// Others wait for the poll lock (the leader, a drain): post
-		// before taking it, in a crossing of its own, so that they
-		// wait for this step's poll and not for its sends.
-		if err := m.post(recvs, sends); err != nil {
-			return 0, err
-		}
-		recvs, sends = nil, nil
-	}
-	if poll && g.pollMu.TryLock() {
+	if len(out) > 0 && m.pending() == 0 && g.pollMu.TryLock() {
 		var err error
 		if g.err == nil { // else m has failed with it: take says so
 			var k int
@@ -75,20 +65,14 @@ func (m *Member) Step(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tri
 		}
 		return m.take(out)
 	}
-	if err := m.post(recvs, sends); err != nil {
-		return 0, err
+	if len(recvs) > 0 || len(sends) > 0 {
+		_, err := m.qp.Step(nil, 0, recvs, sends, nil, 0)
+		m.noteCrossing()
+		if err != nil {
+			return 0, err
+		}
 	}
 	return m.take(out)
-}
-
-// post posts recvs and sends, if any, in a crossing that does not poll.
-func (m *Member) post(recvs []wr.Recv, sends []wr.Send) error {
-	if len(recvs) == 0 && len(sends) == 0 {
-		return nil
-	}
-	_, err := m.qp.Step(nil, 0, recvs, sends, nil, 0)
-	m.noteCrossing()
-	return err
 }
 
 // NeedSends says whether m's connection needs the completions of its
@@ -99,7 +83,7 @@ func (m *Member) post(recvs []wr.Recv, sends []wr.Send) error {
 // a crossing, if a leader may be parked without it.
 func (m *Member) NeedSends(on bool) {
 	g := m.g
-	g.lockPoll()
+	g.pollMu.Lock()
 	g.needSendsLocked(m, on)
 	g.pollMu.Unlock()
 }

@@ -55,9 +55,6 @@ type Group struct {
 	// spinner is the member whose caller busy-polls the CQ for the whole
 	// group, if any (see TrySpin); atomic, taken by compare-and-swap.
 	spinner atomic.Pointer[Member]
-	// pollWaiters counts the callers waiting for pollMu in lockPoll
-	// (atomic).
-	pollWaiters atomic.Int32
 
 	// lmu guards the lead: the member waiting on the channel for the
 	// group, and the followers waiting for it to hand over, oldest first.
