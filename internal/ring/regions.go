@@ -159,7 +159,9 @@ func (e *Engine) RingSizes() (send, recv int) { return len(e.sbuf), len(e.rbuf) 
 // Quiet is called by the driver at a steady pace (rnet: its keepalive or
 // housekeeping tick). If no byte was written since the previous call, the
 // send ring is to shrink to its idle size, and likewise the receive ring
-// if no byte was received. It also lets a declined ring ask again.
+// if no byte was received. It also lets a declined ring ask again. A
+// driver may skip a call (rnet does when its tick ran late or found the
+// peer silent): the next one compares with the last one made.
 func (e *Engine) Quiet() {
 	sendQuiet := e.stats.BytesWritten == e.quietWritten
 	recvQuiet := e.stats.BytesReceived == e.quietReceived

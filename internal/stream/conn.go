@@ -132,10 +132,12 @@ type Conn struct {
 	// keepaliveStalls counts the keepalive ticks in a row that found sends
 	// in flight and not one send completion since the tick before;
 	// keepaliveSendsDone is the count of send completions the last tick
-	// saw, and keepaliveQuietSince when a tick last saw the peer alive.
+	// saw, keepaliveQuietSince when a tick last saw the peer alive, and
+	// lastTick when the last tick ran (see tickLeap).
 	keepaliveStalls     int
 	keepaliveSendsDone  uint64
 	keepaliveQuietSince time.Time
+	lastTick            time.Time
 	keepalive           *time.Timer // keepalives and housekeeping, see tick
 	// keepAlive and linger are Settings.KeepAlive (off unless positive)
 	// and Settings.Linger as SetKeepAlive and SetLinger last changed them;

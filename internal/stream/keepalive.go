@@ -57,19 +57,20 @@ func (c *Conn) tickStep() (gone error) {
 	if c.fatal != nil {
 		return c.peerGoneLocked() // nothing left to keep alive
 	}
+	now := keepaliveNow()
+	leapt := now.Sub(c.lastTick) > tickLeap*c.tickPeriod()
+	c.lastTick = now
 	if c.path != pathUp {
 		// A resume runs: the old path is known gone, the new one is
 		// not the stream's yet.
 		c.keepalive.Reset(c.tickPeriod())
 		return nil
 	}
-	// Rings that moved no byte since the last tick shrink back (the step
-	// below registers the smaller regions).
-	c.eng.Quiet()
 	switch {
 	case c.keepAlive > 0:
-		c.keepaliveLocked()
+		c.keepaliveLocked(now, leapt)
 	default:
+		c.quietLocked(leapt, false)
 		c.driveLocked()
 	}
 	c.keepalive.Reset(c.tickPeriod())
@@ -77,6 +78,23 @@ func (c *Conn) tickStep() (gone error) {
 		return nil // the step found the path failed: a resume runs
 	}
 	return c.peerGoneLocked()
+}
+
+// tickLeap is how many periods after the last tick a tick may run and
+// still count as on time. One that runs later follows a leap of the clock
+// (a paused host) or a process starved of the CPU: the connection's quiet
+// then says nothing about its traffic, and its rings stay as they are.
+const tickLeap = 2
+
+// quietLocked lets rings that moved no byte since the last Quiet shrink
+// back (the step after it registers the smaller regions), unless the tick
+// is late or found the peer silent: shrinking is housekeeping, and a host
+// that has just thawed, or a connection whose peer does not answer, has
+// better use for its time than to map, register, deregister and unmap.
+func (c *Conn) quietLocked(leapt, silent bool) {
+	if !leapt && !silent {
+		c.eng.Quiet()
+	}
 }
 
 // keepaliveLocked probes the peer. A peer gone without a word (its link
@@ -90,18 +108,19 @@ func (c *Conn) tickStep() (gone error) {
 // much. It still waits for a second silent tick, a period after the
 // first: a host whose clock leapt (a paused virtual machine) gives its
 // device that period to resend before the peer is called gone.
-func (c *Conn) keepaliveLocked() {
+func (c *Conn) keepaliveLocked(now time.Time, leapt bool) {
 	c.driveLocked()
 	if c.path != pathUp {
 		return
 	}
-	now := keepaliveNow()
-	if c.keepaliveProgressLocked() {
+	alive := c.keepaliveProgressLocked()
+	if alive {
 		c.keepaliveStalls = 0
 		c.keepaliveQuietSince = now
 	} else {
 		c.keepaliveStalls++
 	}
+	c.quietLocked(leapt, !alive)
 	limit := keepaliveProbes
 	if c.eng.PeerMayLackReceives() {
 		limit = keepaliveProbesBusyPeer

@@ -64,6 +64,7 @@ func (c *Conn) setKeepAliveLocked(period time.Duration) {
 	c.keepAlive = period
 	c.keepaliveStalls = 0
 	c.keepaliveQuietSince = keepaliveNow()
+	c.lastTick = c.keepaliveQuietSince
 	if c.keepalive != nil {
 		c.keepalive.Reset(c.tickPeriod())
 	}

@@ -48,6 +48,7 @@ func Start(qp QueuePair, eng *ring.Engine, set Settings) *Conn {
 	// nothing else orders it after this write.
 	c.mu.Lock()
 	c.keepaliveQuietSince = keepaliveNow()
+	c.lastTick = c.keepaliveQuietSince
 	c.keepalive = time.AfterFunc(c.tickPeriod(), c.tick)
 	c.mu.Unlock()
 	return c

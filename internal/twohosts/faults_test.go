@@ -82,10 +82,9 @@ func massFailureLab(t *testing.T) *hostlab.Lab {
 
 // needThawFix skips TestFreezeLongEndsCleanly unless
 // RNET_FAULTS_MASS_FAILURE=1. A's side passes, but after the thaw B's
-// connections end up to 22 s later, past the keepalive bound: B's
-// keepalive ticks and its connection manager's events wait for connection
-// locks held by callers queued on their poll group's lock, behind steps
-// into an rxe resending for every connection, and behind ring resizes
+// connections end up to 6 s past the keepalive bound: B's keepalive ticks
+// wait for their poll group's lock behind steps into an rxe resending for
+// every connection, while B's own resends stall its process for seconds
 // (docs/performance.md, "Two hosts").
 func needThawFix(t *testing.T) {
 	t.Helper()

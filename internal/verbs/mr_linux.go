@@ -13,13 +13,12 @@ import (
 	"unsafe"
 
 	"github.com/rnet-dev/rnet/internal/lockcount"
-
-	"golang.org/x/sys/unix"
 )
 
-// MR is a registered memory region over its own anonymous mmap. The memory is
-// outside the Go heap, so the GC never moves or frees it while the device
-// may read or write it; it is unmapped by Close, after deregistration.
+// MR is a registered memory region over its own anonymous mmap (see
+// mapMemory). The memory is outside the Go heap, so the GC never moves or
+// frees it while the device may read or write it; it is unmapped by Close,
+// after deregistration.
 type MR struct {
 	mu     lockcount.RWMutex
 	c      *C.struct_ibv_mr
@@ -46,20 +45,20 @@ func (pd *PD) RegisterMR(size int, access Access) (*MR, error) {
 		access |= AccessLocalWrite
 	}
 	page := os.Getpagesize()
-	mem, err := unix.Mmap(-1, 0, (size+page-1)/page*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	mem, err := mapMemory((size + page - 1) / page * page)
 	if err != nil {
 		return nil, &Error{Op: "mmap", Device: pd.ctx.name, Errno: errnoOf(err)}
 	}
 	pd.mu.RLock()
 	defer pd.mu.RUnlock()
 	if pd.c == nil {
-		unix.Munmap(mem)
+		unmapMemory(mem)
 		return nil, &Error{Op: "ibv_reg_mr", Device: pd.ctx.name, Err: errClosed}
 	}
 	CountCgoCall()
 	c, cerr := C.ibv_reg_mr(pd.c, unsafe.Pointer(&mem[0]), C.size_t(len(mem)), C.int(access))
 	if c == nil {
-		unix.Munmap(mem)
+		unmapMemory(mem)
 		errno := errnoOr(cerr, syscall.ENOMEM)
 		e := &Error{Op: "ibv_reg_mr", Device: pd.ctx.name, Errno: errno}
 		if cause := lockedMemoryCause(errno, len(mem)); cause != nil {
@@ -121,7 +120,7 @@ func (mr *MR) Close() error {
 	mr.c = nil
 	held.mrs.Add(-1)
 	held.registeredBytes.Add(-int64(len(mr.mapped)))
-	err := unix.Munmap(mr.mapped)
+	err := unmapMemory(mr.mapped)
 	mr.mem, mr.mapped = nil, nil
 	if err != nil {
 		return &Error{Op: "munmap", Device: mr.dev, Errno: errnoOf(err)}
