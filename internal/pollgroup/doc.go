@@ -5,8 +5,7 @@
 // Completions are handed to their member by queue pair number, into the
 // member's inbox, in the order the CQ gave them. A member that steps polls
 // the CQ itself, in the same crossing into C as its posts, so a spinning
-// Read catches its reply without a wakeup in between; while another
-// goroutine polls, it posts alone and takes what that one hands over.
+// Read catches its reply without a wakeup in between.
 //
 // Members that wait take turns at the channel (leader and followers): the
 // first to wait, the leader, parks in the netpoller on the channel for the
@@ -36,13 +35,7 @@
 //     nothing is taken or waited for under them.
 //
 // At the crossing into C a member's Step holds the caller's connection
-// lock and, when it polls, pollMu; it polls only if pollMu is free, and
-// never waits for it: the caller's connection lock is what that
-// connection's keepalive and events need, and one crossing into a device
-// that resends for every connection can take long. What the holder polls
-// it hands over, and the rest reaches a member through the leader once it
-// waits, or through CollectAll (which does wait for pollMu, once per
-// drain). verbs.QP.Step takes no lock of its own
+// lock and, when it polls, pollMu; verbs.QP.Step takes no lock of its own
 // for the crossing (see there; lists longer than one crossing carries are
 // posted ahead with PostRecv and PostSend, which read-hold the QP's). A step that polls hands what it found to the other members
 // before it lets go of pollMu: each hand-over takes that member's mu for a

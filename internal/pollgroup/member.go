@@ -33,37 +33,42 @@ func (m *Member) Attach(qp QP, onCutOff func()) {
 
 // Step posts recvs and sends on m's queue pair and returns the completions
 // handed to m, up to len(out). When none are waiting it polls the group's
-// CQ in the same crossing, if nobody else polls it now. It never waits for
-// another's poll: its caller holds its connection's lock, which that
-// connection's keepalive and events need, and a device that resends for
-// many connections can make one crossing slow. Whoever polls hands m what
-// it finds; whatever is left in the CQ reaches m through the group's
-// leader once m waits (see Wait), or through CollectAll, which a caller
-// that needs everything completed so far (a drain) calls first. The caller
+// CQ in the same crossing, after whoever polls it now has handed over what
+// they found: a step that finds nothing has seen everything completed
+// before it. A spinning step (tries > 1) does not wait for that: it takes
+// the poll lock only if it is free, since it comes again. The caller
 // serialises m's steps.
 func (m *Member) Step(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	recvs = m.accountRecvs(recvs)
 	g := m.g
-	if len(out) > 0 && m.pending() == 0 && g.pollMu.TryLock() {
-		var err error
-		if g.err == nil { // else m has failed with it: take says so
-			var k int
-			k, err = m.qp.Step(g.deviceCQ, 0, recvs, sends, g.buf, tries)
-			m.noteCrossing()
-			if err == nil {
-				g.notePollLocked(k)
-				g.stepper = m
-				if g.deliverLocked(g.buf[:k]) && tries > 1 {
-					m.spinWoke.Store(true)
+	if len(out) > 0 && m.pending() == 0 {
+		locked := true
+		if tries > 1 {
+			locked = g.pollMu.TryLock()
+		} else {
+			g.pollMu.Lock()
+		}
+		if locked {
+			var err error
+			if g.err == nil { // else m has failed with it: take says so
+				var k int
+				k, err = m.qp.Step(g.deviceCQ, 0, recvs, sends, g.buf, tries)
+				m.noteCrossing()
+				if err == nil {
+					g.notePollLocked(k)
+					g.stepper = m
+					if g.deliverLocked(g.buf[:k]) && tries > 1 {
+						m.spinWoke.Store(true)
+					}
+					g.stepper = nil
 				}
-				g.stepper = nil
 			}
+			g.pollMu.Unlock()
+			if err != nil {
+				return 0, err
+			}
+			return m.take(out)
 		}
-		g.pollMu.Unlock()
-		if err != nil {
-			return 0, err
-		}
-		return m.take(out)
 	}
 	if len(recvs) > 0 || len(sends) > 0 {
 		_, err := m.qp.Step(nil, 0, recvs, sends, nil, 0)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/procstat"
 	"github.com/rnet-dev/rnet/internal/simfabric"
 	"github.com/rnet-dev/rnet/internal/simqp"
@@ -141,4 +142,75 @@ func TestPollGroupMemberOrder(t *testing.T) {
 	if g.strays != 0 {
 		t.Errorf("%d completions for no member", g.strays)
 	}
+}
+
+// TestPollGroupStepWaitsForHandOver: a step that does not spin, finding
+// its inbox empty while another goroutine has polled the CQ and not yet
+// handed over what it found, waits for the hand-over and returns the
+// completion: its caller takes an empty step for an empty CQ, and a drain
+// before a disconnect would otherwise miss the peer's last message.
+func TestPollGroupStepWaitsForHandOver(t *testing.T) {
+	f := simfabric.New(1, simfabric.Options{Auto: true})
+	cq := simqp.NewGroupCQ(f.NewCQ(simfabric.CQOptions{}), ErrInterrupted)
+	g := New(cq, nil)
+	m, ok := g.Reserve(8, 8, 0)
+	if !ok {
+		t.Fatal("the group's CQ is full")
+	}
+	a, _ := f.PairOn(simfabric.Caps{SendDepth: 4, RecvDepth: 4}, simfabric.Caps{}, cq.CQ, nil)
+	m.Attach(&numQP{num: a.QPNum(), poll: func(out []wr.Completion, tries int) (int, error) {
+		return simqp.PollTries(cq.CQ, out, tries)
+	}}, nil)
+
+	// Play a poller caught between its poll and its hand-over.
+	g.pollMu.Lock()
+	if err := a.PostSend([]wr.Send{{ID: 7, Op: wr.OpWrite, Signaled: true}}); err != nil {
+		t.Fatal(err)
+	}
+	held := make([]wr.Completion, 4)
+	n, err := cq.CQ.Poll(held)
+	if n != 1 || err != nil {
+		t.Fatalf("poll: %d, %v", n, err)
+	}
+	type stepResult struct {
+		n   int
+		err error
+		wc  wr.Completion
+	}
+	res := make(chan stepResult, 1)
+	go func() {
+		out := make([]wr.Completion, 4)
+		n, err := m.Step(nil, nil, out, 1)
+		res <- stepResult{n, err, out[0]}
+	}()
+	var got *stepResult
+	conntest.Until(t, "the step to wait for the poll lock or return", func() bool {
+		select {
+		case r := <-res:
+			got = &r
+			return true
+		default:
+		}
+		for _, st := range procstat.Stacks() {
+			if strings.Contains(st, "pollgroup.(*Member).Step") && strings.Contains(st, "sync.(*Mutex).Lock") {
+				return true
+			}
+		}
+		return false
+	})
+	g.deliverLocked(held[:n])
+	g.pollMu.Unlock()
+	if got == nil {
+		r := <-res
+		got = &r
+	}
+	if got.n != 1 || got.err != nil || got.wc.ID != 7 {
+		t.Fatalf("step = %d, %v, %+v; want the completion the poll in progress held", got.n, got.err, got.wc)
+	}
+	m.Stop()
+	f.Kill(a)
+	if err := g.leave(m, nil); err != nil {
+		t.Fatal(err)
+	}
+	<-cq.Destroyed()
 }

@@ -18,9 +18,6 @@ type QueuePair interface {
 	// Step does what flags ask (take the event that woke wait, arm the
 	// CQ), posts recvs, then sends, then polls up to len(out) completions,
 	// polling again while none came up to tries polls: one crossing into C.
-	// A queue pair whose CQ others share polls only while nobody else
-	// does, and otherwise returns what was handed over: a caller that needs
-	// every completion so far calls CollectAll first.
 	Step(flags wr.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error)
 	// Collected reports that completions are waiting which step hands
 	// over without polling (another member of its poll group polled them), so a
