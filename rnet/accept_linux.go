@@ -14,7 +14,6 @@ import (
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/stream"
 	"github.com/rnet-dev/rnet/internal/verbs"
-	"golang.org/x/sys/unix"
 )
 
 // listen binds a listening id to laddr and starts its acceptor.
@@ -75,6 +74,7 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 		handshakeError: handshakeError,
 		log:            logFor(set.logger),
 		acceptDL:       stream.NewDeadline(func() {}),
+		resume:         resumes,
 	}
 	l.requestsDone.L = &l.requestsMu
 	a := &acceptor{l: l, ch: ch, id: id, device: device, set: set, ctx: ctx, resume: resumes,
@@ -154,13 +154,19 @@ func (a *acceptor) run() {
 			continue
 		}
 		a.l.requestBegan()
-		// A resume request is answered before it may take a slot or any
-		// memory: a stranger's costs this listener a look at two bits.
-		offer, err := a.resume.screen(ev.Param.PrivateData)
+		// A resume request's token is checked before the request may take
+		// a slot or any memory: a stranger's costs this listener a hash
+		// and a lookup, and its reject.
+		sc, err := a.resume.screen(ev.Param.PrivateData)
 		if err != nil {
 			a.refuse(ev.ID, err)
 			continue
 		}
+		if sc.resume != nil {
+			a.startResume(ev, *sc.resume)
+			continue
+		}
+		offer := sc.offer
 		slot, err := a.l.admit(a.pending, ev.Param.PrivateData)
 		if err != nil {
 			a.refuse(ev.ID, err)
@@ -229,7 +235,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 		ch.Close()
 		return
 	}
-	nego, err := a.resume.begin(offer, netAddr(id.RemoteAddr()))
+	nego, err := a.resume.begin(offer)
 	if err != nil {
 		a.reject(id, err)
 		id.Close()
@@ -266,7 +272,7 @@ func (a *acceptor) handshake(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot
 	p := ev.Param
 	ours := connParam(eng, false, a.set.transport, q.portMTU)
 	p.PeerMTU = ours.PeerMTU
-	if p.PrivateData, err = nego.reply(ours.PrivateData, id.LocalAddr().Addr()); err != nil {
+	if p.PrivateData, err = nego.reply(ours.PrivateData, id.LocalAddr().Addr(), q.device); err != nil {
 		a.reject(id, err)
 		drop()
 		return
@@ -339,20 +345,23 @@ func (a *acceptor) report(id *cm.ID, err error, refused bool) {
 	}
 }
 
-// memlockLimit is RLIMIT_MEMLOCK's soft limit in bytes, noMemlockLimit if
-// it is unlimited or cannot be read.
+// memlockLimit is what this process may pin: RLIMIT_MEMLOCK's soft limit
+// in bytes, or noMemlockLimit if it is unlimited, cannot be read, or does
+// not apply (CAP_IPC_LOCK in the initial user namespace). A listener reads
+// it once, when it starts: a later setrlimit does not resize its table.
 func memlockLimit() uint64 {
-	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY {
+	limit, exempt, ok := verbs.LockedMemoryLimit()
+	if !ok {
 		return noMemlockLimit
 	}
-	return rl.Cur
+	return pinnable(limit, exempt)
 }
 
-// hostAddrs lists the addresses of the host's RDMA devices, for the
-// replies of a wildcard listener at laddr, device by device (none for
-// another listener, or if the devices cannot be listed).
-func hostAddrs(laddr netip.AddrPort) []netip.Addr {
+// hostAddrs lists the host's RDMA devices and their addresses on this
+// network namespace's interfaces, for the replies of a wildcard listener at
+// laddr (none for another listener, or if the devices cannot be listed).
+// An address is listed once, under the first device that has it.
+func hostAddrs(laddr netip.AddrPort) []hostDevice {
 	if !laddr.Addr().IsUnspecified() {
 		return nil
 	}
@@ -362,18 +371,20 @@ func hostAddrs(laddr netip.AddrPort) []netip.Addr {
 	}
 	ifaces := hostInterfaces()
 	seen := make(map[netip.Addr]bool)
-	var out []netip.Addr
+	var out []hostDevice
 	for _, d := range infos {
 		addrs, err := findDeviceAddrs(infos, nil, d.Name, ifaces)
 		if err != nil {
 			continue
 		}
+		hd := hostDevice{name: d.Name}
 		for _, ip := range addrs {
 			if !seen[ip] {
 				seen[ip] = true
-				out = append(out, ip)
+				hd.addrs = append(hd.addrs, ip)
 			}
 		}
+		out = append(out, hd)
 	}
-	return out
+	return namespaceAddrs(out, ifaces)
 }

@@ -142,7 +142,38 @@ type Config struct {
 	// ignores it, and InfiniBand takes its service level from the subnet
 	// manager's path record. See docs/config.md.
 	TrafficClass int `json:"traffic_class"`
+	// Resume lets a connection between two rnet peers that both set it
+	// outlive its path: when its queue pair fails (a cut wire, a port
+	// down, a device removed), the dialer connects again, through any
+	// local device that reaches the address it dialled or one the
+	// listener named, and the stream goes on with no byte lost or
+	// repeated. Reads and Writes wait meanwhile, at most ResumeTimeout;
+	// their deadlines still apply. A C rsocket peer, or an rnet peer
+	// without it, gets an ordinary connection. What it costs: each side
+	// keeps sent bytes in its send ring until the peer's credit updates
+	// show them received, not only until they left, so a stream needs a
+	// larger SendBufferSize for the same rate (docs/performance.md), and
+	// the connection keeps a receive queue of its own rather than share
+	// its poll group's. Whoever sees the connection manager's messages
+	// on the path can take the connection over (docs/design.md, "What the
+	// token does not protect against"): run TLS over it where the path is
+	// not trusted. Default false.
+	Resume bool `json:"resume"`
+	// ResumeTimeout bounds one resume, from the failure of the path to
+	// the stream moving again on a new one; past it the connection fails
+	// with an error that lists each address tried and why. A listener
+	// keeps the connection, waiting for its dialer, twice as long (at
+	// least 10 s). Only with Resume. Default 5 s; range 100 ms to 1 min.
+	ResumeTimeout time.Duration `json:"resume_timeout_ns"`
 }
+
+// Bounds of Config.ResumeTimeout: the listener's table keeps a connection
+// twice as long, at most resume.MaxTableLifetime.
+const (
+	defaultResumeTimeout = 5 * time.Second
+	minResumeTimeout     = 100 * time.Millisecond
+	maxResumeTimeout     = time.Minute
+)
 
 // defaultBusyPollLimit is the spin limit of a connection that has not
 // measured a park costing more, and maxBusyPollLimit the most a measured
@@ -169,8 +200,10 @@ type settings struct {
 	// logger is the Dialer's or ListenConfig's Logger.
 	logger *slog.Logger
 	// resume offers (dialing) or takes offers of (listening) the resume
-	// extension (see negotiate.go). Off: no Config field sets it yet.
-	resume bool
+	// extension (Config.Resume, negotiate.go); resumeTimeout bounds one
+	// resume (Config.ResumeTimeout with its default).
+	resume        bool
+	resumeTimeout time.Duration
 }
 
 // noDelay is Config.NoDelay of an engine configured with rc, as settings
@@ -199,6 +232,8 @@ func (c *Config) settings() settings {
 		keepAlive:        orDefault(cfg.KeepAlive, stream.DefaultKeepAlive),
 		linger:           orDefault(cfg.Linger, 10*time.Second),
 		handshakeTimeout: orDefault(cfg.HandshakeTimeout, 10*time.Second),
+		resume:           cfg.Resume,
+		resumeTimeout:    orDefault(cfg.ResumeTimeout, defaultResumeTimeout),
 	}
 	if cfg.InlineThreshold < 0 {
 		s.ring.InlineThreshold = ring.NoInline
@@ -380,6 +415,10 @@ func (c *Config) validate() error {
 			return &ConfigError{Field: d.field, Value: d.v,
 				Want: fmt.Sprintf("0 (the default), at least %v, or negative %s", d.lo, d.off)}
 		}
+	}
+	if c.ResumeTimeout != 0 && (c.ResumeTimeout < minResumeTimeout || c.ResumeTimeout > maxResumeTimeout) {
+		return &ConfigError{Field: "ResumeTimeout", Value: c.ResumeTimeout,
+			Want: fmt.Sprintf("0 (the default, %v) or from %v to %v", defaultResumeTimeout, minResumeTimeout, maxResumeTimeout)}
 	}
 	_, err := c.transportSettings() // AckTimeout, RetryCount, RNRRetryCount, TrafficClass
 	return err

@@ -35,10 +35,13 @@ func TestConfigOutOfRange(t *testing.T) {
 		{Config{RetryCount: 8}, "RetryCount"},
 		{Config{RNRRetryCount: 8}, "RNRRetryCount"},
 		{Config{RNRRetryCount: 1 << 20}, "RNRRetryCount"},
+		{Config{ResumeTimeout: -1}, "ResumeTimeout"},
+		{Config{Resume: true, ResumeTimeout: 99 * time.Millisecond}, "ResumeTimeout"},
+		{Config{ResumeTimeout: time.Minute + 1}, "ResumeTimeout"},
 	}
 	// Every field that has values out of range has a case in bad; these
 	// take any value.
-	anyValue := map[string]bool{"BusyPoll": true, "BusyPollLimit": true, "Linger": true, "NoDelay": true}
+	anyValue := map[string]bool{"BusyPoll": true, "BusyPollLimit": true, "Linger": true, "NoDelay": true, "Resume": true}
 	for _, b := range bad {
 		anyValue[b.field] = true
 	}
@@ -76,6 +79,7 @@ func TestConfigOutOfRange(t *testing.T) {
 		{TrafficClass: 255}, {TrafficClass: -1},
 		{AckTimeout: ackTimeoutUnit << 31}, {AckTimeout: -1},
 		{RetryCount: 7, RNRRetryCount: 1}, {RetryCount: -1, RNRRetryCount: -1},
+		{Resume: true}, {Resume: true, ResumeTimeout: 100 * time.Millisecond}, {ResumeTimeout: time.Minute},
 	} {
 		if err := good.validate(); err != nil {
 			t.Errorf("%+v: %v, want valid", good, err)

@@ -33,6 +33,9 @@ type Conn struct {
 	// dialing side of a connection that agreed to the extension; nil
 	// otherwise. Set before the handle is handed out.
 	resume *resumeAgreement
+	// resumeTimeout is Config.ResumeTimeout on either side of a
+	// connection that agreed to the extension, 0 on one that did not.
+	resumeTimeout time.Duration
 }
 
 // noCopy makes go vet's copylocks check report a copied handle: a copy
@@ -49,15 +52,22 @@ func newConn(qp stream.QueuePair, eng *ring.Engine, set settings) *Conn {
 
 // newNegotiatedConn is newConn for a connection whose handshake negotiated
 // the resume extension: agreed is the dialer's record of the agreement (nil
-// on the listening side or without one), and ended, if not nil, is called
-// once the connection ends, so that the listener forgets its token.
-func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agreed *resumeAgreement, ended func()) *Conn {
+// on the listening side or without one), resumer, if not nil, resumes the
+// connection when its path fails, and ended, if not nil, is called once
+// the connection ends, so that the listener forgets its token.
+func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agreed *resumeAgreement, resumer stream.Resumer, ended func()) *Conn {
 	ss := set.streamSettings()
 	if ended != nil {
 		ss.Observer = endObserver{Observer: ss.Observer, ended: ended}
 	}
+	if resumer != nil {
+		ss.Resumer, ss.ResumeTimeout = resumer, set.resumeTimeout
+	}
 	h := newHandle(stream.Start(qp, eng, ss), set.handshakeTimeout)
 	h.resume = agreed
+	if agreed != nil || ended != nil {
+		h.resumeTimeout = set.resumeTimeout
+	}
 	return h
 }
 
@@ -197,7 +207,8 @@ func (h *Conn) SetWriteDeadline(t time.Time) error {
 // made with, every default applied, queue depths as the device allowed and
 // the inline size it granted. A feature that is off shows as a negative
 // value. The transport's fields (AckTimeout, RetryCount, RNRRetryCount,
-// TrafficClass) stay zero: Info reports what the queue pair holds.
+// TrafficClass) stay zero: Info reports what the queue pair holds. Resume
+// is true, with its ResumeTimeout, only if both ends agreed to it.
 func (h *Conn) Config() Config {
 	rc := h.conn.EngineConfig()
 	set := h.conn.Settings()
@@ -229,6 +240,8 @@ func (h *Conn) Config() Config {
 		Linger:           offIfZero(set.Linger),
 		HandshakeTimeout: offIfZero(h.handshakeTimeout),
 		NoDelay:          noDelay(rc),
+		Resume:           h.resumeTimeout != 0,
+		ResumeTimeout:    h.resumeTimeout,
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/stream"
 )
 
 // dial connects to raddr from laddr (any local address if invalid), trying
@@ -104,12 +105,13 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 	if err != nil {
 		return abort(explainReject(err))
 	}
-	if err := eng.Establish(ev.Param.PrivateData); err != nil {
-		return abort(err)
-	}
-	agreed, err := readReply(ev.Param.PrivateData, set.resume)
+	agreed, err := acceptReply(eng, ev.Param.PrivateData, set.resume)
 	if err != nil {
 		return abort(err)
 	}
-	return newNegotiatedConn(q, eng, set, agreed, nil), nil
+	var resumer stream.Resumer
+	if agreed != nil {
+		resumer = newDialResumer(set, raddr, agreed)
+	}
+	return newNegotiatedConn(q, eng, set, agreed, resumer, nil), nil
 }

@@ -107,6 +107,9 @@ type listener struct {
 
 	counts listenerCounts // Listener.Metrics's
 	log    *logger        // ListenConfig.Logger's, or nil
+	// resume is the resume extension's state, nil without Config.Resume.
+	// Set before the listener is handed out.
+	resume *resumeListener
 }
 
 // handshakeFailed tells the HandshakeError hook, if any, that the request

@@ -136,8 +136,10 @@ type ListenerGauges struct {
 // dialer why; the reasons are "busy" (the backlog of connections waiting
 // for Accept was full), "pending_full" (every pending-handshake slot was
 // taken and the line for one was full), "bad_request" (unusable private
-// data), "locked_memory" (the locked-memory limit stopped a registration)
-// and "resources" (another setup failure). A handshake that failed after
+// data), "locked_memory" (the locked-memory limit stopped a registration),
+// "resources" (another setup failure) and "resume_refused" (a request to
+// resume a connection whose token the listener does not know: wrong,
+// replayed or expired, or a listener that resumes none). A handshake that failed after
 // the listener replied is "timeout" (the dialer did not confirm within
 // Config.HandshakeTimeout), "evicted" (a newer request took its slot) or
 // "aborted" (the dialer went away, or the connection manager failed).

@@ -160,24 +160,26 @@ const (
 	failBadRequest
 	failLockedMemory
 	failResources
+	failResumeRefused
 	failTimeout
 	failEvicted
 	failAborted
 	numHandshakeFailures
 
 	firstRefusal = failBusy
-	lastRefusal  = failResources
+	lastRefusal  = failResumeRefused
 )
 
 var handshakeFailureNames = [numHandshakeFailures]string{
-	failBusy:         "busy",
-	failPendingFull:  "pending_full",
-	failBadRequest:   "bad_request",
-	failLockedMemory: "locked_memory",
-	failResources:    "resources",
-	failTimeout:      "timeout",
-	failEvicted:      "evicted",
-	failAborted:      "aborted",
+	failBusy:          "busy",
+	failPendingFull:   "pending_full",
+	failBadRequest:    "bad_request",
+	failLockedMemory:  "locked_memory",
+	failResources:     "resources",
+	failResumeRefused: "resume_refused",
+	failTimeout:       "timeout",
+	failEvicted:       "evicted",
+	failAborted:       "aborted",
 }
 
 func (f handshakeFailure) String() string { return handshakeFailureNames[f] }

@@ -115,6 +115,8 @@ func refusalOf(code rejectCode) (handshakeFailure, bool) {
 		return failLockedMemory, true
 	case rejectResources:
 		return failResources, true
+	case rejectResumeRefused:
+		return failResumeRefused, true
 	}
 	return 0, false
 }

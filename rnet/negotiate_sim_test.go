@@ -2,10 +2,12 @@ package rnet
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/rnet-dev/rnet/internal/resume"
 	"github.com/rnet-dev/rnet/internal/ring"
@@ -34,7 +36,14 @@ type simHandshake struct {
 	// with its port MTU: all the private data was before the extension.
 	requestConnData, replyConnData []byte
 	grant                          *resumeGrant
+	// attempt is a resume request's attempt that the listener's table
+	// took (errSimResumeTaken): the handshake would run from here.
+	attempt *resume.Attempt[*resumeEntry]
 }
+
+// errSimResumeTaken is simNegotiate's answer to a resume request whose
+// token the listener's table took: its handshake is not simulated.
+var errSimResumeTaken = errors.New("the listener took the resume request")
 
 // simNegotiate connects a dialer configured by dset to a listener
 // configured by lset with resume state lr (nil: the switch off), through
@@ -67,14 +76,18 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 	seen = append(bytes.Clone(seen), make([]byte, max(simRequestSeen-len(seen), 0))...)
 
 	// The listener.
-	offer, err := lr.screen(seen)
+	sc, err := lr.screen(seen)
 	if err != nil {
 		return h, err
+	}
+	if sc.resume != nil {
+		h.attempt = sc.resume
+		return h, errSimResumeTaken
 	}
 	if _, err := ring.DecodeConnData(seen); err != nil { // admit's check
 		return h, err
 	}
-	nego, err := lr.begin(offer, netAddr(simDialer))
+	nego, err := lr.begin(sc.offer)
 	if err != nil {
 		return h, err
 	}
@@ -90,22 +103,19 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 	lpd := leng.LocalConnData()
 	ring.SetPortMTU(&lpd, 4096)
 	h.replyConnData = bytes.Clone(lpd[:])
-	if h.reply, err = nego.reply(lpd[:], simListener.Addr()); err != nil {
+	if h.reply, err = nego.reply(lpd[:], simListener.Addr(), "rxe0"); err != nil {
 		return h, err
 	}
 
 	// The dialer.
 	replySeen := append(bytes.Clone(h.reply), make([]byte, simReplySeen-len(h.reply))...)
-	if err := deng.Establish(replySeen); err != nil {
-		return h, err
-	}
-	agreed, err := readReply(replySeen, dset.resume)
+	agreed, err := acceptReply(deng, replySeen, dset.resume)
 	if err != nil {
 		return h, err
 	}
 	qa, qb := simqp.New(epa, netAddr(simDialer), netAddr(simListener)), simqp.New(epb, netAddr(simListener), netAddr(simDialer))
 	simqp.Connect(qa, qb)
-	h.dialer = newNegotiatedConn(qa, deng, dset, agreed, nil)
+	h.dialer = newNegotiatedConn(qa, deng, dset, agreed, nil, nil)
 	h.listener = nego.conn(qb, leng, lset)
 	return h, nil
 }
@@ -126,11 +136,11 @@ func newTestResumeListener(t *testing.T, entries int) *resumeListener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := []netip.Addr{
-		netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.1.0.2"),
-		netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fd00::2"),
+	local := []hostDevice{
+		{"rxe0", []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fd00::2")}},
+		{"rxe1", []netip.Addr{netip.MustParseAddr("10.1.0.2")}},
 	}
-	return &resumeListener{table: table, addrs: resumeAddrs(netip.MustParseAddrPort("[::]:7471"), false, local)}
+	return &resumeListener{table: table, devices: resumeAddrs(netip.MustParseAddrPort("[::]:7471"), false, local)}
 }
 
 // roundTrip sends a message each way on a and b and checks it arrives.
@@ -255,6 +265,54 @@ func TestResumeDeclined(t *testing.T) {
 	roundTrip(t, second.dialer, second.listener, 64<<10)
 }
 
+// TestResumeDeclinedOnSharedQueue: a listener on a shared receive queue
+// advertises a credit window that grows (bit 7), which a retaining dialer
+// cannot count. A dialer that offered and is declined, by a listener with
+// the switch off or one whose table is full, stops retaining before it
+// takes the reply, and the connection runs both ways past its rings.
+func TestResumeDeclinedOnSharedQueue(t *testing.T) {
+	shared := resumeSettings(false)
+	shared.ring.SharedRecv = true
+	sharedOn := shared
+	sharedOn.resume = true
+	full := newTestResumeListener(t, 1)
+	first, err := simNegotiate(resumeSettings(true), sharedOn, full, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBoth(t, first)
+	if first.dialer.resume == nil || first.listener.conn.EngineConfig().SharedRecv {
+		t.Fatalf("the agreed connection: agreement %v, listener SharedRecv %v; want one, false",
+			first.dialer.resume, first.listener.conn.EngineConfig().SharedRecv)
+	}
+	for _, tc := range []struct {
+		name string
+		lset settings
+		lr   *resumeListener
+	}{
+		{"switch off", shared, nil},
+		{"table full", sharedOn, full},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := simNegotiate(resumeSettings(true), tc.lset, tc.lr, nil)
+			if err != nil {
+				t.Fatalf("an offering dialer cannot connect to a declining listener on a shared queue: %v", err)
+			}
+			defer closeBoth(t, h)
+			if h.reply[1]&ring.FlagGrowingCredits == 0 || h.reply[1]&resume.ConnDataFlag != 0 {
+				t.Fatalf("reply flags %#x: want a growing window (bit 7), no agreement (bit 5)", h.reply[1])
+			}
+			if h.dialer.resume != nil {
+				t.Error("an agreement from a declining listener")
+			}
+			if h.dialer.conn.EngineConfig().RetainUntilReceived {
+				t.Error("the declined dialer still retains sent bytes")
+			}
+			roundTrip(t, h.dialer, h.listener, 300<<10)
+		})
+	}
+}
+
 // TestResumeSwitchOffWireUnchanged is the golden test: with the switch off
 // at both ends, the request and reply are rs_conn_data alone, the bytes the
 // engine's LocalConnData and port MTU always gave, extension flags clear; a
@@ -286,5 +344,57 @@ func TestResumeSwitchOffWireUnchanged(t *testing.T) {
 		}
 		roundTrip(t, h.dialer, h.listener, 1000)
 		closeBoth(t, h)
+	}
+}
+
+// TestResumeConfig: Config.Resume turns the extension on at both ends,
+// and Conn.Config reports it, with its timeout, only on a connection that
+// agreed; the listener keeps a failed connection twice the timeout, at
+// least 10 s.
+func TestResumeConfig(t *testing.T) {
+	on := (&Config{Resume: true, ResumeTimeout: 8 * time.Second}).settings()
+	if !on.resume || on.resumeTimeout != 8*time.Second {
+		t.Fatalf("Config{Resume: true, ResumeTimeout: 8s}: resume %v, timeout %v", on.resume, on.resumeTimeout)
+	}
+	if def := (&Config{Resume: true}).settings(); def.resumeTimeout != 5*time.Second {
+		t.Errorf("default ResumeTimeout %v, want 5s", def.resumeTimeout)
+	}
+	if (*Config)(nil).settings().resume {
+		t.Error("resume on by default")
+	}
+	lr, err := newResumeListener(on, netip.MustParseAddrPort("[::]:7471"), false, noMemlockLimit, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lr.table.Lifetime(); got != 16*time.Second {
+		t.Errorf("table lifetime %v, want 16s", got)
+	}
+	for timeout, want := range map[time.Duration]time.Duration{
+		100 * time.Millisecond: 10 * time.Second, 5 * time.Second: 10 * time.Second,
+		5300 * time.Millisecond: 11 * time.Second, time.Minute: 2 * time.Minute,
+	} {
+		if got := resumeLifetime(timeout); got != want {
+			t.Errorf("resumeLifetime(%v) = %v, want %v", timeout, got, want)
+		}
+	}
+	h, err := simNegotiate(on, on, lr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBoth(t, h)
+	for name, c := range map[string]*Conn{"dialer": h.dialer, "listener": h.listener} {
+		if cfg := c.Config(); !cfg.Resume || cfg.ResumeTimeout != 8*time.Second {
+			t.Errorf("%s: Config() Resume %v, ResumeTimeout %v; want true, 8s", name, cfg.Resume, cfg.ResumeTimeout)
+		}
+	}
+	declined, err := simNegotiate(on, (*Config)(nil).settings(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBoth(t, declined)
+	for name, c := range map[string]*Conn{"dialer": declined.dialer, "listener": declined.listener} {
+		if cfg := c.Config(); cfg.Resume || cfg.ResumeTimeout != 0 {
+			t.Errorf("declined, %s: Config() Resume %v, ResumeTimeout %v; want false, 0", name, cfg.Resume, cfg.ResumeTimeout)
+		}
 	}
 }

@@ -84,10 +84,12 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	shared := cfg
 	shared.SharedRecv = true
 	if q.member, err = pollgroup.Join(ctx, info, pollgroup.Needs{
-		Depth:      layout.CQDepth,
-		SendDepth:  layout.SendDepth,
-		Recvs:      shared.FirstCredits() + ring.RecvHeadroom,
-		ShareRecvs: !cfg.IWARP && t.shareRecvs(),
+		Depth:     layout.CQDepth,
+		SendDepth: layout.SendDepth,
+		Recvs:     shared.FirstCredits() + ring.RecvHeadroom,
+		// A retaining engine counts the peer's credit updates as messages
+		// consumed, which a window that grows with a shared queue breaks.
+		ShareRecvs: !cfg.IWARP && !cfg.RetainUntilReceived && t.shareRecvs(),
 		SetupStage: func(stage string) error { return setupStage(q.accepting, stage) },
 	}); err != nil {
 		return nil, err
@@ -95,6 +97,13 @@ func (q *verbsQP) build(cfg ring.Config, t transportSettings) (*ring.Engine, err
 	cq, srq := q.member.CQ(), q.member.SRQ()
 	if srq != nil {
 		cfg.SharedRecv = true
+		// The engine must count this queue pair's receives as the shared
+		// queue's: one that matches its own receive IDs fails at the
+		// first message another member's receive takes.
+		if !cfg.Normalize().SharedRecv {
+			return nil, fmt.Errorf("rnet: %s: queue pair put on the shared receive queue of an engine that cannot share receives (IWARP %v, RetainUntilReceived %v)",
+				q.device, cfg.IWARP, cfg.RetainUntilReceived)
+		}
 	}
 	inline := cfg.InlineThreshold
 	if inline < 0 {

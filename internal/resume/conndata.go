@@ -178,7 +178,7 @@ func EncodeReply(connData []byte, r Reply) ([]byte, error) {
 	binary.BigEndian.PutUint16(h[2:], uint16(r.Lifetime/time.Second))
 	copy(h[4:ReplyHeaderSize], r.Token[:])
 	for i, a := range r.Addrs {
-		if bad := badAddr(a); bad != "" {
+		if bad := AddrProblem(a); bad != "" {
 			return nil, errors.New("resume: reply address " + strconv.Itoa(i) + " " + a.String() + ": " + bad)
 		}
 		e := h[ReplyHeaderSize+i*AddrSize:]
@@ -235,7 +235,7 @@ func ParseReply(privateData []byte) (r Reply, ok bool, err error) {
 	for i := range n {
 		e := h[ReplyHeaderSize+i*AddrSize:]
 		a := netip.AddrPortFrom(netip.AddrFrom16([16]byte(e[:16])).Unmap(), binary.BigEndian.Uint16(e[16:]))
-		if bad := badAddr(a); bad != "" {
+		if bad := AddrProblem(a); bad != "" {
 			return Reply{}, false, protoErr(ErrMalformed, "address "+strconv.Itoa(i)+" "+a.String()+": "+bad)
 		}
 		r.Addrs[i] = a
@@ -243,13 +243,14 @@ func ParseReply(privateData []byte) (r Reply, ok bool, err error) {
 	return r, true, nil
 }
 
-// badAddr says why a dialer could not use a as another address of the
+// AddrProblem says why a dialer could not use a as another address of the
 // listener, or "" if it can: unspecified, multicast or broadcast, port 0,
 // a zone the wire cannot carry, or an address that names the dialer's own
 // host (loopback) or that no stack routes (IPv4-compatible ::a.b.c.d), where
-// a dialer would send its token to whatever listens there. A dialer uses a
-// loopback address only as the one it dialled.
-func badAddr(a netip.AddrPort) string {
+// a dialer would send its token to whatever listens there. A listener names
+// no such address in a reply, and ParseReply refuses a reply that does. A
+// dialer uses a loopback address only as the one it dialled.
+func AddrProblem(a netip.AddrPort) string {
 	ip := a.Addr()
 	switch {
 	case !ip.IsValid():

@@ -213,3 +213,17 @@ func (e *Engine) postProbes(dst []wr.Send) []wr.Send {
 	}
 	return dst
 }
+
+// StopRetaining turns RetainUntilReceived off on an engine not yet
+// established: a dialer that offered to resume retains from the start,
+// since its request states a fixed credit window, and stops when the
+// listener declines, so that it can take a reply whose window grows and
+// does not pay for retention on a connection that can never resume. The
+// conn data it sent stays valid: a fixed window is what any peer may get.
+func (e *Engine) StopRetaining() error {
+	if e.established || e.sHead != 0 || e.resume.active {
+		return errors.New("ring: StopRetaining on an engine already in use")
+	}
+	e.cfg.RetainUntilReceived = false
+	return nil
+}

@@ -482,3 +482,39 @@ func TestRetainKeepsBytesUntilConsumed(t *testing.T) {
 		})
 	}
 }
+
+// TestStopRetainingTakesGrowingWindow: an engine built to retain refuses a
+// peer whose credit window grows; once StopRetaining has turned retention
+// off before Establish, it takes that peer, lets go of each byte once its
+// transfer completes, and a stream runs past its ring. After Establish,
+// StopRetaining refuses.
+func TestStopRetainingTakesGrowingWindow(t *testing.T) {
+	f := simfabric.New(1, simfabric.Options{Auto: true})
+	retaining := ring.Config{SendBufferSize: 4096, RecvBufferSize: 4096, RetainUntilReceived: true}
+	growing := ring.Config{SendBufferSize: 4096, RecvBufferSize: 4096, SharedRecv: true}
+	ea, eb := f.Pair(capsFor(retaining), capsFor(growing))
+	a, b := newSide(t, "a", ea, retaining), newSide(t, "b", eb, growing)
+	pa, pb := a.eng.LocalConnData(), b.eng.LocalConnData()
+	if err := a.eng.Establish(pb[:]); !errors.Is(err, ring.ErrBadConnData) {
+		t.Fatalf("a retaining engine takes a growing window: %v", err)
+	}
+	if err := a.eng.StopRetaining(); err != nil {
+		t.Fatal(err)
+	}
+	if a.eng.Config().RetainUntilReceived {
+		t.Fatal("still retaining after StopRetaining")
+	}
+	if err := b.eng.Establish(pa[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.eng.Establish(pb[:]); err != nil {
+		t.Fatalf("after StopRetaining: %v", err)
+	}
+	if err := a.eng.StopRetaining(); err == nil {
+		t.Error("StopRetaining after Establish succeeded")
+	}
+	pumpStream(t, a, b, newStream(3, 64<<10), 1000, 1500)
+	if _, _, err := a.eng.Held(0); !errors.Is(err, ring.ErrNotRetaining) {
+		t.Errorf("Held after StopRetaining: %v, want ErrNotRetaining", err)
+	}
+}

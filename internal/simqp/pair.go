@@ -24,6 +24,28 @@ func Pair(cfg ring.Config, client, server net.Addr) (a, b End, err error) {
 // PairConfigs is Pair with each end configured by a Config of its own, as
 // a dialer's and a listener's can be.
 func PairConfigs(clientCfg, serverCfg ring.Config, client, server net.Addr) (a, b End, err error) {
+	return pair(clientCfg, serverCfg, client, server, nil)
+}
+
+// ResumedPair connects two fresh ends over a fresh simulated fabric, as a
+// resume's new queue pair (see ring.Engine.BeginResume): each engine
+// configured by its side's cfg (normalised) and given its side's exchange
+// before Establish. The engines are ready for the Conn that resumes, not
+// for stream.Start.
+func ResumedPair(clientCfg, serverCfg ring.Config, clientOwn, serverOwn [ring.ExchangeSize]byte, client, server net.Addr) (a, b End, err error) {
+	return pair(clientCfg, serverCfg, client, server, func(client, server *ring.Engine) error {
+		if err := client.BeginResume(clientOwn); err != nil {
+			return fmt.Errorf("simulated fabric: client resume: %w", err)
+		}
+		if err := server.BeginResume(serverOwn); err != nil {
+			return fmt.Errorf("simulated fabric: server resume: %w", err)
+		}
+		return nil
+	})
+}
+
+// pair is PairConfigs, calling begin, if not nil, before Establish.
+func pair(clientCfg, serverCfg ring.Config, client, server net.Addr, begin func(client, server *ring.Engine) error) (a, b End, err error) {
 	caps := func(cfg ring.Config) simfabric.Caps {
 		layout := cfg.Layout()
 		return simfabric.Caps{SendDepth: layout.SendDepth, RecvDepth: layout.RecvDepth, MaxInline: 256}
@@ -35,6 +57,11 @@ func PairConfigs(clientCfg, serverCfg ring.Config, client, server net.Addr) (a, 
 	}
 	if b.Engine, err = NewEngine(serverCfg, epb); err != nil {
 		return End{}, End{}, fmt.Errorf("simulated fabric: server engine: %w", err)
+	}
+	if begin != nil {
+		if err := begin(a.Engine, b.Engine); err != nil {
+			return End{}, End{}, err
+		}
 	}
 	if err := Establish(a.Engine, b.Engine); err != nil {
 		return End{}, End{}, err

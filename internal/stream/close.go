@@ -58,16 +58,35 @@ func (c *Conn) close() error {
 	c.kickLocked() // a Read or Write parked on the completion channel returns
 	c.keepalive.Stop()
 	lingerFor := c.linger
-	gone := c.peerGoneLocked() // a failed completion no tick has seen yet
+	var gone error
+	if c.path == pathUp {
+		gone = c.peerGoneLocked() // a failed completion no tick has seen yet
+	}
+	resuming := c.resumeDone
+	if c.resumeCancel != nil {
+		c.resumeCancel()
+	}
 	c.mu.Unlock()
 	c.tellPeerGone(gone)
 	c.readDL.Stop()
 	c.writeDL.Stop()
+	if resuming != nil {
+		// The resume ends at once; a connection it left between paths
+		// sends nothing more.
+		<-resuming
+		c.mu.Lock()
+		if c.path != pathUp {
+			c.path = pathUp
+			c.failLocked(errClosedWhileResuming)
+		}
+		c.mu.Unlock()
+	}
+	defer c.forget()
 
 	lingered := make(chan struct{})
 	linger := time.AfterFunc(lingerFor, func() {
 		close(lingered)
-		c.qp.Kick()
+		c.kick()
 	})
 	defer linger.Stop()
 	// First the data already written, like a TCP FIN after the send
@@ -96,8 +115,11 @@ func (c *Conn) close() error {
 	c.closeWait(lingered, func() bool {
 		return c.eng.Flushed() || c.transportDown || c.fatal != nil || c.eng.Err() != nil
 	})
-	c.qp.Disconnect()
-	c.qp.Shutdown()
+	c.mu.Lock()
+	qp := c.qp // no resume runs any more
+	c.mu.Unlock()
+	qp.Disconnect()
+	qp.Shutdown()
 	<-c.pusherDone
 	// Once a caller still parked on the completion channel has left
 	// (shutdown failed its wait), nothing touches the queue pair again.
@@ -122,7 +144,10 @@ func (c *Conn) close() error {
 // from Close or, when Close left it to a ReadFrom or WriteTo that had ring
 // memory out, from the last of those to return.
 func (c *Conn) releaseQP() error {
-	err := c.qp.Destroy()
+	c.mu.Lock()
+	qp := c.qp
+	c.mu.Unlock()
+	err := qp.Destroy()
 	if c.set.Observer != nil {
 		c.set.Observer.Closed(c)
 	}

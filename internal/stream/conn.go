@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -23,7 +24,6 @@ import (
 // another's.
 type Conn struct {
 	// Set before the Conn is shared, read-only after.
-	qp           QueuePair
 	laddr, raddr net.Addr
 	set          Settings
 	softPosts    bool // the queue pair's device posts in software (see SoftwarePoster)
@@ -46,11 +46,34 @@ type Conn struct {
 
 	// mu guards the engine and every field below it up to the channels:
 	// what Read, Write, Close, the pusher and the timers share.
-	mu    lockcount.Mutex
-	eng   *ring.Engine
-	sends []wr.Send // the work requests of the step under way
-	recvs []wr.Recv
-	wcs   []wr.Completion
+	mu lockcount.Mutex
+	// qp and eng carry the stream; a resume replaces both (resume.go).
+	// kickTo is qp for Kick, which needs no lock (deadlines, the linger).
+	qp     QueuePair
+	eng    *ring.Engine
+	kickTo atomic.Pointer[QueuePair]
+	sends  []wr.Send // the work requests of the step under way
+	recvs  []wr.Recv
+	wcs    []wr.Completion
+	// The resume (resume.go): path says where the connection stands
+	// with its path, pathNum counts the paths it moved to (events of
+	// earlier ones are ignored); while a resume runs, resumeCancel ends
+	// it, resumeDone is closed when its goroutine returns, and oldEng is
+	// the engine a switch takes over from. resumeFailed says a resume
+	// gave up; forgetting that Forget is on its way; retiredQPs are old
+	// queue pairs a loan keeps from their destruction.
+	path         pathState
+	pathNum      uint64
+	resumeCancel context.CancelFunc
+	resumeDone   chan struct{}
+	resumeStart  time.Time
+	resumeKind   ResumeCause
+	resumeCause  error
+	resumeFailed bool
+	oldEng       *ring.Engine
+	forgetting   bool
+	retiredQPs   []QueuePair
+	resumeStats  ResumeStats
 	// lastPost is when a crossing last posted sends, on the monotonic
 	// clock, read after it; on a device in software (softPosts), postCost
 	// is how long the crossings that posted ring data took lately (see
@@ -125,8 +148,10 @@ type Conn struct {
 	closed    chan struct{} // closed when Close begins
 	closeOnce sync.Once
 	closeErr  error // under closeOnce
-	readDL    *Deadline
-	writeDL   *Deadline
+	// forgetOnce calls the Resumer's Forget once (see forget).
+	forgetOnce sync.Once
+	readDL     *Deadline
+	writeDL    *Deadline
 }
 
 // LocalAddr: see rnet's Conn.LocalAddr.

@@ -57,6 +57,12 @@ func (c *Conn) tickStep() (gone error) {
 	if c.fatal != nil {
 		return c.peerGoneLocked() // nothing left to keep alive
 	}
+	if c.path != pathUp {
+		// A resume runs: the old path is known gone, the new one is
+		// not the stream's yet.
+		c.keepalive.Reset(c.tickPeriod())
+		return nil
+	}
 	// Rings that moved no byte since the last tick shrink back (the step
 	// below registers the smaller regions).
 	c.eng.Quiet()
@@ -67,6 +73,9 @@ func (c *Conn) tickStep() (gone error) {
 		c.driveLocked()
 	}
 	c.keepalive.Reset(c.tickPeriod())
+	if c.path != pathUp {
+		return nil // the step found the path failed: a resume runs
+	}
 	return c.peerGoneLocked()
 }
 
@@ -83,6 +92,9 @@ func (c *Conn) tickStep() (gone error) {
 // device that period to resend before the peer is called gone.
 func (c *Conn) keepaliveLocked() {
 	c.driveLocked()
+	if c.path != pathUp {
+		return
+	}
 	now := keepaliveNow()
 	if c.keepaliveProgressLocked() {
 		c.keepaliveStalls = 0
@@ -100,12 +112,20 @@ func (c *Conn) keepaliveLocked() {
 		// connections, would be a live peer's.
 		c.qp.CollectAll()
 		c.driveLocked()
-		if c.keepaliveProgressLocked() {
+		switch {
+		case c.path != pathUp:
+			return
+		case c.keepaliveProgressLocked():
 			c.keepaliveStalls = 0
 			c.keepaliveQuietSince = keepaliveNow()
-		} else {
-			c.failLocked(fmt.Errorf("%w: no acknowledgement for %v (%d keepalive periods of %v)",
-				ring.ErrPeerGone, quiet.Round(time.Millisecond), limit, c.keepAlive))
+		default:
+			err := fmt.Errorf("%w: no acknowledgement for %v (%d keepalive periods of %v)",
+				ring.ErrPeerGone, quiet.Round(time.Millisecond), limit, c.keepAlive)
+			if c.resumableLocked(nil) {
+				c.suspendLocked(CauseKeepalive, err)
+				return
+			}
+			c.failLocked(err)
 			c.signalLocked()
 			return
 		}
@@ -126,9 +146,29 @@ func (c *Conn) keepaliveProgressLocked() bool {
 
 // TransportDisconnected is called when the connection manager reports the
 // connection gone. If the peer said goodbye with DISCONNECT first, this is
-// just the end of an orderly close; otherwise the peer vanished.
-func (c *Conn) TransportDisconnected() {
+// just the end of an orderly close; otherwise the peer vanished, or, on a
+// connection that resumes, its path failed.
+func (c *Conn) TransportDisconnected() { c.transportDisconnected(c.pathNumber()) }
+
+// TransportFailed is called when the connection cannot go on, such as when
+// its device is removed.
+func (c *Conn) TransportFailed(err error) { c.transportFailed(c.pathNumber(), err) }
+
+// pathNumber is the number of the path the connection is on now.
+func (c *Conn) pathNumber() uint64 {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pathNum
+}
+
+// transportDisconnected is TransportDisconnected of path, ignored unless
+// it is the connection's path now and that path is not known failed.
+func (c *Conn) transportDisconnected(path uint64) {
+	c.mu.Lock()
+	if path != c.pathNum || c.waitsForPathLocked() {
+		c.mu.Unlock()
+		return
+	}
 	// Our queue pair goes to the error state first (and the peer's
 	// disconnect request is answered): a peer that keeps sending after its
 	// request, from a queue pair it never took down, then cannot keep the
@@ -136,7 +176,23 @@ func (c *Conn) TransportDisconnected() {
 	// step sees a flush before the drain has accounted everything that
 	// arrived before it.
 	c.qp.Disconnect()
+	up := c.path == pathUp
+	if up && c.set.Resumer != nil {
+		c.path = pathDraining // the drain's flushes start no resume of their own
+	}
 	c.drainLocked() // account everything that arrived before the disconnect
+	if up && c.set.Resumer != nil {
+		c.path = pathUp
+		if c.resumableLocked(nil) {
+			// No DISCONNECT came first: the peer's side of the path failed.
+			cause := fmt.Errorf("%w: the connection manager reported the connection gone without the peer's DISCONNECT", ring.ErrPeerGone)
+			c.path = pathDraining
+			c.eng.Fail(cause)
+			c.suspendDrainedLocked(CauseTransport, cause)
+			c.mu.Unlock()
+			return
+		}
+	}
 	c.transportDown = true
 	if !c.eng.Finished() || c.eng.Err() != nil {
 		// An error already there stays, unless it is a flush: the
@@ -147,16 +203,26 @@ func (c *Conn) TransportDisconnected() {
 	if !c.closing {
 		gone = c.peerGoneLocked()
 	}
+	c.forgetLater()
 	c.signalLocked()
 	c.kickLocked()
 	c.mu.Unlock()
 	c.tellPeerGone(gone)
 }
 
-// TransportFailed is called when the connection cannot go on, such as when
-// its device is removed.
-func (c *Conn) TransportFailed(err error) {
+// transportFailed is TransportFailed of path, ignored unless it is the
+// connection's path now and that path is not known failed.
+func (c *Conn) transportFailed(path uint64, err error) {
 	c.mu.Lock()
+	if path != c.pathNum || c.waitsForPathLocked() {
+		c.mu.Unlock()
+		return
+	}
+	if c.resumableLocked(nil) {
+		c.suspendLocked(CauseTransport, err)
+		c.mu.Unlock()
+		return
+	}
 	c.transportDown = true
 	c.failLocked(err)
 	c.signalLocked()

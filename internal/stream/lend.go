@@ -43,8 +43,14 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			c.mu.Unlock()
 			return total, c.opError("write", err)
 		}
+		if c.waitsForPathLocked() {
+			c.mu.Unlock()
+			c.block(c.writeReadyLocked, c.writable, c.writeDL.Wait(), c.closed)
+			continue
+		}
 		c.writing.Store(true)
 		c.updateSendsNeededLocked()
+		lentFrom := c.eng
 		span := c.eng.LendSend()
 		if span == nil {
 			if _, err := c.eng.Write(nil); err != nil {
@@ -55,7 +61,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			// No room: wait for the peer's reader as writeInParts does.
 			if !spun {
 				spun = true
-				c.busyPoll(c.set.BusyPoll, c.eng.Writable, c.writeDL.Wait(), false)
+				c.busyPoll(c.set.BusyPoll, c.writeReadyLocked, c.writeDL.Wait(), false)
 				continue
 			}
 			c.block(c.writeReadyLocked, c.writable, c.writeDL.Wait(), c.closed)
@@ -71,15 +77,23 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		}
 
 		c.mu.Lock()
-		wasCorked := c.eng.Corked()
-		written, werr := c.eng.CommitSend(n)
-		if written > 0 {
-			c.wroteSinceRead = true
-			c.stepLocked(c.writeModeLocked(written, wasCorked), 0)
+		var written int
+		var werr error
+		if lentFrom != c.eng || c.path != pathUp {
+			// The path failed while the reader ran: its bytes go to the
+			// engine that carries the stream on.
+			written, werr = c.commitResumedLocked(lentFrom, span[:n])
+		} else {
+			wasCorked := c.eng.Corked()
+			written, werr = c.eng.CommitSend(n)
+			if written > 0 {
+				c.wroteSinceRead = true
+				c.stepLocked(c.writeModeLocked(written, wasCorked), 0)
+			}
 		}
-		late := c.endLoanLocked()
+		late, retired := c.endLoanLocked()
 		c.mu.Unlock()
-		c.destroyIf(late)
+		c.destroyIf(late, retired)
 		total += int64(written)
 		switch {
 		case c.isClosing():
@@ -163,15 +177,22 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		c.mu.Lock()
 		c.recvLent = false
 		if n > 0 && !c.closing {
-			c.eng.ConsumeRecv(n)
+			// The bytes lent are the oldest unread of the engine that
+			// holds the stream's unread bytes: the one a switch takes
+			// over from until it has.
+			eng := c.eng
+			if c.path == pathSwitching {
+				eng = c.oldEng
+			}
+			eng.ConsumeRecv(n)
 			// Consuming may earn the peer a credit update: send it now.
 			c.flushLocked()
 			c.replyRest = c.wroteSinceRead
 			c.wroteSinceRead = false
 		}
-		late := c.endLoanLocked()
+		late, retired := c.endLoanLocked()
 		c.mu.Unlock()
-		c.destroyIf(late)
+		c.destroyIf(late, retired)
 		total += int64(n)
 		if n > 0 {
 			c.endReadWait(&r)
@@ -191,11 +212,12 @@ var errInvalidWrite = io.ErrShortWrite
 
 // endLoanLocked ends a loan: once none runs, it deregisters the regions
 // retired meanwhile, and reports whether the queue pair is to be destroyed
-// now, Close having left that to the last loan.
-func (c *Conn) endLoanLocked() (destroy bool) {
+// now, Close having left that to the last loan, and which queue pairs that
+// resumes left behind are.
+func (c *Conn) endLoanLocked() (destroy bool, retired []QueuePair) {
 	c.lends--
 	if c.lends > 0 {
-		return false
+		return false, nil
 	}
 	for i, r := range c.lentRegions {
 		c.qp.RemoveRegion(r)
@@ -203,7 +225,8 @@ func (c *Conn) endLoanLocked() (destroy bool) {
 	}
 	c.lentRegions = c.lentRegions[:0]
 	destroy, c.destroyLate = c.destroyLate, false
-	return destroy
+	retired, c.retiredQPs = c.retiredQPs, nil
+	return destroy, retired
 }
 
 // readLent is r.Read on a send loan, and writeLent w.Write on a loan of
@@ -242,16 +265,46 @@ func (c *Conn) abandonLoan(send bool) {
 	} else {
 		c.recvLent = false
 	}
-	late := c.endLoanLocked()
+	late, retired := c.endLoanLocked()
 	c.mu.Unlock()
-	c.destroyIf(late)
+	c.destroyIf(late, retired)
 }
 
-// destroyIf releases the queue pair for a Close that left it to a loan.
-func (c *Conn) destroyIf(late bool) {
+// destroyIf releases the queue pair for a Close that left it to a loan,
+// and the queue pairs resumes left to it.
+func (c *Conn) destroyIf(late bool, retired []QueuePair) {
+	for _, qp := range retired {
+		qp.Destroy()
+	}
 	if late {
 		c.releaseQP()
 	}
+}
+
+// commitResumedLocked ends a send loan of lentFrom, whose path failed while
+// the reader filled b: lentFrom takes nothing more, so once the path is up
+// again b goes to the engine that carries the stream on (its ring holds
+// at least what lentFrom's had room for). It waits for that with mu
+// released, the loan still counted, so that b stays mapped.
+func (c *Conn) commitResumedLocked(lentFrom *ring.Engine, b []byte) (int, error) {
+	lentFrom.CommitSend(0)
+	for c.path != pathUp && !c.closing && c.fatal == nil {
+		c.mu.Unlock()
+		c.block(func() bool { return c.path == pathUp || c.closing }, c.writable, nil, c.closed)
+		c.mu.Lock()
+	}
+	switch {
+	case c.closing:
+		return 0, net.ErrClosed
+	case c.fatal != nil:
+		return 0, c.fatal
+	}
+	n, err := c.eng.Write(b)
+	if n > 0 {
+		c.wroteSinceRead = true
+		c.driveLocked()
+	}
+	return n, err
 }
 
 // isClosing reports whether Close has begun.

@@ -81,6 +81,12 @@ func (c *Conn) readLocked(b []byte, r *readAttempt) (int, error) {
 		return 0, io.EOF
 	}
 	n, err := c.eng.Read(b)
+	switch {
+	case n == 0 && c.waitsForPathLocked():
+		err = nil // the failed engine's error is not the connection's
+	case err != nil && c.resumeFailed:
+		err = c.fatal // says what the resume tried
+	}
 	if n > 0 {
 		// Consuming may earn the peer a credit update: send it now.
 		c.flushLocked()

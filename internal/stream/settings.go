@@ -36,4 +36,16 @@ type Settings struct {
 	// (err), on a goroutine of its own: the step that registers it holds
 	// the connection's lock.
 	RingResized func(c *Conn, kind ring.RegionKind, size int, err error)
+	// Resumer, if not nil, resumes the connection on a new queue pair
+	// when its path fails (resume.go); nil: a failed path ends it.
+	Resumer Resumer
+	// ResumeTimeout bounds one resume, from the failure to the stream
+	// moving again; DefaultResumeTimeout if not positive.
+	ResumeTimeout time.Duration
+	// Resumed, if not nil, is told of each resume that completed: what
+	// found the path failed, how long the resume took, and how many
+	// bytes this side has sent again over all of the connection's
+	// resumes. It is called without the connection's locks, on the
+	// goroutine that resumed.
+	Resumed func(c *Conn, cause ResumeCause, took time.Duration, resentTotal uint64)
 }

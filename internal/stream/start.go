@@ -26,9 +26,9 @@ func Start(qp QueuePair, eng *ring.Engine, set Settings) *Conn {
 		pushWake:   make(chan struct{}, 1),
 		pusherDone: make(chan struct{}),
 		closed:     make(chan struct{}),
-		readDL:     NewDeadline(qp.Kick),
-		writeDL:    NewDeadline(qp.Kick),
 	}
+	c.kickTo.Store(&qp)
+	c.readDL, c.writeDL = NewDeadline(c.kick), NewDeadline(c.kick)
 	c.keepAlive, c.linger, c.keepAlivePeriod = set.KeepAlive, set.Linger, DefaultKeepAlive
 	if set.KeepAlive > 0 {
 		c.keepAlivePeriod = set.KeepAlive
@@ -42,7 +42,7 @@ func Start(qp QueuePair, eng *ring.Engine, set Settings) *Conn {
 	if set.Observer != nil {
 		set.Observer.Opened(c)
 	}
-	qp.Start(c)
+	qp.Start(pathEvents{c: c})
 	go c.pusher()
 	// Under c.mu: the timer's callback reads the field under c.mu, and
 	// nothing else orders it after this write.

@@ -20,6 +20,8 @@ type Snapshot struct {
 	// their polls woke another connection's waiter (see SpinSharer).
 	CQPolls, Spins, Parks, HandOffs, SpinsDeferred, SpinsLeft uint64
 	SendRingSize, RecvRingSize                                int
+	// Resume counts the connection's resumes (see Settings.Resumer).
+	Resume ResumeStats
 }
 
 // Stats returns a snapshot of the connection's counters.
@@ -27,7 +29,7 @@ func (c *Conn) Stats() Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Snapshot{Engine: c.eng.Stats(), CQPolls: c.polls, Spins: c.spins, Parks: c.parks, HandOffs: c.handOffs,
-		SpinsDeferred: c.spinsDeferred, SpinsLeft: c.spinsLeft}
+		SpinsDeferred: c.spinsDeferred, SpinsLeft: c.spinsLeft, Resume: c.resumeStats}
 	s.SendRingSize, s.RecvRingSize = c.eng.RingSizes()
 	return s
 }
@@ -74,4 +76,8 @@ func (c *Conn) Info() (EngineInfo, error) {
 }
 
 // QueuePair returns the queue pair the connection runs over.
-func (c *Conn) QueuePair() QueuePair { return c.qp }
+func (c *Conn) QueuePair() QueuePair {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.qp
+}

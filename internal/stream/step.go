@@ -97,6 +97,12 @@ func (c *Conn) stepLocked(mode stepMode, flags wr.StepFlags) (moved, cut bool) {
 // that frees in further rounds that poll only as they post, and wakes
 // whoever can now proceed. moved says those rounds moved anything.
 func (c *Conn) finishStepLocked(mode stepMode) (moved bool) {
+	c.checkPathLocked()
+	if c.path == pathSuspended {
+		// The failed engine has nothing left to do.
+		c.signalLocked()
+		return false
+	}
 	more := mode &^ stepPoll
 	if n := c.eng.CreditsWanted(); n > 0 {
 		// The peer used up its credit window: widen it by what the
@@ -197,6 +203,9 @@ func claimCredits(q QueuePair, n int) int {
 // completed, while the CQ may hold more (stepPoll) or completions freed
 // work to post.
 func (c *Conn) roundsLocked(mode stepMode, flags wr.StepFlags) (moved, cut bool) {
+	if c.path == pathSuspended {
+		return false, false // nothing steps the failed queue pair
+	}
 	poll := mode&stepPoll != 0
 	for round := 1; ; round++ {
 		c.recvs, c.sends = c.recvs[:0], c.sends[:0]
@@ -286,6 +295,7 @@ func (c *Conn) failLocked(err error) {
 		c.fatal = err
 		c.eng.Fail(err)
 		c.kickLocked()
+		c.forgetLater()
 	}
 }
 
@@ -296,7 +306,7 @@ func (c *Conn) signalLocked() {
 		return
 	}
 	c.readied = true
-	failed := c.fatal != nil || c.eng.Err() != nil
+	failed := c.failedLocked()
 	if failed || c.eng.Readable() || c.readShut {
 		notify(c.readable)
 	}
@@ -307,10 +317,22 @@ func (c *Conn) signalLocked() {
 }
 
 // readReadyLocked reports whether a blocked Read has something to return.
-func (c *Conn) readReadyLocked() bool { return c.eng.Readable() || c.readShut || c.closing }
+func (c *Conn) readReadyLocked() bool {
+	if c.waitsForPathLocked() {
+		// The failed engine's error is not the connection's: only the
+		// bytes it received are news.
+		return c.eng.ReadableBytes() > 0 || c.readShut || c.closing || c.fatal != nil
+	}
+	return c.eng.Readable() || c.readShut || c.closing
+}
 
 // writeReadyLocked reports whether a blocked Write can make progress.
-func (c *Conn) writeReadyLocked() bool { return c.eng.Writable() || c.closing }
+func (c *Conn) writeReadyLocked() bool {
+	if c.waitsForPathLocked() {
+		return c.closing || c.fatal != nil
+	}
+	return c.eng.Writable() || c.closing
+}
 
 func notify(ch chan struct{}) {
 	select {
@@ -322,7 +344,7 @@ func notify(ch chan struct{}) {
 // pushIfBlockedLocked starts the pusher when the engine waits for a
 // completion and nobody owns the wait.
 func (c *Conn) pushIfBlockedLocked() {
-	if !c.waitOwned && !c.pushing && !c.closing && c.fatal == nil && c.eng.Blocked() {
+	if !c.waitOwned && !c.pushing && !c.closing && c.fatal == nil && c.path == pathUp && c.eng.Blocked() {
 		c.pushing = true
 		c.readied = true
 		c.handOffs++

@@ -50,12 +50,18 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 	// Whatever the caller waits for, the owner's wait must let the
 	// completions it needs wake it.
 	c.updateSendsNeededLocked()
-	if c.waitOwned {
+	// While the path is down nobody waits on the queue pair: a resume
+	// wakes the callers on their channels.
+	if c.waitOwned || c.waitsForPathLocked() {
 		// Look again under the lock that signalLocked holds: from here on
 		// a change is signalled to us, since queued is no longer 0.
-		if ready() || c.fatal != nil || c.eng.Err() != nil {
+		if ready() || c.failedLocked() {
 			c.mu.Unlock()
 			return false
+		}
+		free := c.waitFree
+		if !c.waitOwned {
+			free = nil // nobody owns the wait to hand it over
 		}
 		c.queued++
 		c.parks++
@@ -63,7 +69,7 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 		handedOver := false
 		select {
 		case <-wake:
-		case <-c.waitFree:
+		case <-free:
 			handedOver = true
 		case <-stop:
 		case <-cancel:
@@ -89,7 +95,7 @@ func (c *Conn) block(ready func() bool, wake chan struct{}, stop, cancel <-chan 
 	c.waitOwned = true
 	c.mu.Unlock()
 	if c.awaitEvent(func() bool {
-		return ready() || c.fatal != nil || c.eng.Err() != nil || isClosed(stop) || isClosed(cancel)
+		return ready() || c.failedLocked() || isClosed(stop) || isClosed(cancel)
 	}) {
 		parked = true
 	}
@@ -118,12 +124,14 @@ func (c *Conn) awaitEvent(done func() bool) (parked bool) {
 	c.updateSendsNeededLocked()
 	// A step cut short by its bound leaves completions that came before
 	// the arm, which leave no event: the caller must step again, not wait.
-	finished := done() || !c.armed
+	// A path that failed leaves nothing to wait for on its queue pair.
+	finished := done() || !c.armed || c.waitsForPathLocked()
+	qp := c.qp
 	c.mu.Unlock()
 	if finished {
 		return false
 	}
-	parked, err := c.qp.Wait()
+	parked, err := qp.Wait()
 	c.mu.Lock()
 	if parked {
 		c.parks++
@@ -154,7 +162,11 @@ func (c *Conn) handOffWait() {
 
 // takeWaitForGood makes the caller the wait's owner and never gives it
 // back: Close, before it destroys the queue pair.
-func (c *Conn) takeWaitForGood() {
+func (c *Conn) takeWaitForGood() { c.takeWait() }
+
+// takeWait makes the caller the wait's owner, once whoever owns it has
+// handed it over; the caller gives it back with handOffWait.
+func (c *Conn) takeWait() {
 	for {
 		c.mu.Lock()
 		if !c.waitOwned {
@@ -185,7 +197,7 @@ func (c *Conn) pusher() {
 		}
 		for {
 			c.mu.Lock()
-			if c.waitOwned || c.closing || c.fatal != nil || !c.eng.Blocked() {
+			if c.waitOwned || c.closing || c.fatal != nil || c.path != pathUp || !c.eng.Blocked() {
 				c.pushing = false
 				c.mu.Unlock()
 				break
@@ -226,7 +238,9 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 	if window <= 0 {
 		return true
 	}
+	c.mu.Lock()
 	sharer, _ := c.qp.(SpinSharer)
+	c.mu.Unlock()
 	if s := sharer; s != nil {
 		if !s.TrySpin() {
 			// Another connection's caller spins on the shared CQ and

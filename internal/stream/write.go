@@ -14,7 +14,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		return c.writeInParts(b)
 	}
 	c.mu.Lock()
-	if c.writing.Load() || c.closing || c.fatal != nil || len(b) > c.eng.SendSpace() {
+	if c.writing.Load() || c.closing || c.fatal != nil || c.waitsForPathLocked() || len(b) > c.eng.SendSpace() {
 		c.mu.Unlock()
 		return c.writeInParts(b)
 	}
@@ -70,6 +70,12 @@ func (c *Conn) writeInParts(b []byte) (int, error) {
 			c.mu.Unlock()
 			return written, c.opError("write", err)
 		}
+		if c.waitsForPathLocked() {
+			// The failed engine posts nothing: wait for the new one.
+			c.mu.Unlock()
+			c.block(c.writeReadyLocked, c.writable, c.writeDL.Wait(), c.closed)
+			continue
+		}
 		c.writing.Store(true)
 		// Room comes back with send completions: a Write that finds none
 		// must have them wake whoever waits, before it waits itself.
@@ -95,7 +101,7 @@ func (c *Conn) writeInParts(b []byte) (int, error) {
 			spun = true
 			// A writer waits for the peer's reader to free room; spinning
 			// longer than BusyPoll would only take CPU from that reader.
-			c.busyPoll(c.set.BusyPoll, c.eng.Writable, c.writeDL.Wait(), false)
+			c.busyPoll(c.set.BusyPoll, c.writeReadyLocked, c.writeDL.Wait(), false)
 			continue
 		}
 		c.block(c.writeReadyLocked, c.writable, c.writeDL.Wait(), c.closed)

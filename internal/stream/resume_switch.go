@@ -1,0 +1,206 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/resume"
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// ResumeError is how a connection fails when its path failed and resuming
+// it did not work: errors.Is matches both the path's failure and what the
+// resume met.
+type ResumeError struct {
+	Cause error         // why the path failed
+	Err   error         // why the resume failed: the Resumer's error, or the exchange's
+	Took  time.Duration // from the failure to giving up
+}
+
+func (e *ResumeError) Error() string {
+	return "rnet: the path failed (" + e.Cause.Error() + ") and resuming it failed after " +
+		e.Took.Round(time.Millisecond).String() + ": " + e.Err.Error()
+}
+
+func (e *ResumeError) Unwrap() []error { return []error{e.Cause, e.Err} }
+
+// errClosedWhileResuming ends the engines of a connection closed while it
+// resumed: nothing more goes out on either queue pair.
+var errClosedWhileResuming = errors.New("rnet: closed while the connection resumed")
+
+// resumeRun asks the Resumer for a new path and moves the connection onto
+// it, or fails the connection; done is closed when it returns.
+func (c *Conn) resumeRun(ctx context.Context, cancel context.CancelFunc, req ResumeRequest, done chan struct{}) {
+	defer close(done)
+	defer cancel()
+	// A deadline or cancel must reach the wait of switchTo.
+	stop := context.AfterFunc(ctx, c.kick)
+	defer stop()
+	qp, eng, err := c.set.Resumer.Resume(ctx, req)
+	if err != nil {
+		c.giveUp(err)
+		return
+	}
+	c.switchTo(ctx, qp, eng)
+}
+
+// giveUp fails a connection whose resume failed with err, unless Close
+// has begun (it then releases everything itself).
+func (c *Conn) giveUp(err error) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.failResumeLocked(err)
+	c.mu.Unlock()
+	c.forget()
+}
+
+// failResumeLocked fails the connection with the resume's failure err.
+func (c *Conn) failResumeLocked(err error) {
+	took := time.Since(c.resumeStart)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = errors.New("gave up after ResumeTimeout (" + took.Round(time.Millisecond).String() + ")")
+	}
+	c.path = pathUp
+	c.resumeFailed = true
+	c.resumeStats.Failed++
+	c.failLocked(&ResumeError{Cause: c.resumeCause, Err: err, Took: took})
+	c.wakeAllLocked()
+}
+
+// wakeAllLocked wakes every call parked on its channel: the path changed.
+func (c *Conn) wakeAllLocked() {
+	c.signalLocked()
+	notify(c.readable)
+	notify(c.writable)
+	notify(c.changed)
+	c.kickLocked()
+}
+
+// switchTo moves the connection onto qp and its fresh engine eng, drives
+// them until the exchange is done, and takes the stream over from the old
+// engine; or fails the connection if that fails.
+func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
+	// Owning the wait, this goroutine knows nobody waits on the old queue
+	// pair, and it is the one that waits on the new.
+	c.takeWait()
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		c.handOffWait()
+		qp.Shutdown()
+		qp.Destroy()
+		return
+	}
+	old := c.qp
+	c.oldEng = c.eng
+	c.qp, c.eng = qp, eng
+	c.kickTo.Store(&qp)
+	c.pathNum++
+	path := c.pathNum
+	c.path = pathSwitching
+	c.armed = false
+	c.sendsNeeded = false
+	// The old queue pair's Destroy releases the regions its engine
+	// retired while loans ran.
+	clear(c.lentRegions)
+	c.lentRegions = c.lentRegions[:0]
+	c.mu.Unlock()
+	qp.Start(pathEvents{c: c, path: path})
+	old.Shutdown()
+
+	done := func() bool {
+		return c.eng.ResumeReady() || c.failedLocked() || c.closing || ctx.Err() != nil
+	}
+	for {
+		c.mu.Lock()
+		c.driveLocked()
+		ok := done()
+		c.mu.Unlock()
+		if ok {
+			break
+		}
+		c.awaitEvent(done)
+	}
+
+	c.mu.Lock()
+	oldEng := c.oldEng
+	var err error
+	switch {
+	case c.closing:
+	case c.fatal != nil:
+		err = c.fatal
+	case c.eng.Err() != nil:
+		err = c.eng.Err()
+	case !c.eng.ResumeReady():
+		err = ctx.Err()
+	default:
+		err = c.takeOverLocked(oldEng)
+	}
+	closing := c.closing
+	resumed := !closing && err == nil
+	kind, took, resent := c.resumeKind, time.Since(c.resumeStart), c.resumeStats.BytesResent
+	switch {
+	case resumed:
+		c.path = pathUp
+		c.resumeStats.Resumes[kind]++
+		c.resumeStats.LastTook = took
+		c.resumeStats.TotalTook += took
+		c.keepaliveStalls = 0
+		c.keepaliveQuietSince = keepaliveNow()
+		c.keepaliveSendsDone = c.eng.Stats().SendCompletions
+		c.driveLocked() // what the peer lacks goes again
+		c.wakeAllLocked()
+	case !closing:
+		c.failResumeLocked(err)
+	}
+	c.oldEng = nil
+	// A loan of the old engine's ring memory keeps it mapped.
+	destroyOld := c.lends == 0
+	if !destroyOld {
+		c.retiredQPs = append(c.retiredQPs, old)
+	}
+	c.mu.Unlock()
+	c.handOffWait()
+	if destroyOld {
+		old.Destroy()
+	}
+	switch {
+	case resumed:
+		if f := c.set.Resumed; f != nil {
+			f(c, kind, took, resent)
+		}
+	case !closing:
+		c.forget()
+	}
+}
+
+// takeOverLocked checks the peer's exchange against what old holds and
+// takes the stream over from it.
+func (c *Conn) takeOverLocked(old *ring.Engine) error {
+	msg, _ := c.eng.PeerExchange()
+	ex, err := resume.ParseExchange(msg[:])
+	if err != nil {
+		return err
+	}
+	held, err := resume.HeldBy(old)
+	if err != nil {
+		return err
+	}
+	plan, err := held.Resend(ex)
+	if err != nil {
+		return err
+	}
+	if err := c.eng.TakeOver(old, plan.From, plan.Shutdown); err != nil {
+		return err
+	}
+	c.resumeStats.BytesResent += held.Sent - plan.From
+	return nil
+}
+
+// kick makes the current or next wait on the connection's queue pair
+// return, whichever queue pair that is now.
+func (c *Conn) kick() { (*c.kickTo.Load()).Kick() }

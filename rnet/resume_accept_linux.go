@@ -1,0 +1,153 @@
+//go:build linux && cgo
+
+package rnet
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/resume"
+	"github.com/rnet-dev/rnet/internal/ring"
+)
+
+// startResume takes a resume request whose token the table took (attempt)
+// into a pending-handshake slot, as a new connection's request, though it
+// does not count against the backlog: the connection it resumes was
+// accepted long ago. Any failure before the RTU aborts the attempt in the
+// table; the connection stays suspended, both tokens valid.
+func (a *acceptor) startResume(ev cm.Event, attempt resume.Attempt[*resumeEntry]) {
+	fail := func(err error) {
+		a.resume.table.Abort(attempt)
+		a.refuse(ev.ID, err)
+	}
+	if _, err := ring.DecodeConnData(ev.Param.PrivateData); err != nil {
+		fail(err)
+		return
+	}
+	slot, err := a.pending.take()
+	if err != nil {
+		fail(err)
+		return
+	}
+	ch, ok := a.handOver(ev)
+	if !ok {
+		a.resume.table.Abort(attempt)
+		slot.release()
+		a.l.requestEnded()
+		return
+	}
+	a.wg.Add(1)
+	go a.handshakeResume(ev, ch, slot, attempt)
+}
+
+// handshakeResume accepts a resume request, whose id is alone on ch, in
+// the pending slot it was given: it waits for the connection's Resume call
+// (telling the connection that its path failed, if it had not seen it),
+// builds the new queue pair and engine from it, replies with a new token,
+// and once the dialer's RTU has come commits the resume in the table and
+// hands the path over.
+func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot, attempt resume.Attempt[*resumeEntry]) {
+	defer a.wg.Done()
+	defer a.l.requestEnded()
+	defer slot.release()
+	committed := false
+	defer func() {
+		if !committed {
+			a.resume.table.Abort(attempt)
+		}
+	}()
+	id := ev.ID
+	if !slot.wait(a.ctx.Done()) {
+		a.reject(id, net.ErrClosed) // Listener.Close
+		id.Close()
+		ch.Close()
+		return
+	}
+	remote := netAddr(id.RemoteAddr())
+	bound := func() (context.Context, context.CancelFunc) {
+		if a.set.handshakeTimeout > 0 {
+			return context.WithTimeout(a.ctx, a.set.handshakeTimeout)
+		}
+		return context.WithCancel(a.ctx)
+	}
+	ctx, cancel := bound()
+	w, err := attempt.Value.await(ctx, fmt.Errorf("rnet: the dialer resumed the connection from %v", remote))
+	cancel()
+	if err != nil {
+		a.reject(id, err)
+		id.Close()
+		ch.Close()
+		return
+	}
+	q, eng, err := setup(id, ch, w.req.Ring, a.set.transport, true)
+	if err != nil {
+		a.reject(id, err)
+		id.Close()
+		ch.Close()
+		return
+	}
+	path := resumedPath{qp: q, eng: eng}
+	// The exchange goes first on the new queue pair: before Establish,
+	// which lets the engine send.
+	if err := eng.BeginResume(w.req.Own); err != nil {
+		a.reject(id, err)
+		path.close()
+		return
+	}
+	if err := eng.Establish(ev.Param.PrivateData); err != nil {
+		a.reject(id, err)
+		path.close()
+		return
+	}
+	if err := postInitialRecvs(q, eng); err != nil {
+		a.reject(id, err)
+		path.close()
+		return
+	}
+	p := ev.Param
+	ours := connParam(eng, false, a.set.transport, q.portMTU)
+	p.PeerMTU = ours.PeerMTU
+	p.RNRRetryCount = a.set.transport.rnrRetryCount
+	p.PrivateData, err = resume.EncodeReply(ours.PrivateData, resume.Reply{
+		Version:  resume.Version,
+		Lifetime: a.resume.table.Lifetime(),
+		Token:    attempt.Token,
+		Addrs:    replyAddrs(a.resume.devices, id.LocalAddr().Addr(), q.device),
+	})
+	if err != nil {
+		a.reject(id, err)
+		path.close()
+		return
+	}
+	if err := id.Accept(p); err != nil {
+		a.dropped(id, err)
+		path.close()
+		return
+	}
+	ctx, cancel = bound()
+	defer cancel()
+	slot.replied(cancel)
+	_, err = id.Await(ctx, cm.EventEstablished)
+	if !slot.established(err == nil) {
+		err = errEvicted
+	}
+	var newPath resume.Path
+	if err == nil {
+		// Fails if a newer request with the token replaced this one, or
+		// the connection ended or expired meanwhile.
+		newPath, err = a.resume.table.Commit(attempt)
+	}
+	if err != nil {
+		a.dropped(id, err)
+		path.close()
+		return
+	}
+	committed = true
+	slot.release()
+	if !attempt.Value.hand(w, path, newPath) {
+		a.dropped(id, errResumeEnded)
+		path.close()
+	}
+}

@@ -1,0 +1,241 @@
+package rnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The dialer's side of resuming a connection (docs/design.md, "Resuming"):
+// which addresses it tries, how it races them, and what it says when none
+// works. The connection manager's part is in resume_dial_linux.go.
+
+// resumeStagger is how long a resume waits for one address's route before
+// it starts resolving the next, as happy eyeballs staggers its attempts
+// (RFC 8305's connection attempt delay); a failure starts the next at once.
+const resumeStagger = 250 * time.Millisecond
+
+// resumeAttemptTimeout bounds each step of one address's attempt (its
+// route, then its connect), so that one dead address cannot take the
+// whole of a resume's time: half of it, leaving the other half to the
+// next address.
+func resumeAttemptTimeout(resumeTimeout time.Duration) time.Duration {
+	return max(resumeTimeout/2, minResumeTimeout/2)
+}
+
+// resumeCandidates are the addresses a resume tries, in order: the
+// listener's other addresses from its latest reply, which it lists other
+// devices first, then the address dialled, each once.
+func resumeCandidates(replied []netip.AddrPort, dialled netip.AddrPort) []netip.AddrPort {
+	out := make([]netip.AddrPort, 0, len(replied)+1)
+	for _, a := range append(replied[:len(replied):len(replied)], dialled) {
+		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+		if a.IsValid() && !contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func contains(addrs []netip.AddrPort, a netip.AddrPort) bool {
+	for _, b := range addrs {
+		if a == b {
+			return true
+		}
+	}
+	return false
+}
+
+// errResumeForgotten marks an attempt refused with reject reason 6: the
+// listener no longer knows the connection (its lifetime ran out, or it
+// ended there), so no other address can resume it either.
+var errResumeForgotten = errors.New("the listener no longer knows the connection (reject reason 6: its token is unknown or expired there)")
+
+// resumeAttemptError is why a resume's attempt at one address failed.
+type resumeAttemptError struct {
+	addr netip.AddrPort
+	err  error
+}
+
+// resumeError is a resume that found no path: every address tried, and why
+// each failed, or that the listener refused it for good.
+type resumeError struct {
+	attempts []resumeAttemptError
+	// cause ends the resume before every address failed: the listener's
+	// refusal (errResumeForgotten) or the resume's time running out.
+	cause error
+}
+
+func (e *resumeError) Error() string {
+	var b strings.Builder
+	b.WriteString("rnet: resume failed")
+	if e.cause != nil {
+		b.WriteString(": ")
+		b.WriteString(e.cause.Error())
+	}
+	if len(e.attempts) == 0 {
+		b.WriteString(": no address tried")
+		return b.String()
+	}
+	b.WriteString("; tried ")
+	for i, a := range e.attempts {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(a.addr.String())
+		b.WriteString(": ")
+		b.WriteString(a.err.Error())
+	}
+	return b.String()
+}
+
+func (e *resumeError) Unwrap() []error {
+	errs := make([]error, 0, len(e.attempts)+1)
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	for _, a := range e.attempts {
+		errs = append(errs, a.err)
+	}
+	return errs
+}
+
+// resumePaths is how a resume reaches the listener, one address at a time:
+// resolve finds a route to an address (a connection-manager id bound to a
+// local device), connect sends the resume request on it and returns the
+// established path (releasing the route itself if it fails), release
+// frees a route never connected, and drop closes a path that connected
+// once the resume had ended otherwise.
+type resumePaths[R, P any] struct {
+	resolve func(ctx context.Context, to netip.AddrPort) (R, error)
+	connect func(ctx context.Context, to netip.AddrPort, route R) (P, error)
+	release func(R)
+	drop    func(P)
+}
+
+// race resumes over the first of addrs that works. The routes are
+// resolved staggered, resumeStagger apart, or the next at once when one
+// fails; the resume requests go out one at a time, on each route in the
+// order the routes resolved, because a listener takes a second request
+// with the same token as replacing the first (resume.Table.Begin): two in
+// flight could leave the dialer on the path the listener dropped, holding
+// a token the listener forgot. Routes go on resolving while a request
+// waits. Each resolve and each connect is bounded by attempt. A connect
+// that fails with errResumeForgotten ends the race. Every route not
+// connected is released, and every goroutine has ended, before race
+// returns.
+func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, attempt time.Duration) (P, error) {
+	var zero P
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type resolved struct {
+		i     int
+		route R
+		err   error
+	}
+	type connected struct {
+		i    int
+		path P
+		err  error
+	}
+	results := make(chan resolved, len(addrs))
+	connects := make(chan connected, 1)
+	var wg sync.WaitGroup
+	var ready []resolved // routes resolved and not yet tried
+	connecting := false
+	defer func() {
+		cancel()
+		if connecting {
+			// A connect's failure releases its route itself; a path it
+			// made as the race ended is closed here.
+			if c := <-connects; c.err == nil {
+				p.drop(c.path)
+			}
+		}
+		wg.Wait()
+		close(results)
+		for r := range results {
+			if r.err == nil {
+				ready = append(ready, r)
+			}
+		}
+		for _, r := range ready {
+			p.release(r.route)
+		}
+	}()
+	resolve := func(i int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			actx, acancel := context.WithTimeout(ctx, attempt)
+			route, err := p.resolve(actx, addrs[i])
+			if err != nil && ctx.Err() == nil && actx.Err() != nil {
+				err = fmt.Errorf("no route in %v: %w", attempt, err)
+			}
+			acancel()
+			results <- resolved{i, route, err}
+		}()
+	}
+	connect := func(r resolved) {
+		connecting = true
+		go func() {
+			cctx, ccancel := context.WithTimeout(ctx, attempt)
+			path, err := p.connect(cctx, addrs[r.i], r.route)
+			if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+				err = fmt.Errorf("no answer to the resume request in %v: %w", attempt, err)
+			}
+			ccancel()
+			connects <- connected{r.i, path, err}
+		}()
+	}
+	e := &resumeError{}
+	fail := func(i int, err error) {
+		e.attempts = append(e.attempts, resumeAttemptError{addrs[i], err})
+	}
+	next, pending := 0, 0
+	stagger := time.NewTimer(0)
+	defer stagger.Stop()
+	for next < len(addrs) || pending > 0 || len(ready) > 0 || connecting {
+		if !connecting && len(ready) > 0 {
+			connect(ready[0])
+			ready = ready[1:]
+		}
+		select {
+		case <-stagger.C:
+			if next < len(addrs) {
+				resolve(next)
+				next++
+				pending++
+				stagger.Reset(resumeStagger)
+			}
+		case r := <-results:
+			pending--
+			if r.err != nil {
+				fail(r.i, r.err)
+				if next < len(addrs) {
+					stagger.Reset(0) // the next at once
+				}
+				continue
+			}
+			ready = append(ready, r)
+		case c := <-connects:
+			connecting = false
+			if c.err == nil {
+				return c.path, nil
+			}
+			fail(c.i, c.err)
+			if errors.Is(c.err, errResumeForgotten) {
+				e.cause = errResumeForgotten
+				return zero, e
+			}
+		case <-ctx.Done():
+			e.cause = context.Cause(ctx)
+			return zero, e
+		}
+	}
+	return zero, e
+}

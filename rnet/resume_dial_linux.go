@@ -1,0 +1,167 @@
+//go:build linux && cgo
+
+package rnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/rnet-dev/rnet/internal/cm"
+	"github.com/rnet-dev/rnet/internal/resume"
+	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/stream"
+)
+
+// dialResumer is the dialer's stream.Resumer of one agreed connection: it
+// connects again, with the listener's latest token, to the listener's
+// addresses and the one dialled, through whatever local device routes
+// there.
+type dialResumer struct {
+	set     settings
+	dialled netip.AddrPort
+
+	mu sync.Mutex
+	// agreed is the listener's latest reply: a resume's reply replaces
+	// the token and addresses, whether or not that resume then completes,
+	// since the listener takes either token until one is committed.
+	// Guarded by mu.
+	agreed resumeAgreement
+}
+
+func newDialResumer(set settings, dialled netip.AddrPort, agreed *resumeAgreement) *dialResumer {
+	return &dialResumer{set: set, dialled: dialled, agreed: *agreed}
+}
+
+// Forget does nothing: the dialer holds only the token, which is worth
+// nothing once the listener has forgotten the connection.
+func (r *dialResumer) Forget() {}
+
+func (r *dialResumer) latest() resumeAgreement {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.agreed
+}
+
+func (r *dialResumer) replied(rep resume.Reply) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.agreed = resumeAgreement{token: rep.Token, lifetime: rep.Lifetime, addrs: rep.Addrs}
+}
+
+// resumeRoute is a connection-manager id with a route to one of the
+// listener's addresses, on an event channel of its own.
+type resumeRoute struct {
+	ch *cm.EventChannel
+	id *cm.ID
+}
+
+func (rt resumeRoute) release() {
+	rt.id.Close()
+	rt.ch.Close()
+}
+
+// Resume connects to the listener again for the connection whose path
+// failed (stream.Resumer).
+func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (stream.QueuePair, *ring.Engine, error) {
+	paths := resumePaths[resumeRoute, resumedPath]{
+		resolve: r.resolve,
+		connect: func(ctx context.Context, to netip.AddrPort, rt resumeRoute) (resumedPath, error) {
+			return r.connect(ctx, to, rt, req)
+		},
+		release: resumeRoute.release,
+		drop:    resumedPath.close,
+	}
+	p, err := paths.race(ctx, resumeCandidates(r.latest().addrs, r.dialled), resumeAttemptTimeout(r.set.resumeTimeout))
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.qp, p.eng, nil
+}
+
+// resolve finds a route to the listener at to from any local device, as
+// a dial without a local address does.
+func (r *dialResumer) resolve(ctx context.Context, to netip.AddrPort) (resumeRoute, error) {
+	ch, err := cm.NewEventChannel()
+	if err != nil {
+		return resumeRoute{}, err
+	}
+	id, err := ch.NewID()
+	if err != nil {
+		ch.Close()
+		return resumeRoute{}, err
+	}
+	rt := resumeRoute{ch: ch, id: id}
+	if n := r.set.transport.ackTimeout; n != 0 {
+		err = id.SetAckTimeout(n)
+	}
+	if err == nil && r.set.transport.setTraffic {
+		err = id.SetTOS(r.set.transport.trafficClass)
+	}
+	if err == nil {
+		err = id.Resolve(ctx, netip.Addr{}, to, cm.RsocketRetry)
+	}
+	if err != nil {
+		rt.release()
+		return resumeRoute{}, err
+	}
+	return rt, nil
+}
+
+// connect sends the resume request on rt, a route to to, with a fresh
+// queue pair and engine configured by req, and returns them once the
+// listener has taken the request. It owns rt: on failure everything is
+// released.
+func (r *dialResumer) connect(ctx context.Context, to netip.AddrPort, rt resumeRoute, req stream.ResumeRequest) (resumedPath, error) {
+	q, eng, err := setup(rt.id, rt.ch, req.Ring, r.set.transport, false)
+	if err != nil {
+		rt.release()
+		return resumedPath{}, err
+	}
+	abort := func(err error) (resumedPath, error) {
+		q.Disconnect()
+		q.Shutdown()
+		q.Destroy()
+		return resumedPath{}, err
+	}
+	// The exchange goes first on the new queue pair: before Establish,
+	// which lets the engine send.
+	if err := eng.BeginResume(req.Own); err != nil {
+		return abort(err)
+	}
+	if err := postInitialRecvs(q, eng); err != nil {
+		return abort(err)
+	}
+	p := connParam(eng, eng.Config().IWARP, r.set.transport, q.portMTU)
+	if p.PrivateData, err = resume.EncodeRequest(p.PrivateData, resume.Request{Kind: resume.Resume, Token: r.latest().token}); err != nil {
+		return abort(err)
+	}
+	if err := rt.id.Connect(p); err != nil {
+		return abort(err)
+	}
+	ev, err := rt.id.Await(ctx, cm.EventEstablished)
+	if err != nil {
+		err = explainReject(err)
+		var pe *peerRejectError
+		if errors.As(err, &pe) && pe.reason.code == rejectResumeRefused {
+			err = fmt.Errorf("%w: %w", errResumeForgotten, err)
+		}
+		return abort(err)
+	}
+	rep, ok, err := resume.ParseReply(ev.Param.PrivateData)
+	if err != nil {
+		return abort(err)
+	}
+	if !ok {
+		// A C rsocket listener, or another program on the port, took the
+		// request for a new connection.
+		return abort(errors.New("the listener there does not know the connection: its reply does not resume it"))
+	}
+	r.replied(rep)
+	if err := eng.Establish(ev.Param.PrivateData); err != nil {
+		return abort(err)
+	}
+	return resumedPath{qp: q, eng: eng}, nil
+}

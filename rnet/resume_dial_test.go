@@ -1,0 +1,176 @@
+package rnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestResumeCandidates(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	got := resumeCandidates([]netip.AddrPort{ap("10.1.0.2:7471"), ap("[fd00::2]:7471"), ap("10.0.0.2:7471")}, ap("[::ffff:10.0.0.2]:7471"))
+	if s := fmtAddrs(got); s != "[10.1.0.2:7471 [fd00::2]:7471 10.0.0.2:7471]" {
+		t.Errorf("candidates %s: want the reply's, then the one dialled, each once", s)
+	}
+	if s := fmtAddrs(resumeCandidates(nil, ap("10.0.0.2:7471"))); s != "[10.0.0.2:7471]" {
+		t.Errorf("without reply addresses: %s", s)
+	}
+}
+
+// fakePaths is a fabric for resumePaths.race: each address behaves as
+// its entry says, and the fake counts what race did.
+type fakePaths struct {
+	// how each address behaves: "dead" never resolves (until its
+	// context ends), "noroute" fails to resolve, "refuse" connects and is
+	// refused, "forgotten" is refused with reason 6, "ok" connects.
+	behave map[netip.AddrPort]string
+
+	// onDead, if not nil, is called when a dead address starts resolving.
+	onDead func()
+
+	mu                  sync.Mutex
+	resolved, released  []netip.AddrPort
+	connected           []netip.AddrPort
+	connecting, overlap int
+	routes              atomic.Int64 // resolved and not yet connected or released
+}
+
+func (f *fakePaths) paths(t *testing.T) resumePaths[netip.AddrPort, string] {
+	return resumePaths[netip.AddrPort, string]{
+		resolve: func(ctx context.Context, to netip.AddrPort) (netip.AddrPort, error) {
+			switch f.behave[to] {
+			case "dead":
+				if f.onDead != nil {
+					f.onDead()
+				}
+				<-ctx.Done()
+				return netip.AddrPort{}, ctx.Err()
+			case "noroute":
+				return netip.AddrPort{}, errors.New("no route to host")
+			}
+			f.mu.Lock()
+			f.resolved = append(f.resolved, to)
+			f.mu.Unlock()
+			f.routes.Add(1)
+			return to, nil
+		},
+		connect: func(ctx context.Context, to, route netip.AddrPort) (string, error) {
+			f.routes.Add(-1)
+			f.mu.Lock()
+			f.connecting++
+			f.overlap = max(f.overlap, f.connecting)
+			f.connected = append(f.connected, to)
+			f.mu.Unlock()
+			defer func() {
+				f.mu.Lock()
+				f.connecting--
+				f.mu.Unlock()
+			}()
+			switch f.behave[to] {
+			case "refuse":
+				return "", errors.New("connection refused")
+			case "forgotten":
+				return "", fmt.Errorf("%w: rejected", errResumeForgotten)
+			case "silent":
+				<-ctx.Done()
+				return "", ctx.Err()
+			}
+			return "path to " + to.String(), nil
+		},
+		release: func(route netip.AddrPort) {
+			f.routes.Add(-1)
+			f.mu.Lock()
+			f.released = append(f.released, route)
+			f.mu.Unlock()
+		},
+		drop: func(string) { t.Error("a path connected after the race ended") },
+	}
+}
+
+// TestResumeRace: a resume resolves its addresses staggered and sends its
+// requests one at a time, in the order the routes resolved; the first that
+// connects wins and every other route is released; a dead address costs
+// no more than the attempt bound; reason 6 ends the race; when all fail
+// the error names each address and why.
+func TestResumeRace(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	a, b, c, d := ap("10.0.0.2:1"), ap("10.1.0.2:1"), ap("10.2.0.2:1"), ap("10.3.0.2:1")
+	for _, tc := range []struct {
+		name      string
+		behave    map[netip.AddrPort]string
+		attempt   time.Duration
+		want      string // the path, or text the error must hold
+		connected string // the connects, in order
+	}{
+		{"first works", map[netip.AddrPort]string{a: "ok", b: "ok", c: "ok"}, time.Minute, "path to 10.0.0.2:1", "[10.0.0.2:1]"},
+		{"dead then refused then works", map[netip.AddrPort]string{a: "dead", b: "refuse", c: "ok"}, time.Minute,
+			"path to 10.2.0.2:1", "[10.1.0.2:1 10.2.0.2:1]"},
+		{"silent connect is bounded", map[netip.AddrPort]string{a: "silent", b: "ok"}, 300 * time.Millisecond,
+			"path to 10.1.0.2:1", "[10.0.0.2:1 10.1.0.2:1]"},
+		{"reason 6 stops", map[netip.AddrPort]string{a: "noroute", b: "forgotten", c: "ok", d: "ok"}, time.Minute,
+			"the listener no longer knows the connection", "[10.1.0.2:1]"},
+		{"all fail", map[netip.AddrPort]string{a: "noroute", b: "refuse", c: "dead", d: "silent"}, 300 * time.Millisecond,
+			"10.0.0.2:1: no route to host; 10.1.0.2:1: connection refused; ", "[10.1.0.2:1 10.3.0.2:1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakePaths{behave: tc.behave}
+			path, err := f.paths(t).race(context.Background(), []netip.AddrPort{a, b, c, d}, tc.attempt)
+			got := path
+			if err != nil {
+				got = err.Error()
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("race gave %q, %v; want %q", path, err, tc.want)
+			}
+			if s := fmtAddrs(f.connected); s != tc.connected {
+				t.Errorf("connected %s, want %s", s, tc.connected)
+			}
+			if f.overlap > 1 {
+				t.Errorf("%d resume requests in flight at once, want 1", f.overlap)
+			}
+			if n := f.routes.Load(); n != 0 {
+				t.Errorf("%d routes neither connected nor released", n)
+			}
+			if tc.name == "all fail" {
+				var re *resumeError
+				if !errors.As(err, &re) || len(re.attempts) != 4 {
+					t.Fatalf("error %v: want a resumeError with 4 attempts", err)
+				}
+				for _, at := range re.attempts {
+					if !strings.Contains(err.Error(), at.addr.String()+": ") {
+						t.Errorf("the error does not name %v", at.addr)
+					}
+				}
+				if !strings.Contains(err.Error(), "no route in 300ms") || !strings.Contains(err.Error(), "no answer to the resume request in 300ms") {
+					t.Errorf("the error %q does not say which step timed out", err)
+				}
+			}
+			if tc.name == "reason 6 stops" && !errors.Is(err, errResumeForgotten) {
+				t.Errorf("reason 6: %v does not match errResumeForgotten", err)
+			}
+		})
+	}
+}
+
+// TestResumeRaceDeadline: a resume whose time runs out says so, with the
+// attempts so far, and leaves no route behind.
+func TestResumeRaceDeadline(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	f := &fakePaths{behave: map[netip.AddrPort]string{ap("10.0.0.2:1"): "noroute", ap("10.1.0.2:1"): "dead"},
+		onDead: func() { cancel(context.DeadlineExceeded) }}
+	_, err := f.paths(t).race(ctx, []netip.AddrPort{ap("10.0.0.2:1"), ap("10.1.0.2:1")}, time.Minute)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "10.0.0.2:1: no route to host") {
+		t.Errorf("race past its deadline: %v; want DeadlineExceeded and the failed attempt", err)
+	}
+	if n := f.routes.Load(); n != 0 {
+		t.Errorf("%d routes left", n)
+	}
+}
