@@ -212,11 +212,12 @@ wait:
 	return 0
 }
 
-// allPast says whether every stream has had echoed more than it had
-// written at the mark.
+// allPast says whether every stream has had echoed a byte of a Write that
+// began after the mark: past what it had written then and the chunk a
+// Write in progress may have sent before it.
 func allPast(streams []*stream, writtenAtMark []uint64) bool {
 	for i, s := range streams {
-		if s.checked.Load() <= writtenAtMark[i] {
+		if s.checked.Load() <= writtenAtMark[i]+streamChunk {
 			return false
 		}
 	}
