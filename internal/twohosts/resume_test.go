@@ -131,10 +131,14 @@ func TestRXEResumeAfterDeviceRemoval(t *testing.T) {
 	dev := l.B.Device(0)
 	netdev := rxeNetdev(t, ctx, l.B, dev)
 	s := startResumeStreams(t, ctx, l, "resume")
+	// The mark comes first: the delete returns only once B's process has
+	// let go of the device, after its connections saw it go.
+	markFault(t, s)
+	deleted := time.Now()
 	if out, err := l.B.Run(ctx, nil, "rdma", "link", "delete", dev); err != nil {
 		t.Fatalf("rdma link delete %s on B: %v: %s", dev, err, out)
 	}
-	markFault(t, s)
+	t.Logf("rdma link delete %s on B took %v", dev, time.Since(deleted).Round(time.Millisecond))
 	// The next test on this lab finds the device back.
 	defer func() {
 		addCtx, addCancel := context.WithTimeout(context.Background(), time.Minute)
