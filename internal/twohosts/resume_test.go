@@ -203,15 +203,17 @@ func TestRXEResumeGivesUp(t *testing.T) {
 		t.Errorf("A's connections took %v to fail; the bound is %v: the keepalive's %v, the resume's %v, %v for the emulation and A's stall",
 			took, bound, detectionBound, resumeGiveUpTimeout, emulationSlack)
 	}
-	if least := detectionBound/2 + resumeGiveUpTimeout; durationField(t, line, "maxsincemark") < least {
-		t.Errorf("A's connections failed %v after the cut; a resume that tried for %v after a dead path was found takes at least %v",
-			durationField(t, line, "maxsincemark"), resumeGiveUpTimeout, least)
-	}
 	ended := linesWith(s.client.Output(), "ended ")
 	if len(ended) != faultConns {
 		t.Errorf("client: %d connections ended, want %d", len(ended), faultConns)
 	}
 	for _, l := range ended {
+		// None fails before its keepalive could call the path dead: three
+		// periods of silence, half of it for acknowledgements that came
+		// before the cut.
+		if d := durationField(t, l, "sincemark"); d < survivableSilence/2 {
+			t.Errorf("client: a connection failed %v after the cut, before its keepalive could find the path dead: %s", d, l)
+		}
 		if strings.Contains(l, "err=<nil>") || !strings.Contains(l, "resume failed") || !strings.Contains(l, "tried ") {
 			t.Errorf("client: a connection did not fail saying the resume failed and what it tried: %s", l)
 		}
