@@ -139,15 +139,12 @@ wait:
 			steady = true
 			fmt.Printf("steady bytes=%d\n", total)
 		}
-		// A survivor that moved on, or a connection that failed where all
-		// should survive, ends the run: every writer finishes its stream.
-		if expect == "resume" && !moved && writtenAtMark != nil && allPast(streams, writtenAtMark) {
-			moved = true
-		}
-		if expect != "end" && !moved && (expect == "survive" && snap != nil && least >= moveOnBytes || streams[0].failures.Load() > 0) {
-			moved = true
-		}
-		if moved && !streams[0].stop.Load() {
+		// A survivor or a resumed stream that moved on, or a connection
+		// that failed where all should go on, ends the run: every writer
+		// finishes its stream.
+		if !moved && (expect == "survive" && snap != nil && least >= moveOnBytes ||
+			expect == "resume" && writtenAtMark != nil && allPast(streams, writtenAtMark) ||
+			expect != "end" && streams[0].failures.Load() > 0) {
 			moved = true
 			fmt.Printf("moved-on bytes=%d failed=%d\n", total, streams[0].failures.Load())
 			for _, s := range streams {
