@@ -18,6 +18,13 @@ func (c *Conn) CloseWrite() error {
 	if c.closing {
 		return c.opError("close", net.ErrClosed)
 	}
+	c.writeShut = true
+	if c.path != pathUp {
+		// SHUTDOWN must follow the bytes written while the path was
+		// down: the engine that takes over sends it after them.
+		c.closeWriteLater = true
+		return nil
+	}
 	c.eng.CloseWrite()
 	c.driveLocked()
 	return nil

@@ -74,6 +74,14 @@ type Conn struct {
 	forgetting   bool
 	retiredQPs   []QueuePair
 	resumeStats  ResumeStats
+	// Writes while the path is down (see holdWriteLocked): heldWrites
+	// waits for the engine that takes over, up to heldRoom bytes, and
+	// closeWriteLater says a CloseWrite came meanwhile; writeShut says
+	// CloseWrite was called.
+	heldWrites      []byte
+	heldRoom        int
+	closeWriteLater bool
+	writeShut       bool
 	// lastPost is when a crossing last posted sends, on the monotonic
 	// clock, read after it; on a device in software (softPosts), postCost
 	// is how long the crossings that posted ring data took lately (see

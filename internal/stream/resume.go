@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/resume"
@@ -205,6 +206,7 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 	// Completions that come after the drain are not counted: what they
 	// would say was received the peer sends again.
 	c.eng.QueuePairDestroyed()
+	c.heldWrites, c.heldRoom = c.heldWrites[:0], c.eng.SendSpace()
 	counts := c.eng.StreamCounts()
 	cfg := c.eng.Config()
 	send, _ := c.eng.RingSizes()
@@ -269,4 +271,39 @@ type ResumeStats struct {
 	LastTook, TotalTook time.Duration
 	// BytesResent counts the bytes sent again after a resume.
 	BytesResent uint64
+}
+
+// holdWriteLocked takes what the send ring had room for of b while the
+// path is down; the engine that takes over sends it after the held bytes
+// (moveHeldWritesLocked).
+func (c *Conn) holdWriteLocked(b []byte) (int, error) {
+	if c.writeShut {
+		return 0, ring.ErrWriteClosed
+	}
+	n := min(len(b), c.heldRoom-len(c.heldWrites))
+	c.heldWrites = append(c.heldWrites, b[:n]...)
+	return n, nil
+}
+
+// moveHeldWritesLocked writes what Writes left while the path was down
+// into the engine that took over, then queues a CloseWrite made meanwhile.
+// Its send ring holds them: it is at least as large as the old one, and
+// holds no more of the old one's bytes.
+func (c *Conn) moveHeldWritesLocked() error {
+	if len(c.heldWrites) > 0 {
+		n, err := c.eng.Write(c.heldWrites)
+		if err != nil {
+			return err
+		}
+		if n < len(c.heldWrites) {
+			return fmt.Errorf("rnet: the resumed send ring took %d of the %d bytes written while the path was down", n, len(c.heldWrites))
+		}
+		c.wroteSinceRead = true
+	}
+	c.heldWrites = nil
+	if c.closeWriteLater {
+		c.closeWriteLater = false
+		c.eng.CloseWrite()
+	}
+	return nil
 }

@@ -68,6 +68,18 @@ func (r *testResumer) Resume(ctx context.Context, req ResumeRequest) (QueuePair,
 
 func (r *testResumer) Forget() { r.forgets.Add(1) }
 
+// waitEntered waits until Resume has begun.
+func (r *testResumer) waitEntered(t testing.TB) ResumeRequest {
+	t.Helper()
+	select {
+	case req := <-r.entered:
+		return req
+	case <-time.After(conntest.Timeout(t)):
+		t.Fatalf("side %d never began to resume", r.side)
+		return ResumeRequest{}
+	}
+}
+
 // arrive waits for the other side's Resume, or ctx; the second to come
 // makes the new pair and hands each side its end.
 func (m *resumeMeet) arrive(ctx context.Context, side int, req ResumeRequest) (QueuePair, *ring.Engine, error) {

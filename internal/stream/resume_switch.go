@@ -67,6 +67,7 @@ func (c *Conn) failResumeLocked(err error) {
 	}
 	c.path = pathUp
 	c.resumeFailed = true
+	c.heldWrites = nil
 	c.resumeStats.Failed++
 	c.failLocked(&ResumeError{Cause: c.resumeCause, Err: err, Took: took})
 	c.wakeAllLocked()
@@ -140,6 +141,9 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 		err = ctx.Err()
 	default:
 		err = c.takeOverLocked(oldEng)
+		if err == nil {
+			err = c.moveHeldWritesLocked()
+		}
 	}
 	closing := c.closing
 	resumed := !closing && err == nil

@@ -243,7 +243,12 @@ func (c *Conn) roundsLocked(mode stepMode, flags wr.StepFlags) (moved, cut bool)
 		c.polls++
 		c.notePostLocked(start, timed)
 		if err != nil {
-			c.failLocked(err)
+			if c.path != pathDraining {
+				c.failLocked(err)
+			}
+			// A failed path's queue pair may refuse even a poll (its
+			// device removed): the drain ends, and the completions it
+			// would have found count as lost (suspendDrainedLocked).
 			break
 		}
 		if flags != 0 {
@@ -329,7 +334,7 @@ func (c *Conn) readReadyLocked() bool {
 // writeReadyLocked reports whether a blocked Write can make progress.
 func (c *Conn) writeReadyLocked() bool {
 	if c.waitsForPathLocked() {
-		return c.closing || c.fatal != nil
+		return c.closing || c.fatal != nil || c.writeShut || len(c.heldWrites) < c.heldRoom
 	}
 	return c.eng.Writable() || c.closing
 }

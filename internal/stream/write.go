@@ -71,8 +71,17 @@ func (c *Conn) writeInParts(b []byte) (int, error) {
 			return written, c.opError("write", err)
 		}
 		if c.waitsForPathLocked() {
-			// The failed engine posts nothing: wait for the new one.
+			// The failed engine posts nothing: what its send ring had
+			// room for waits for the engine that takes over.
+			n, err := c.holdWriteLocked(b[written:])
+			written += n
 			c.mu.Unlock()
+			switch {
+			case err != nil:
+				return written, c.opError("write", err)
+			case written == len(b):
+				return written, nil
+			}
 			c.block(c.writeReadyLocked, c.writable, c.writeDL.Wait(), c.closed)
 			continue
 		}
