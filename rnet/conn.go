@@ -62,6 +62,11 @@ func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agre
 	}
 	if resumer != nil {
 		ss.Resumer, ss.ResumeTimeout = resumer, set.resumeTimeout
+		if agreed == nil {
+			// The listener's end waits for its dialer as long as its
+			// table keeps the token: it may see the path fail first.
+			ss.ResumeTimeout = resumeLifetime(set.resumeTimeout)
+		}
 	}
 	h := newHandle(stream.Start(qp, eng, ss), set.handshakeTimeout)
 	h.resume = agreed

@@ -69,19 +69,16 @@ func (w *gatedWriter) Write(p []byte) (int, error) {
 }
 
 // A resume while ReadFrom has the send ring lent to its reader and WriteTo
-// has received bytes lent to its writer: the reader's bytes go to the new
-// engine, the writer's count as read once, and every byte arrives once.
+// has received bytes lent to its writer, on the same end, each streaming
+// on its own: the reader's bytes go to the new engine, the writer's count
+// as read once, and every byte arrives once, both ways.
 func TestResumeWhileRingsLent(t *testing.T) {
-	// Rings large enough that the reader reaches its gate while the
-	// writer's loan, behind it, holds back what the peer consumes.
-	rc := resumePipe(t, func(s *Settings) {
-		s.Ring.SendBufferSize, s.Ring.RecvBufferSize = 128<<10, 128<<10
-	})
+	rc := resumePipe(t, nil)
 	defer rc.close()
 	const total, gate = 300 << 10, 60 << 10
 	pass := make(chan struct{})
-	gr := &gatedReader{total: total, gate: gate + 8<<10, salt: 9, at: make(chan struct{}), pass: pass}
-	gw := &gatedWriter{gate: gate, salt: 9, at: make(chan struct{}), pass: pass}
+	gr := &gatedReader{total: total, gate: gate, salt: 9, at: make(chan struct{}), pass: pass}
+	gw := &gatedWriter{gate: gate, salt: 12, at: make(chan struct{}), pass: pass}
 	grAt, gwAt := gr.at, gw.at
 	sent := make(chan error, 1)
 	go func() {
@@ -93,8 +90,34 @@ func TestResumeWhileRingsLent(t *testing.T) {
 	}()
 	got := make(chan error, 1)
 	go func() {
-		_, err := rc.b.WriteTo(gw)
+		_, err := rc.a.WriteTo(gw)
 		got <- err
+	}()
+	// The peer reads the one stream plainly and writes the other.
+	read := make(chan error, 1)
+	go func() {
+		data, err := io.ReadAll(rc.b)
+		for i, c := range data {
+			if c != conntest.Pattern(uint64(i), 9) && err == nil {
+				err = errors.New("byte " + strconv.Itoa(i) + " wrong")
+			}
+		}
+		if err == nil && len(data) != total {
+			err = errors.New("read " + strconv.Itoa(len(data)) + " bytes")
+		}
+		read <- err
+	}()
+	wrote := make(chan error, 1)
+	go func() {
+		buf := make([]byte, total)
+		for i := range buf {
+			buf[i] = conntest.Pattern(uint64(i), 12)
+		}
+		_, err := rc.b.Write(buf)
+		if err == nil {
+			err = rc.b.CloseWrite()
+		}
+		wrote <- err
 	}()
 	for _, at := range []chan struct{}{grAt, gwAt} {
 		select {
@@ -106,11 +129,15 @@ func TestResumeWhileRingsLent(t *testing.T) {
 	failIdle(rc.a)
 	conntest.Until(t, "both ends resumed", func() bool { return resumesOf(rc.a) == 1 && resumesOf(rc.b) == 1 })
 	close(pass)
-	if err := <-sent; err != nil {
-		t.Fatalf("ReadFrom: %v", err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("WriteTo: %v", err)
+	for what, ch := range map[string]chan error{"ReadFrom": sent, "WriteTo": got, "the peer's Read": read, "the peer's Write": wrote} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(conntest.Timeout(t)):
+			t.Fatalf("%s never returned", what)
+		}
 	}
 	if gw.bad != nil || gw.off != total {
 		t.Fatalf("the writer took %d bytes of %d: %v", gw.off, total, gw.bad)

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/resume"
@@ -62,7 +63,7 @@ func (c *Conn) giveUp(err error) {
 func (c *Conn) failResumeLocked(err error) {
 	took := time.Since(c.resumeStart)
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = errors.New("gave up after ResumeTimeout (" + took.Round(time.Millisecond).String() + ")")
+		err = fmt.Errorf("gave up after ResumeTimeout (%v): %w", took.Round(time.Millisecond), err)
 	}
 	c.path = pathUp
 	c.resumeFailed = true

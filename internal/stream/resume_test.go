@@ -216,6 +216,9 @@ func TestResumeGivesUp(t *testing.T) {
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "resuming it failed") || !strings.Contains(err.Error(), "ResumeTimeout") {
 		t.Fatalf("Read = %v: want the path's failed completion and the resume's timeout", err)
 	}
+	if !strings.Contains(err.Error(), "test resumer: no path") {
+		t.Errorf("Read = %v: want what the resumer met", err)
+	}
 	if _, err := rc.a.Write([]byte("x")); !errors.As(err, &re) {
 		t.Fatalf("Write = %v, want the ResumeError", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,8 +26,8 @@ func init() { roles["fault-client"] = faultClient }
 // faultClient is the checked-stream client (see stream_test.go).
 func faultClient() int {
 	addr, n, expect := os.Getenv("FAULT_ADDR"), envInt("FAULT_CONNS", 100), os.Getenv("FAULT_EXPECT")
-	if expect != "survive" && expect != "end" {
-		fmt.Printf("FAULT_EXPECT is %q; want survive or end\n", expect)
+	if expect != "survive" && expect != "end" && expect != "resume" {
+		fmt.Printf("FAULT_EXPECT is %q; want survive, end or resume\n", expect)
 		return 2
 	}
 	marks := make(chan os.Signal, 1)
@@ -50,7 +51,7 @@ func faultClient() int {
 		fmt.Println("dial failed:", err)
 		return 1
 	}
-	shared, mtuLo, mtuHi := 0, 1<<30, 0
+	shared, resumable, mtuLo, mtuHi := 0, 0, 1<<30, 0
 	for _, s := range streams {
 		info, err := s.c.Info()
 		if err != nil {
@@ -60,9 +61,12 @@ func faultClient() int {
 		if info.SharedRecvQueue {
 			shared++
 		}
+		if s.c.Config().Resume {
+			resumable++
+		}
 		mtuLo, mtuHi = min(mtuLo, info.PathMTU), max(mtuHi, info.PathMTU)
 	}
-	fmt.Printf("connected %d groups=%d shared=%d pathmtu=%d-%d\n", len(streams), pollgroup.Count(), shared, mtuLo, mtuHi)
+	fmt.Printf("connected %d groups=%d shared=%d resume=%d pathmtu=%d-%d\n", len(streams), pollgroup.Count(), shared, resumable, mtuLo, mtuHi)
 
 	var readers sync.WaitGroup
 	for _, s := range streams {
@@ -84,6 +88,10 @@ func faultClient() int {
 	diagAfter := envDuration("FAULT_DIAG_AFTER", time.Minute)
 	var markAt time.Time
 	var snap []uint64
+	// writtenAtMark is what each stream had written at the mark: a
+	// resumed stream has moved on once bytes written after the fault came
+	// back, which no buffered echo can pass for.
+	var writtenAtMark []uint64
 	lastReport := time.Now()
 wait:
 	for {
@@ -93,8 +101,11 @@ wait:
 		case <-marks:
 			markAt = time.Now()
 			snap = make([]uint64, len(streams))
+			writtenAtMark = make([]uint64, len(streams))
 			for i, s := range streams {
 				snap[i] = s.checked.Load()
+				writtenAtMark[i] = s.written.Load()
+				s.mark.Store(markAt.UnixNano())
 			}
 			fmt.Println("marked")
 		case <-tick.C:
@@ -128,9 +139,12 @@ wait:
 			steady = true
 			fmt.Printf("steady bytes=%d\n", total)
 		}
-		// A survivor that moved on, or a connection that failed where all
-		// should survive, ends the run: every writer finishes its stream.
-		if expect == "survive" && !moved && (snap != nil && least >= moveOnBytes || streams[0].failures.Load() > 0) {
+		// A survivor or a resumed stream that moved on, or a connection
+		// that failed where all should go on, ends the run: every writer
+		// finishes its stream.
+		if !moved && (expect == "survive" && snap != nil && least >= moveOnBytes ||
+			expect == "resume" && writtenAtMark != nil && allPast(streams, writtenAtMark) ||
+			expect != "end" && streams[0].failures.Load() > 0) {
 			moved = true
 			fmt.Printf("moved-on bytes=%d failed=%d\n", total, streams[0].failures.Load())
 			for _, s := range streams {
@@ -162,9 +176,12 @@ wait:
 	}
 	fmt.Printf("all-ended clean=%d failed=%d maxsincemark=%v maxsincelast=%v stalled=%v\n", clean, failed,
 		maxSinceMark.Round(time.Millisecond), maxSinceLast.Round(time.Millisecond), stalled.Round(time.Millisecond))
+	if expect == "resume" && !markAt.IsZero() {
+		reportResumes(streams, markAt)
+	}
 	unexpected := false
 	for _, s := range streams {
-		if s.endErr != nil && (expect == "survive" || !errors.Is(s.endErr, rnet.ErrPeerGone)) {
+		if s.endErr != nil && (expect != "end" || !errors.Is(s.endErr, rnet.ErrPeerGone)) {
 			fmt.Printf("diag-conn %d stats=%+v\n", s.id, s.c.Stats())
 			unexpected = true
 		}
@@ -184,12 +201,51 @@ wait:
 		fmt.Println("released leak", released)
 	}
 	switch {
-	case expect == "survive" && failed > 0, expect == "end" && clean > 0, !ok:
+	case expect != "end" && failed > 0, expect == "end" && clean > 0, !ok:
 		fmt.Println("client-done failed")
 		return 1
 	}
 	fmt.Println("client-done ok")
 	return 0
+}
+
+// allPast says whether every stream has had echoed a byte of a Write that
+// began after the mark: past what it had written then and the chunk a
+// Write in progress may have sent before it.
+func allPast(streams []*stream, writtenAtMark []uint64) bool {
+	for i, s := range streams {
+		if s.checked.Load() <= writtenAtMark[i]+streamChunk {
+			return false
+		}
+	}
+	return true
+}
+
+// reportResumes prints, for each stream, when after the mark its echo
+// moved again after its longest wait, and how long that wait was; then the
+// median and the largest of each over the streams ("resumed p50=D max=D
+// gapp50=D gapmax=D"). The longest wait that ends after a wire cut is the
+// outage: the detection of the dead path and the resume.
+func reportResumes(streams []*stream, markAt time.Time) {
+	var at, gaps []time.Duration
+	for _, s := range streams {
+		end := s.gapEnd.Load()
+		if end == 0 {
+			fmt.Printf("resumed %d no read after the mark\n", s.id)
+			continue
+		}
+		a, g := time.Unix(0, end).Sub(markAt), time.Duration(s.gap.Load())
+		at, gaps = append(at, a), append(gaps, g)
+		fmt.Printf("resumed %d at=%v gap=%v\n", s.id, a.Round(time.Millisecond), g.Round(time.Millisecond))
+	}
+	if len(at) == 0 {
+		fmt.Println("resumed none")
+		return
+	}
+	slices.Sort(at)
+	slices.Sort(gaps)
+	fmt.Printf("resumed n=%d p50=%v max=%v gapp50=%v gapmax=%v\n", len(at), at[len(at)/2].Round(time.Millisecond),
+		at[len(at)-1].Round(time.Millisecond), gaps[len(gaps)/2].Round(time.Millisecond), gaps[len(gaps)-1].Round(time.Millisecond))
 }
 
 // dialAll dials n connections, a few at a time as a pool of clients would.

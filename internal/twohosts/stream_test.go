@@ -95,16 +95,23 @@ func envInt(name string, def int) int {
 }
 
 func faultConfig() *rnet.Config {
-	return &rnet.Config{KeepAlive: envDuration("FAULT_KEEPALIVE", 2*time.Second)}
+	return &rnet.Config{KeepAlive: envDuration("FAULT_KEEPALIVE", 2*time.Second),
+		Resume: os.Getenv("FAULT_RESUME") == "1", ResumeTimeout: envDuration("FAULT_RESUME_TIMEOUT", 0)}
 }
 
-// faultServer echoes every connection on $RNET_HOST_ADDR0:$FAULT_PORT and
-// prints each one's end; after FAULT_SERVER_CONNS ends (if set) it exits.
+// faultServer echoes every connection on $RNET_HOST_ADDR0:$FAULT_PORT (or
+// $FAULT_LISTEN_HOST, such as 0.0.0.0, instead of the address) and prints
+// each one's end; after FAULT_SERVER_CONNS ends (if set) it exits, once it
+// has said whether it still holds queue pairs ("server-released").
 // From a SIGUSR1 on it measures how long its host kept it from running.
 func faultServer() int {
 	stall := newStallMeter()
 	go dumpStacksAfterMark(stall)
-	addr := net.JoinHostPort(os.Getenv("RNET_HOST_ADDR0"), strconv.Itoa(envInt("FAULT_PORT", 7471)))
+	host := os.Getenv("FAULT_LISTEN_HOST")
+	if host == "" {
+		host = os.Getenv("RNET_HOST_ADDR0")
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(envInt("FAULT_PORT", 7471)))
 	lc := rnet.ListenConfig{Config: faultConfig()}
 	ln, err := lc.Listen(context.Background(), "rdma", addr)
 	if err != nil {
@@ -156,6 +163,7 @@ func faultServer() int {
 		printDeviceDiag()
 	}
 	closing.Wait()
+	fmt.Println("server-released", waitNoQPs())
 	return 0
 }
 
@@ -226,6 +234,13 @@ type stream struct {
 
 	failures *atomic.Int64 // the client's connections that failed so far
 
+	// The resume's measure, kept by read: mark is when the fault began
+	// (unix ns, 0 before it); gap is the longest wait between two reads
+	// that returned bytes, ending after the mark, and gapEnd when it ended.
+	mark   atomic.Int64
+	gap    atomic.Int64
+	gapEnd atomic.Int64
+
 	endOnce sync.Once
 	endAt   time.Time
 	endErr  error // nil for a clean end
@@ -264,9 +279,18 @@ func (s *stream) write() {
 func (s *stream) read() {
 	buf := make([]byte, 32<<10)
 	want := make([]byte, len(buf))
+	lastRead := time.Now()
 	for {
 		n, err := s.c.Read(buf)
 		if n > 0 {
+			now := time.Now()
+			if mark := s.mark.Load(); mark != 0 && now.UnixNano() > mark {
+				if gap := now.Sub(lastRead); int64(gap) > s.gap.Load() {
+					s.gap.Store(int64(gap))
+					s.gapEnd.Store(now.UnixNano())
+				}
+			}
+			lastRead = now
 			off := s.checked.Load()
 			fillPattern(want[:n], s.id, off)
 			if !bytes.Equal(buf[:n], want[:n]) {
