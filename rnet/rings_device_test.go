@@ -40,11 +40,13 @@ func TestRXERingsGrowAndShrink(t *testing.T) {
 // registeredRegions returns a device connection's memory regions as
 // registered now.
 func registeredRegions(c *Conn) []*verbs.MR {
+	q, ok := c.conn.QueuePair().(*verbsQP) // QueuePair takes the Conn's lock itself
+	if !ok {
+		return nil
+	}
 	var mrs []*verbs.MR
 	c.conn.WhileLocked(func() { // q.mrs changes under the Conn's lock
-		if q, ok := c.conn.QueuePair().(*verbsQP); ok {
-			mrs = append(mrs, q.mrs...)
-		}
+		mrs = append(mrs, q.mrs...)
 	})
 	return mrs
 }
