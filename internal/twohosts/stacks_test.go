@@ -17,11 +17,9 @@ func dumpStacksAfterMark(m *stallMeter) {
 	if err != nil {
 		return
 	}
-	for m.sinceMark() == 0 {
-		time.Sleep(50 * time.Millisecond)
-	}
+	<-m.marked
 	for _, at := range []time.Duration{after, 2 * after} {
-		time.Sleep(at - m.sinceMark())
+		time.Sleep(at - m.sinceMark()) // a pause until the dump's time after the mark
 		var buf bytes.Buffer
 		pprof.Lookup("goroutine").WriteTo(&buf, 1)
 		sc := bufio.NewScanner(&buf)

@@ -327,16 +327,18 @@ func (s *stream) read() {
 type stallMeter struct {
 	stalled atomic.Int64
 	mark    atomic.Pointer[time.Time] // the first SIGUSR1
+	marked  chan struct{}             // closed once mark is set
 }
 
 func newStallMeter() *stallMeter {
-	m := new(stallMeter)
+	m := &stallMeter{marked: make(chan struct{})}
 	marks := make(chan os.Signal, 1)
 	signal.Notify(marks, syscall.SIGUSR1)
 	go func() {
 		<-marks
 		mark := time.Now()
 		m.mark.Store(&mark)
+		close(m.marked)
 		const period = 100 * time.Millisecond
 		tick := time.NewTicker(period)
 		last := time.Now()
