@@ -62,6 +62,8 @@ func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agre
 	}
 	if resumer != nil {
 		ss.Resumer, ss.ResumeTimeout = resumer, set.resumeTimeout
+		ro := &resumeObserver{log: logFor(set.logger)}
+		ss.Resumed, ss.ResumeFailed = ro.resumed, ro.resumeFailed
 		if agreed == nil {
 			// The listener's end waits for its dialer as long as its
 			// table keeps the token: it may see the path fail first.
@@ -336,6 +338,12 @@ type Stats struct {
 	// receive queue starts with a small window and grows it, while the
 	// queue has receives to spare (see docs/design.md, "Poll groups").
 	CreditWindowGrowths uint64 `json:"credit_window_growths"`
+	// Resumes counts the times the connection moved to a new queue pair
+	// after its path failed (Config.Resume), and BytesResent the bytes it
+	// sent again then, which the peer had not received; ConnInfo says
+	// which device it runs on now.
+	Resumes     uint64 `json:"resumes"`
+	BytesResent uint64 `json:"bytes_resent"`
 }
 
 // dispatcher is a queue pair in a poll group: it counts Stats.Dispatches.
@@ -374,7 +382,17 @@ func statsOf(snap stream.Snapshot) Stats {
 		CreditWindowGrowths:   s.CreditWindowGrowths,
 		SendRingSize:          snap.SendRingSize,
 		RecvRingSize:          snap.RecvRingSize,
+		Resumes:               resumesOf(snap.Resume),
+		BytesResent:           snap.Resume.BytesResent,
 	}
+}
+
+// resumesOf is the resumes of r, whatever their cause.
+func resumesOf(r stream.ResumeStats) (n uint64) {
+	for _, k := range r.Resumes {
+		n += k
+	}
+	return n
 }
 
 // streamSettings is what the connection driver takes of s.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"runtime"
 	"slices"
+	"time"
 )
 
 // Metrics is a snapshot of what the process's rnet connections and
@@ -81,6 +82,18 @@ type Counters struct {
 	// SRQRefills are the receives poll groups posted back on their shared
 	// receive queues for peers that took them beyond their credits.
 	SRQRefills uint64 `json:"srq_refills"`
+	// Resumes are the connections that moved to a new queue pair after
+	// their path failed (Config.Resume), by what found it failed:
+	// "completion_error", "transport_event", "keepalive" or
+	// "peer_request" (the peer resumed first); every cause is present.
+	// ResumeFailures are the resumes that gave up, failing their
+	// connection; ResumeTime is how long the resumes that completed took
+	// in all, from the failure to the stream moving again; BytesResent
+	// the bytes they sent again, which the peer had not received.
+	Resumes        map[string]uint64 `json:"resumes"`
+	ResumeFailures uint64            `json:"resume_failures"`
+	ResumeTime     time.Duration     `json:"resume_time_ns"`
+	BytesResent    uint64            `json:"bytes_resent"`
 }
 
 // ReadMetrics returns the process's Metrics now. Each value is read
@@ -106,6 +119,10 @@ func ReadMetrics() Metrics {
 		HandshakeErrors: processCounts.handshakeErrors.read(),
 		PeersGone:       processCounts.peersGone.Load(),
 		SRQRefills:      srqRefills(),
+		Resumes:         readResumeCounts(),
+		ResumeFailures:  resumeCounts.failed.Load(),
+		ResumeTime:      time.Duration(resumeCounts.tookNanos.Load()),
+		BytesResent:     resumeCounts.resentInBytes.Load(),
 	}
 	for r := FallbackNoDevice; r <= FallbackPeerTCP; r++ {
 		m.Counters.Fallbacks[r] = dialCounts[r].Load()

@@ -71,15 +71,9 @@ func connDevice(c *stream.Conn) string {
 // ListenConfig gives the logger.
 type connObserver struct{ log *logger }
 
-func (o connObserver) Opened(c *stream.Conn) {
-	openGauge("rdma", connDevice(c)).Add(1)
-	connOpened(c)
-}
+func (o connObserver) Opened(c *stream.Conn) { connOpened(c, connDevice(c)) }
 
-func (o connObserver) Closed(c *stream.Conn) {
-	connClosed(c)
-	openGauge("rdma", connDevice(c)).Add(-1)
-}
+func (o connObserver) Closed(c *stream.Conn) { connClosed(c) }
 
 func (o connObserver) PeerGone(c *stream.Conn, err error) {
 	processCounts.peersGone.Add(1)

@@ -69,6 +69,9 @@ var sockets struct {
 type openConn struct {
 	conn          *stream.Conn
 	local, remote string
+	// device is the device whose open-connection gauge counts the
+	// connection; under sockets.mu, as a resume may move it.
+	device string
 }
 
 // listenerOpened and listenerClosed keep l in ReadSockets' list.
@@ -87,20 +90,39 @@ func listenerClosed(l *listener) {
 	sockets.mu.Unlock()
 }
 
-// connOpened and connClosed keep c in ReadSockets' list.
-func connOpened(c *stream.Conn) {
+// connOpened lists c for ReadSockets, counted in device's open-connection
+// gauge.
+func connOpened(c *stream.Conn, device string) {
 	oc := newOpenConn(c)
+	oc.device = device
 	sockets.mu.Lock()
 	if sockets.conns == nil {
 		sockets.conns = make(map[*stream.Conn]*openConn)
 	}
 	sockets.conns[c] = oc
+	openGauge("rdma", device).Add(1)
 	sockets.mu.Unlock()
 }
 
+// connClosed drops c from the list and from its device's gauge.
 func connClosed(c *stream.Conn) {
 	sockets.mu.Lock()
-	delete(sockets.conns, c)
+	if oc := sockets.conns[c]; oc != nil {
+		openGauge("rdma", oc.device).Add(-1)
+		delete(sockets.conns, c)
+	}
+	sockets.mu.Unlock()
+}
+
+// connMoved counts c, resumed, in device's gauge rather than the one it
+// was opened or last resumed on; nothing once c has closed.
+func connMoved(c *stream.Conn, device string) {
+	sockets.mu.Lock()
+	if oc := sockets.conns[c]; oc != nil && oc.device != device {
+		openGauge("rdma", oc.device).Add(-1)
+		openGauge("rdma", device).Add(1)
+		oc.device = device
+	}
 	sockets.mu.Unlock()
 }
 

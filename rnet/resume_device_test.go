@@ -85,6 +85,7 @@ func testResumeAfterQueuePairError(t *testing.T, pair rdmatest.Pair) {
 	}
 	c, s := dialResume(t, ln, pair.Client, pair.Server, cfg)
 	const total, at = 8 << 20, 1 << 20
+	before := ReadMetrics().Counters
 	for _, victim := range []struct {
 		name string
 		conn *Conn
@@ -115,6 +116,21 @@ func testResumeAfterQueuePairError(t *testing.T, pair rdmatest.Pair) {
 		if resumes(c) != c0+1 || resumes(s) != s0+1 {
 			t.Errorf("want one more resume at each end: dialer %+v, listener %+v", cs, ss)
 		}
+	}
+	// Both ends resumed twice, and the process's metrics counted the four.
+	for _, end := range []*Conn{c, s} {
+		if st := end.Stats(); st.Resumes != 2 {
+			t.Errorf("Stats().Resumes = %d, want 2", st.Resumes)
+		}
+	}
+	after := ReadMetrics().Counters
+	var grew uint64
+	for cause, n := range after.Resumes {
+		grew += n - before.Resumes[cause]
+	}
+	if grew != 4 || after.ResumeFailures != before.ResumeFailures || after.ResumeTime <= before.ResumeTime {
+		t.Errorf("Metrics: %d more resumes (want 4), %d more failures (want 0), resume time %v -> %v",
+			grew, after.ResumeFailures-before.ResumeFailures, before.ResumeTime, after.ResumeTime)
 	}
 	if n := ln.l.resume.table.Len(); n != 1 {
 		t.Errorf("the listener's table holds %d connections, want 1", n)

@@ -54,13 +54,14 @@ func (c *Conn) giveUp(err error) {
 		c.mu.Unlock()
 		return
 	}
-	c.failResumeLocked(err)
+	rerr := c.failResumeLocked(err)
 	c.mu.Unlock()
-	c.forget()
+	c.reportResumeFailed(rerr)
 }
 
-// failResumeLocked fails the connection with the resume's failure err.
-func (c *Conn) failResumeLocked(err error) {
+// failResumeLocked fails the connection with the resume's failure err,
+// and returns the error it fails with.
+func (c *Conn) failResumeLocked(err error) *ResumeError {
 	took := time.Since(c.resumeStart)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("gave up after ResumeTimeout (%v): %w", took.Round(time.Millisecond), err)
@@ -69,8 +70,19 @@ func (c *Conn) failResumeLocked(err error) {
 	c.resumeFailed = true
 	c.heldWrites = nil
 	c.resumeStats.Failed++
-	c.failLocked(&ResumeError{Cause: c.resumeCause, Err: err, Took: took})
+	rerr := &ResumeError{Cause: c.resumeCause, Err: err, Took: took}
+	c.failLocked(rerr)
 	c.wakeAllLocked()
+	return rerr
+}
+
+// reportResumeFailed tells the Resumer and Settings.ResumeFailed that the
+// resume gave up with err; mu must not be held.
+func (c *Conn) reportResumeFailed(err *ResumeError) {
+	c.forget()
+	if f := c.set.ResumeFailed; f != nil {
+		f(c, err)
+	}
 }
 
 // wakeAllLocked wakes every call parked on its channel: the path changed.
@@ -147,6 +159,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 	}
 	closing := c.closing
 	resumed := !closing && err == nil
+	var failed *ResumeError
 	kind, took, resent := c.resumeKind, time.Since(c.resumeStart), c.resumeStats.BytesResent
 	switch {
 	case resumed:
@@ -160,7 +173,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 		c.driveLocked() // what the peer lacks goes again
 		c.wakeAllLocked()
 	case !closing:
-		c.failResumeLocked(err)
+		failed = c.failResumeLocked(err)
 	}
 	c.oldEng = nil
 	// A loan of the old engine's ring memory keeps it mapped.
@@ -179,7 +192,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 			f(c, kind, took, resent)
 		}
 	case !closing:
-		c.forget()
+		c.reportResumeFailed(failed)
 	}
 }
 

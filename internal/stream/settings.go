@@ -48,4 +48,7 @@ type Settings struct {
 	// resumes. It is called without the connection's locks, on the
 	// goroutine that resumed.
 	Resumed func(c *Conn, cause ResumeCause, took time.Duration, resentTotal uint64)
+	// ResumeFailed, if not nil, is told of a resume that gave up, with
+	// the error that now fails the connection; called as Resumed is.
+	ResumeFailed func(c *Conn, err *ResumeError)
 }

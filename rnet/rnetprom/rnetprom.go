@@ -45,6 +45,14 @@ var (
 		"Connections whose peer vanished without closing.", nil, nil)
 	srqRefillsDesc = prometheus.NewDesc("rnet_srq_refills_total",
 		"Receives posted back on shared receive queues for peers that took them beyond their credits.", nil, nil)
+	resumesDesc = prometheus.NewDesc("rnet_resumes_total",
+		"Connections moved to a new queue pair after their path failed, by what found it failed.", []string{"cause"}, nil)
+	resumeFailuresDesc = prometheus.NewDesc("rnet_resume_failures_total",
+		"Resumes that gave up, failing their connection.", nil, nil)
+	resumeSecondsDesc = prometheus.NewDesc("rnet_resume_seconds_total",
+		"Time the completed resumes took, from the path's failure to the stream moving again.", nil, nil)
+	bytesResentDesc = prometheus.NewDesc("rnet_resume_bytes_resent_total",
+		"Bytes resumes sent again because the peer had not received them.", nil, nil)
 )
 
 // Collector is a prometheus.Collector of the process's rnet.Metrics.
@@ -57,7 +65,8 @@ func NewCollector() *Collector { return &Collector{} }
 func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{connectionsDesc, pendingDesc, queuePairsDesc, memoryRegionsDesc,
 		pinnedBytesDesc, pollGroupsDesc, sharedRecvQueuesDesc, srqDepthDesc,
-		dialsDesc, acceptsDesc, fallbacksDesc, handshakeErrorsDesc, peersGoneDesc, srqRefillsDesc} {
+		dialsDesc, acceptsDesc, fallbacksDesc, handshakeErrorsDesc, peersGoneDesc, srqRefillsDesc,
+		resumesDesc, resumeFailuresDesc, resumeSecondsDesc, bytesResentDesc} {
 		ch <- d
 	}
 }
@@ -92,6 +101,12 @@ func (*Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(peersGoneDesc, c.PeersGone)
 	counter(srqRefillsDesc, c.SRQRefills)
+	for cause, n := range c.Resumes {
+		counter(resumesDesc, n, cause)
+	}
+	counter(resumeFailuresDesc, c.ResumeFailures)
+	ch <- prometheus.MustNewConstMetric(resumeSecondsDesc, prometheus.CounterValue, c.ResumeTime.Seconds())
+	counter(bytesResentDesc, c.BytesResent)
 }
 
 // reasonLabel is r as rnet's JSON names it.

@@ -108,6 +108,13 @@ func TestCollectorScrapedThroughPromhttp(t *testing.T) {
 		require.Equal(t, float64(n), value(t, families, "rnet_handshake_errors_total", "reason", reason))
 	}
 	require.Contains(t, m.Counters.HandshakeErrors, "busy")
+	for cause, n := range m.Counters.Resumes {
+		require.Equal(t, float64(n), value(t, families, "rnet_resumes_total", "cause", cause))
+	}
+	require.Len(t, families["rnet_resumes_total"].GetMetric(), 4)
+	require.Equal(t, float64(m.Counters.ResumeFailures), value(t, families, "rnet_resume_failures_total"))
+	require.Equal(t, m.Counters.ResumeTime.Seconds(), value(t, families, "rnet_resume_seconds_total"))
+	require.Equal(t, float64(m.Counters.BytesResent), value(t, families, "rnet_resume_bytes_resent_total"))
 	require.Equal(t, dto.MetricType_COUNTER, families["rnet_handshake_errors_total"].GetType())
 	require.Equal(t, dto.MetricType_GAUGE, families["rnet_connections"].GetType())
 
