@@ -8,10 +8,11 @@ FUZZTIME  ?= 300000x
 # without it (allocations per call), and the volume tests of faults and interop, whose worth
 # at full length is volume and checksums (under -race, which slows each access several
 # times over, they run as with -short: a 64 MiB soak, 50 busy connections, 8 MiB each way
-# through socat under librspreload).
+# through socat under librspreload), and the interop suite again with Config.Resume on every
+# rnet end (TestInteropWithResume).
 NORACE_TESTS = github.com/rnet-dev/rnet/internal/cm=^TestConnectWriteImmDisconnect$$ \
                github.com/rnet-dev/rnet/faults=^(TestSoak|TestManyConnections)$$ \
-               github.com/rnet-dev/rnet/interop=^(TestPreloadBulkCShutdownFirst|TestPreloadBulkRnetCloseWriteFirst)$$
+               github.com/rnet-dev/rnet/interop=^(TestPreloadBulkCShutdownFirst|TestPreloadBulkRnetCloseWriteFirst|TestInteropWithResume)$$
 # The device package that runs last in the lab's guest: removal deletes an RDMA device.
 DEVICE_LAST = github.com/rnet-dev/rnet/faults/removal
 # The device tier runs at full length only with RNET_SOAK=1, which CI sets; otherwise

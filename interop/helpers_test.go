@@ -158,7 +158,7 @@ func (p *proc) wait(t *testing.T) string {
 // listen starts an rnet listener on the server address with a kernel-chosen port.
 func listen(t *testing.T, server netip.Addr, cfg *rnet.Config) (*rnet.Listener, netip.AddrPort) {
 	t.Helper()
-	ln, err := (&rnet.ListenConfig{Config: cfg}).Listen(context.Background(), "rdma", net.JoinHostPort(server.String(), "0"))
+	ln, err := (&rnet.ListenConfig{Config: withResume(cfg)}).Listen(context.Background(), "rdma", net.JoinHostPort(server.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,6 +187,7 @@ func accept(t *testing.T, ln *rnet.Listener, peer *proc) *rnet.Conn {
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
+		checkNoResume(t, r.c)
 		return r.c
 	case <-peer.done:
 		ln.Close()
@@ -207,6 +208,7 @@ func dialPeer(t *testing.T, d *rnet.Dialer, addr netip.AddrPort, peer *proc) *rn
 	for {
 		c, err := d.Dial("rdma", addr.String())
 		if err == nil {
+			checkNoResume(t, c)
 			return c
 		}
 		if !errors.Is(err, syscall.ECONNREFUSED) || peer.exited() || time.Now().After(end) {
