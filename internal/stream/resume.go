@@ -144,12 +144,13 @@ func (c *Conn) resumableLocked(err error) bool {
 
 // isPathFailure reports whether an engine's error says the path failed, not
 // the peer's protocol: completions flushed or failed as a broken path
-// fails them, or lost with the device.
+// fails them, or lost with the device; or a post refused by a queue pair
+// that is gone.
 func isPathFailure(err error) bool {
 	if errors.Is(err, ring.ErrProtocol) {
 		return false
 	}
-	if errors.Is(err, ring.ErrCompletionsLost) {
+	if errors.Is(err, ring.ErrCompletionsLost) || errors.Is(err, ErrQueuePairGone) {
 		return true
 	}
 	var ce *ring.CompletionError

@@ -1,0 +1,77 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/conntest"
+	"github.com/rnet-dev/rnet/internal/simqp"
+	"github.com/rnet-dev/rnet/internal/wr"
+)
+
+// refusingQP is a queue pair whose steps fail with refusal once it is set,
+// as a post does on a removed device (ErrQueuePairGone) or for a bad work
+// request.
+type refusingQP struct {
+	*simqp.QP
+	refusal atomic.Pointer[error]
+}
+
+func (q *refusingQP) Step(flags wr.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
+	if err := q.refusal.Load(); err != nil {
+		return 0, *err
+	}
+	return q.QP.Step(flags, recvs, sends, out, tries)
+}
+
+// refusingPipe is resumePipe with the dialer's queue pair a refusingQP.
+func refusingPipe(t *testing.T) (*resumeConns, *refusingQP) {
+	var q *refusingQP
+	rc := resumePipeWrap(t, nil, func(sq *simqp.QP) QueuePair {
+		q = &refusingQP{QP: sq}
+		return q
+	})
+	return rc, q
+}
+
+// A post that the queue pair refuses because it is gone fails the path,
+// not the connection: both ends resume and the stream goes on.
+func TestResumeAfterPostRefusedQueuePairGone(t *testing.T) {
+	rc, q := refusingPipe(t)
+	defer rc.close()
+	gone := fmt.Errorf("%w: ibv_post_send rxe0: input/output error", ErrQueuePairGone)
+	q.refusal.Store(&gone)
+	if _, err := rc.a.Write([]byte("after the removal")); err != nil {
+		t.Fatalf("Write on a queue pair that is gone: %v", err)
+	}
+	buf := make([]byte, 64)
+	rc.b.SetReadDeadline(time.Now().Add(conntest.Timeout(t)))
+	n, err := rc.b.Read(buf)
+	if err != nil || string(buf[:n]) != "after the removal" {
+		t.Fatalf("Read = %q, %v", buf[:n], err)
+	}
+	if s := rc.a.Stats().Resume; s.Resumes[CauseCompletion] != 1 {
+		t.Fatalf("resumes: %v, want one for the refused post", s.Resumes)
+	}
+}
+
+// A post refused for another reason (a bad work request: a local bug)
+// still fails the connection, and nothing resumes.
+func TestResumeNotAfterPostRefusedOtherwise(t *testing.T) {
+	rc, q := refusingPipe(t)
+	defer rc.close()
+	bad := errors.New("ibv_post_send rxe0: invalid argument")
+	q.refusal.Store(&bad)
+	var err error
+	for err == nil {
+		_, err = rc.a.Write([]byte("x"))
+	}
+	errorIs(t, "Write on a queue pair that refuses a bad post", err, bad)
+	conntest.Until(t, "Forget", func() bool { return rc.ra.forgets.Load() == 1 })
+	if n := rc.ra.calls.Load(); n != 0 {
+		t.Fatalf("Resume called %d times after a bad post", n)
+	}
+}
