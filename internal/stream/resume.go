@@ -133,6 +133,13 @@ func (c *Conn) resumableLocked(err error) bool {
 	if c.set.Resumer == nil || c.path != pathUp || c.closing || c.fatal != nil || c.resumeFailed {
 		return false
 	}
+	return c.streamResumableLocked(err)
+}
+
+// streamResumableLocked is the engine's part of resumableLocked: the peer
+// sent no DISCONNECT, the stream is not over, and err (nil: the engine's)
+// is nil or the path's.
+func (c *Conn) streamResumableLocked(err error) bool {
 	if c.eng.PeerDisconnected() || c.eng.Finished() && c.eng.Err() == nil {
 		return false
 	}
@@ -185,10 +192,19 @@ func (c *Conn) checkPathLocked() {
 // queue pair goes to the error state and is drained, so that the engine's
 // counts are final, and resumeRun asks the Resumer for a new one.
 func (c *Conn) suspendLocked(kind ResumeCause, cause error) {
-	c.path = pathDraining
-	c.eng.Fail(cause) // the old engine posts nothing more
+	c.path = pathDraining // the drain's flushes start no resume of their own
 	c.qp.Disconnect()
+	// What arrived before the failure counts, and may end the stream
+	// (the peer's DISCONNECT, a protocol error): decide again after it.
 	c.drainLocked()
+	if c.fatal == nil && !c.streamResumableLocked(nil) {
+		c.path = pathUp
+		c.forgetLater()
+		c.signalLocked()
+		c.kickLocked()
+		return
+	}
+	c.eng.Fail(cause) // the old engine posts nothing more
 	c.suspendDrainedLocked(kind, cause)
 }
 

@@ -3,6 +3,7 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,4 +75,37 @@ func TestResumeNotAfterPostRefusedOtherwise(t *testing.T) {
 	if n := rc.ra.calls.Load(); n != 0 {
 		t.Fatalf("Resume called %d times after a bad post", n)
 	}
+}
+
+// deafQP is a queue pair whose transport events never reach the Conn, so
+// that a test decides when the connection hears of its path.
+type deafQP struct{ *simqp.QP }
+
+func (q deafQP) Start(EventHandler) { q.QP.Start(deafHandler{}) }
+
+type deafHandler struct{}
+
+func (deafHandler) TransportDisconnected() {}
+func (deafHandler) TransportFailed(error)  {}
+
+// A path failure whose drain finds the peer's DISCONNECT (it came before
+// the failure, unpolled) ends the connection as the DISCONNECT does:
+// nothing resumes, and the reader gets the last bytes, then io.EOF.
+func TestResumeNotWhenDrainFindsDisconnect(t *testing.T) {
+	rc := resumePipeWrap(t, nil, func(q *simqp.QP) QueuePair { return deafQP{q} })
+	defer rc.close()
+	if _, err := rc.b.Write([]byte("bye")); err != nil {
+		t.Fatal(err)
+	}
+	rc.b.Close()
+	rc.a.PathFailed(errors.New("test: the peer asked to resume"))
+	rc.a.SetReadDeadline(time.Now().Add(conntest.Timeout(t)))
+	got, err := io.ReadAll(rc.a)
+	if err != nil || string(got) != "bye" {
+		t.Fatalf("ReadAll = %q, %v; want the last bytes and io.EOF", got, err)
+	}
+	if n := rc.ra.calls.Load(); n != 0 {
+		t.Fatalf("Resume called %d times after the peer's DISCONNECT", n)
+	}
+	conntest.Until(t, "Forget", func() bool { return rc.ra.forgets.Load() == 1 })
 }
