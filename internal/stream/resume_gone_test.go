@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,4 +109,34 @@ func TestResumeNotWhenDrainFindsDisconnect(t *testing.T) {
 		t.Fatalf("Resume called %d times after the peer's DISCONNECT", n)
 	}
 	conntest.Until(t, "Forget", func() bool { return rc.ra.forgets.Load() == 1 })
+}
+
+// WithQueuePair runs its function under the connection's lock, so that a
+// resume cannot replace and destroy the queue pair meanwhile, on the queue
+// pair the connection runs over after a resume too; after Close it does
+// not run it, and fails with net.ErrClosed.
+func TestWithQueuePair(t *testing.T) {
+	rc := resumePipe(t, nil)
+	defer rc.close()
+	first := rc.a.QueuePair()
+	failIdle(rc.a)
+	conntest.Until(t, "both ends resumed", func() bool { return resumesOf(rc.a) == 1 && resumesOf(rc.b) == 1 })
+	var got QueuePair
+	locked := false
+	if err := rc.a.WithQueuePair(func(q QueuePair) {
+		got = q
+		locked = !rc.a.mu.TryLock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got == first || got == nil || !locked {
+		t.Fatalf("WithQueuePair ran on the first queue pair (%v) or without the lock (locked %v)", got == first, locked)
+	}
+	rc.a.Close()
+	ran := false
+	err := rc.a.WithQueuePair(func(QueuePair) { ran = true })
+	if ran {
+		t.Fatal("WithQueuePair ran after Close")
+	}
+	errorIs(t, "WithQueuePair after Close", err, net.ErrClosed)
 }
