@@ -48,7 +48,8 @@ type Conn struct {
 	// what Read, Write, Close, the pusher and the timers share.
 	mu lockcount.Mutex
 	// qp and eng carry the stream; a resume replaces both (resume.go).
-	// kickTo is qp for Kick, which needs no lock (deadlines, the linger).
+	// kickTo is qp for Kick and for the spin, which need no lock
+	// (deadlines, the linger, busyPoll's SpinSharer).
 	qp     QueuePair
 	eng    *ring.Engine
 	kickTo atomic.Pointer[QueuePair]
