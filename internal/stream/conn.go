@@ -72,6 +72,7 @@ type Conn struct {
 	resumeCause  error
 	resumeFailed bool
 	oldEng       *ring.Engine
+	newPathErr   error // a transport event of the new path, while switching
 	forgetting   bool
 	retiredQPs   []QueuePair
 	resumeStats  ResumeStats

@@ -115,7 +115,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 	old.Shutdown()
 
 	done := func() bool {
-		return c.eng.ResumeReady() || c.failedLocked() || c.closing || ctx.Err() != nil
+		return c.eng.ResumeReady() || c.failedLocked() || c.closing || ctx.Err() != nil || c.newPathErr != nil
 	}
 	for {
 		c.mu.Lock()
@@ -133,6 +133,8 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 	var err error
 	switch {
 	case c.closing:
+	case c.newPathErr != nil:
+		err = c.newPathErr
 	case c.fatal != nil:
 		err = c.fatal
 	case c.eng.Err() != nil:
@@ -163,6 +165,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 		c.failResumeLocked(err)
 	}
 	c.oldEng = nil
+	c.newPathErr = nil
 	// A loan of the old engine's ring memory keeps it mapped.
 	destroyOld := c.lends == 0
 	if !destroyOld {
@@ -181,6 +184,16 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 	case !closing:
 		c.forget()
 	}
+}
+
+// newPathFailedLocked ends the switch under way with err, a transport
+// event of the new path: the switch fails (or tries another path) with a
+// ResumeError rather than take the event for the connection's own.
+func (c *Conn) newPathFailedLocked(err error) {
+	if c.newPathErr == nil {
+		c.newPathErr = err
+	}
+	c.kickLocked()
 }
 
 // takeOverLocked checks the peer's exchange against what old holds and
