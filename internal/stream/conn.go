@@ -76,6 +76,7 @@ type Conn struct {
 	forgetting   bool
 	retiredQPs   []QueuePair
 	resumeStats  ResumeStats
+	resumeStarts []time.Time // when the resumes within MaxResumes' window started
 	// Writes while the path is down (see holdWriteLocked): heldWrites
 	// waits for the engine that takes over, up to heldRoom bytes, and
 	// closeWriteLater says a CloseWrite came meanwhile; writeShut says

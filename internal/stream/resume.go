@@ -55,6 +55,13 @@ type Resumer interface {
 // lifetime (resume.DefaultLifetime).
 const DefaultResumeTimeout = 5 * time.Second
 
+// DefaultMaxResumes is Settings.MaxResumes when not positive.
+const DefaultMaxResumes = 4
+
+// ErrResumeLimit is what a ResumeError wraps when a path failed once
+// Settings.MaxResumes resumes had started within their window.
+var ErrResumeLimit = errors.New("the limit of resumes within their window was reached")
+
 // ResumeCause says how a connection learned that its path failed.
 type ResumeCause uint8
 
@@ -219,6 +226,18 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 		c.kickLocked()
 		return
 	}
+	timeout := c.set.ResumeTimeout
+	if timeout <= 0 {
+		timeout = DefaultResumeTimeout
+	}
+	if err := c.resumeLimitLocked(4 * timeout); err != nil {
+		c.path = pathUp
+		c.resumeFailed = true
+		c.resumeStats.Failed++
+		c.failLocked(&ResumeError{Cause: cause, Err: err})
+		c.wakeAllLocked()
+		return
+	}
 	c.path = pathSuspended
 	// Completions that come after the drain are not counted: what they
 	// would say was received the peer sends again.
@@ -233,10 +252,6 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 		Ring:  cfg,
 		Cause: cause,
 	}
-	timeout := c.set.ResumeTimeout
-	if timeout <= 0 {
-		timeout = DefaultResumeTimeout
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	c.resumeCancel = cancel
 	c.resumeDone = make(chan struct{})
@@ -246,6 +261,28 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 	go c.resumeRun(ctx, cancel, req, c.resumeDone)
 	c.signalLocked()
 	c.kickLocked()
+}
+
+// resumeLimitLocked counts a resume about to start against
+// Settings.MaxResumes within window, or says why it may not start.
+func (c *Conn) resumeLimitLocked(window time.Duration) error {
+	limit := c.set.MaxResumes
+	if limit <= 0 {
+		limit = DefaultMaxResumes
+	}
+	now := time.Now()
+	recent := c.resumeStarts[:0]
+	for _, t := range c.resumeStarts {
+		if now.Sub(t) < window {
+			recent = append(recent, t)
+		}
+	}
+	c.resumeStarts = recent
+	if len(recent) >= limit {
+		return fmt.Errorf("%w: %d resumes within %v (MaxResumes)", ErrResumeLimit, len(recent), window)
+	}
+	c.resumeStarts = append(c.resumeStarts, now)
+	return nil
 }
 
 // forgetLater tells the Resumer, on a goroutine of its own (the caller

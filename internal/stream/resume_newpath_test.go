@@ -2,6 +2,7 @@ package stream
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,4 +36,29 @@ func TestResumeNewPathEventWhileSwitching(t *testing.T) {
 	if !errors.As(err, &re) || !errors.Is(err, removed) {
 		t.Fatalf("Read = %v, want a ResumeError for the new path's event", err)
 	}
+}
+
+// A connection resumes at most MaxResumes times within 4 × ResumeTimeout
+// (a peer's valid resume requests must not keep it resuming for ever):
+// the next failure of its path fails it with a ResumeError that says the
+// limit was reached, and the resumer forgets it.
+func TestResumeLimit(t *testing.T) {
+	rc := resumePipe(t, func(s *Settings) { s.MaxResumes = 2 })
+	defer rc.close()
+	for i := 1; i <= 2; i++ {
+		rc.a.PathFailed(errors.New("test: the peer asks to resume"))
+		conntest.Until(t, "both ends resumed", func() bool {
+			return resumesOf(rc.a) == uint64(i) && resumesOf(rc.b) == uint64(i)
+		})
+	}
+	rc.a.PathFailed(errors.New("test: the peer asks to resume once more"))
+	_, err := rc.a.Write([]byte("x"))
+	var re *ResumeError
+	if !errors.As(err, &re) || !errors.Is(err, ErrResumeLimit) || !strings.Contains(err.Error(), "MaxResumes") {
+		t.Fatalf("Write past the limit = %v, want a ResumeError for the limit", err)
+	}
+	if n := rc.ra.calls.Load(); n != 2 {
+		t.Fatalf("Resume called %d times, want 2", n)
+	}
+	conntest.Until(t, "Forget", func() bool { return rc.ra.forgets.Load() == 1 })
 }

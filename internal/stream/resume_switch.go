@@ -20,6 +20,9 @@ type ResumeError struct {
 }
 
 func (e *ResumeError) Error() string {
+	if errors.Is(e.Err, ErrResumeLimit) {
+		return "rnet: the path failed (" + e.Cause.Error() + ") and was not resumed: " + e.Err.Error()
+	}
 	return "rnet: the path failed (" + e.Cause.Error() + ") and resuming it failed after " +
 		e.Took.Round(time.Millisecond).String() + ": " + e.Err.Error()
 }
