@@ -3,6 +3,7 @@ package stream
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,4 +62,39 @@ func TestResumeLimit(t *testing.T) {
 		t.Fatalf("Resume called %d times, want 2", n)
 	}
 	conntest.Until(t, "Forget", func() bool { return rc.ra.forgets.Load() == 1 })
+}
+
+// A new path that fails before it takes over (its transport reports it
+// failed during the exchange) is not the end of the resume: both ends
+// wait for a path again and resume on the next one, within ResumeTimeout.
+func TestResumeRetriesAfterNewPathFails(t *testing.T) {
+	rc := resumePipe(t, nil)
+	defer rc.close()
+	removed := errors.New("test: the first new path's device was removed")
+	var wrapped atomic.Bool
+	rc.ra.wrapNew = func(q QueuePair) QueuePair {
+		if wrapped.Swap(true) {
+			return q
+		}
+		return failingStartQP{q, removed}
+	}
+	const total = 100 << 10
+	ab := startChecked(rc.a, rc.b, total, 13, total/2)
+	ba := startChecked(rc.b, rc.a, total, 14, total/2)
+	gate(t, ab, ba)
+	failIdle(rc.a)
+	pass(ab, ba)
+	ab.wait(t)
+	ba.wait(t)
+	if n := rc.ra.calls.Load(); n != 2 {
+		t.Errorf("the dialer's Resume called %d times, want 2", n)
+	}
+	if n := resumesOf(rc.a); n != 1 {
+		t.Errorf("the dialer resumed %d times, want 1", n)
+	}
+	// The listener may have taken the first new path over before the
+	// dialer's end of it failed: it then resumed again when it did.
+	if n := resumesOf(rc.b); n < 1 || n > 2 {
+		t.Errorf("the listener resumed %d times, want 1 or 2", n)
+	}
 }

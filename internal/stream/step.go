@@ -257,6 +257,8 @@ func (c *Conn) roundsLocked(mode stepMode, flags wr.StepFlags) (moved, cut bool)
 				// The path failed under the post: the engine's error
 				// makes finishStepLocked resume, as a flush would.
 				c.eng.Fail(err)
+			case errors.Is(err, ErrQueuePairGone) && c.path == pathSwitching:
+				c.newPathFailedLocked(err) // the switch tries another path
 			default:
 				c.failLocked(err)
 			}
