@@ -106,10 +106,16 @@ func (h *Conn) info() (ConnInfo, error) {
 		SendRingSize:    e.SendRingSize,
 		RecvRingSize:    e.RecvRingSize,
 	}
-	if p, ok := h.conn.QueuePair().(pathReporter); ok {
-		if err := p.path(&info); err != nil {
-			return info, stream.OpError("info", h.conn.LocalAddr(), h.conn.RemoteAddr(), err)
+	var pathErr error
+	if err := h.conn.WithQueuePair(func(q stream.QueuePair) {
+		if p, ok := q.(pathReporter); ok {
+			pathErr = p.path(&info)
 		}
+	}); err != nil {
+		return info, err
+	}
+	if pathErr != nil {
+		return info, stream.OpError("info", h.conn.LocalAddr(), h.conn.RemoteAddr(), pathErr)
 	}
 	return info, nil
 }

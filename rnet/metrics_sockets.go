@@ -141,9 +141,11 @@ func (oc *openConn) socket() ConnSocket {
 		BytesRead: snap.Engine.BytesRead, BytesWritten: snap.Engine.BytesWritten,
 		SendRingSize: snap.SendRingSize, RecvRingSize: snap.RecvRingSize,
 	}
-	if q, ok := oc.conn.QueuePair().(queuePairNumberer); ok {
-		cs.QPNumber = q.qpNumber()
-	}
+	oc.conn.WithQueuePair(func(q stream.QueuePair) {
+		if n, ok := q.(queuePairNumberer); ok {
+			cs.QPNumber = n.qpNumber()
+		}
+	}) // closed: no queue pair to number
 	return cs
 }
 

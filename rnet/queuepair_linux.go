@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/pollgroup"
@@ -61,7 +62,40 @@ var (
 // for it, polling the group's CQ in the same crossing; flags are the
 // group's business (its leader arms the CQ).
 func (q *verbsQP) Step(_ verbs.StepFlags, recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
-	return q.member.Step(recvs, sends, out, tries)
+	n, err := q.member.Step(recvs, sends, out, tries)
+	if err != nil && q.refusedAsGone(err) {
+		err = fmt.Errorf("%w: %w", stream.ErrQueuePairGone, err)
+	}
+	return n, err
+}
+
+// refusedAsGone reports whether err is a post the queue pair refused
+// because it or its device is gone, so that the connection's path failed
+// rather than its work requests: EIO and ENODEV say the device is gone
+// (the kernel's answer once it was removed); EINVAL, which is also what a
+// bad work request gets, counts only when the queue pair has left RTS for
+// the error state or can no longer be queried for the same reasons.
+func (q *verbsQP) refusedAsGone(err error) bool {
+	var ve *verbs.Error
+	if !errors.As(err, &ve) {
+		return false
+	}
+	switch ve.Op {
+	case "ibv_post_send", "ibv_post_recv", "ibv_post_srq_recv":
+	default:
+		return false
+	}
+	switch ve.Errno {
+	case syscall.EIO, syscall.ENODEV:
+		return true
+	case syscall.EINVAL:
+		state, err := q.qp.State()
+		if err != nil {
+			return errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ENODEV)
+		}
+		return state == verbs.QPErr
+	}
+	return false
 }
 
 // ClaimCredits claims n more receives of the group's shared receive queue

@@ -48,7 +48,8 @@ type Conn struct {
 	// what Read, Write, Close, the pusher and the timers share.
 	mu lockcount.Mutex
 	// qp and eng carry the stream; a resume replaces both (resume.go).
-	// kickTo is qp for Kick, which needs no lock (deadlines, the linger).
+	// kickTo is qp for Kick and for the spin, which need no lock
+	// (deadlines, the linger, busyPoll's SpinSharer).
 	qp     QueuePair
 	eng    *ring.Engine
 	kickTo atomic.Pointer[QueuePair]
@@ -71,9 +72,11 @@ type Conn struct {
 	resumeCause  error
 	resumeFailed bool
 	oldEng       *ring.Engine
+	newPathErr   error // a transport event of the new path, while switching
 	forgetting   bool
 	retiredQPs   []QueuePair
 	resumeStats  ResumeStats
+	resumeStarts []time.Time // when the resumes within MaxResumes' window started
 	// Writes while the path is down (see holdWriteLocked): heldWrites
 	// waits for the engine that takes over, up to heldRoom bytes, and
 	// closeWriteLater says a CloseWrite came meanwhile; writeShut says

@@ -27,3 +27,9 @@ func OpError(op string, src, dst net.Addr, err error) error {
 	}
 	return &net.OpError{Op: op, Net: "rdma", Source: src, Addr: dst, Err: err}
 }
+
+// ErrQueuePairGone is what a QueuePair's Step wraps when a post failed
+// because the queue pair or its device is gone (a removed device), not
+// because of the work requests: the connection's path failed, and a
+// connection that resumes does.
+var ErrQueuePairGone = errors.New("rnet: the queue pair is gone")

@@ -188,6 +188,11 @@ func (c *Conn) transportDisconnected(path uint64) {
 		c.mu.Unlock()
 		return
 	}
+	if c.path == pathSwitching {
+		c.newPathFailedLocked(fmt.Errorf("%w: the connection manager reported the new path gone", ring.ErrPeerGone))
+		c.mu.Unlock()
+		return
+	}
 	// Our queue pair goes to the error state first (and the peer's
 	// disconnect request is answered): a peer that keeps sending after its
 	// request, from a queue pair it never took down, then cannot keep the
@@ -234,6 +239,11 @@ func (c *Conn) transportDisconnected(path uint64) {
 func (c *Conn) transportFailed(path uint64, err error) {
 	c.mu.Lock()
 	if path != c.pathNum || c.waitsForPathLocked() {
+		c.mu.Unlock()
+		return
+	}
+	if c.path == pathSwitching {
+		c.newPathFailedLocked(err)
 		c.mu.Unlock()
 		return
 	}

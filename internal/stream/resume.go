@@ -55,6 +55,13 @@ type Resumer interface {
 // lifetime (resume.DefaultLifetime).
 const DefaultResumeTimeout = 5 * time.Second
 
+// DefaultMaxResumes is Settings.MaxResumes when not positive.
+const DefaultMaxResumes = 4
+
+// ErrResumeLimit is what a ResumeError wraps when a path failed once
+// Settings.MaxResumes resumes had started within their window.
+var ErrResumeLimit = errors.New("the limit of resumes within their window was reached")
+
 // ResumeCause says how a connection learned that its path failed.
 type ResumeCause uint8
 
@@ -133,6 +140,13 @@ func (c *Conn) resumableLocked(err error) bool {
 	if c.set.Resumer == nil || c.path != pathUp || c.closing || c.fatal != nil || c.resumeFailed {
 		return false
 	}
+	return c.streamResumableLocked(err)
+}
+
+// streamResumableLocked is the engine's part of resumableLocked: the peer
+// sent no DISCONNECT, the stream is not over, and err (nil: the engine's)
+// is nil or the path's.
+func (c *Conn) streamResumableLocked(err error) bool {
 	if c.eng.PeerDisconnected() || c.eng.Finished() && c.eng.Err() == nil {
 		return false
 	}
@@ -144,12 +158,13 @@ func (c *Conn) resumableLocked(err error) bool {
 
 // isPathFailure reports whether an engine's error says the path failed, not
 // the peer's protocol: completions flushed or failed as a broken path
-// fails them, or lost with the device.
+// fails them, or lost with the device; or a post refused by a queue pair
+// that is gone.
 func isPathFailure(err error) bool {
 	if errors.Is(err, ring.ErrProtocol) {
 		return false
 	}
-	if errors.Is(err, ring.ErrCompletionsLost) {
+	if errors.Is(err, ring.ErrCompletionsLost) || errors.Is(err, ErrQueuePairGone) {
 		return true
 	}
 	var ce *ring.CompletionError
@@ -184,10 +199,19 @@ func (c *Conn) checkPathLocked() {
 // queue pair goes to the error state and is drained, so that the engine's
 // counts are final, and resumeRun asks the Resumer for a new one.
 func (c *Conn) suspendLocked(kind ResumeCause, cause error) {
-	c.path = pathDraining
-	c.eng.Fail(cause) // the old engine posts nothing more
+	c.path = pathDraining // the drain's flushes start no resume of their own
 	c.qp.Disconnect()
+	// What arrived before the failure counts, and may end the stream
+	// (the peer's DISCONNECT, a protocol error): decide again after it.
 	c.drainLocked()
+	if c.fatal == nil && !c.streamResumableLocked(nil) {
+		c.path = pathUp
+		c.forgetLater()
+		c.signalLocked()
+		c.kickLocked()
+		return
+	}
+	c.eng.Fail(cause) // the old engine posts nothing more
 	c.suspendDrainedLocked(kind, cause)
 }
 
@@ -200,6 +224,18 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 		c.forgetLater()
 		c.signalLocked()
 		c.kickLocked()
+		return
+	}
+	timeout := c.set.ResumeTimeout
+	if timeout <= 0 {
+		timeout = DefaultResumeTimeout
+	}
+	if err := c.resumeLimitLocked(4 * timeout); err != nil {
+		c.path = pathUp
+		c.resumeFailed = true
+		c.resumeStats.Failed++
+		c.failLocked(&ResumeError{Cause: cause, Err: err})
+		c.wakeAllLocked()
 		return
 	}
 	c.path = pathSuspended
@@ -216,10 +252,6 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 		Ring:  cfg,
 		Cause: cause,
 	}
-	timeout := c.set.ResumeTimeout
-	if timeout <= 0 {
-		timeout = DefaultResumeTimeout
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	c.resumeCancel = cancel
 	c.resumeDone = make(chan struct{})
@@ -229,6 +261,28 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 	go c.resumeRun(ctx, cancel, req, c.resumeDone)
 	c.signalLocked()
 	c.kickLocked()
+}
+
+// resumeLimitLocked counts a resume about to start against
+// Settings.MaxResumes within window, or says why it may not start.
+func (c *Conn) resumeLimitLocked(window time.Duration) error {
+	limit := c.set.MaxResumes
+	if limit <= 0 {
+		limit = DefaultMaxResumes
+	}
+	now := time.Now()
+	recent := c.resumeStarts[:0]
+	for _, t := range c.resumeStarts {
+		if now.Sub(t) < window {
+			recent = append(recent, t)
+		}
+	}
+	c.resumeStarts = recent
+	if len(recent) >= limit {
+		return fmt.Errorf("%w: %d resumes within %v (MaxResumes)", ErrResumeLimit, len(recent), window)
+	}
+	c.resumeStarts = append(c.resumeStarts, now)
+	return nil
 }
 
 // forgetLater tells the Resumer, on a goroutine of its own (the caller

@@ -46,6 +46,8 @@ type testResumer struct {
 	hold chan struct{}
 	// entered receives each request, as Resume begins.
 	entered chan ResumeRequest
+	// wrapNew, if not nil, wraps each new queue pair Resume returns.
+	wrapNew func(QueuePair) QueuePair
 	calls   atomic.Int32
 	forgets atomic.Int32
 }
@@ -63,7 +65,11 @@ func (r *testResumer) Resume(ctx context.Context, req ResumeRequest) (QueuePair,
 			return nil, nil, fmt.Errorf("test resumer: no path: %w", ctx.Err())
 		}
 	}
-	return r.meet.arrive(ctx, r.side, req)
+	qp, eng, err := r.meet.arrive(ctx, r.side, req)
+	if err == nil && r.wrapNew != nil {
+		qp = r.wrapNew(qp)
+	}
+	return qp, eng, err
 }
 
 func (r *testResumer) Forget() { r.forgets.Add(1) }

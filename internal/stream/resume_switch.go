@@ -20,6 +20,9 @@ type ResumeError struct {
 }
 
 func (e *ResumeError) Error() string {
+	if errors.Is(e.Err, ErrResumeLimit) {
+		return "rnet: the path failed (" + e.Cause.Error() + ") and was not resumed: " + e.Err.Error()
+	}
 	return "rnet: the path failed (" + e.Cause.Error() + ") and resuming it failed after " +
 		e.Took.Round(time.Millisecond).String() + ": " + e.Err.Error()
 }
@@ -38,12 +41,22 @@ func (c *Conn) resumeRun(ctx context.Context, cancel context.CancelFunc, req Res
 	// A deadline or cancel must reach the wait of switchTo.
 	stop := context.AfterFunc(ctx, c.kick)
 	defer stop()
-	qp, eng, err := c.set.Resumer.Resume(ctx, req)
-	if err != nil {
-		c.giveUp(err)
-		return
+	var lastPathErr error
+	for {
+		qp, eng, err := c.set.Resumer.Resume(ctx, req)
+		if err != nil {
+			if lastPathErr != nil {
+				err = fmt.Errorf("%w (the last new path failed: %w)", err, lastPathErr)
+			}
+			c.giveUp(err)
+			return
+		}
+		// A new path that fails before it takes over is not the end:
+		// the Resumer tries again within what is left of ctx.
+		if lastPathErr = c.switchTo(ctx, qp, eng); lastPathErr == nil {
+			return
+		}
 	}
-	c.switchTo(ctx, qp, eng)
 }
 
 // giveUp fails a connection whose resume failed with err, unless Close
@@ -96,8 +109,10 @@ func (c *Conn) wakeAllLocked() {
 
 // switchTo moves the connection onto qp and its fresh engine eng, drives
 // them until the exchange is done, and takes the stream over from the old
-// engine; or fails the connection if that fails.
-func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
+// engine; or fails the connection if that fails. If the new path fails
+// before that, as a path does, the connection waits for a path again and
+// switchTo returns why (retry).
+func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (retry error) {
 	// Owning the wait, this goroutine knows nobody waits on the old queue
 	// pair, and it is the one that waits on the new.
 	c.takeWait()
@@ -107,7 +122,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 		c.handOffWait()
 		qp.Shutdown()
 		qp.Destroy()
-		return
+		return nil
 	}
 	old := c.qp
 	c.oldEng = c.eng
@@ -127,7 +142,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 	old.Shutdown()
 
 	done := func() bool {
-		return c.eng.ResumeReady() || c.failedLocked() || c.closing || ctx.Err() != nil
+		return c.eng.ResumeReady() || c.failedLocked() || c.closing || ctx.Err() != nil || c.newPathErr != nil
 	}
 	for {
 		c.mu.Lock()
@@ -143,12 +158,16 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 	c.mu.Lock()
 	oldEng := c.oldEng
 	var err error
+	pathFailed := false // the new path failed as a path does, before the take-over
 	switch {
 	case c.closing:
+	case c.newPathErr != nil:
+		err, pathFailed = c.newPathErr, true
 	case c.fatal != nil:
 		err = c.fatal
 	case c.eng.Err() != nil:
 		err = c.eng.Err()
+		pathFailed = isPathFailure(err)
 	case !c.eng.ResumeReady():
 		err = ctx.Err()
 	default:
@@ -156,6 +175,10 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 		if err == nil {
 			err = c.moveHeldWritesLocked()
 		}
+	}
+	if pathFailed && ctx.Err() == nil {
+		c.backToSuspendedLocked(old, oldEng)
+		return err
 	}
 	closing := c.closing
 	resumed := !closing && err == nil
@@ -176,6 +199,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 		failed = c.failResumeLocked(err)
 	}
 	c.oldEng = nil
+	c.newPathErr = nil
 	// A loan of the old engine's ring memory keeps it mapped.
 	destroyOld := c.lends == 0
 	if !destroyOld {
@@ -194,6 +218,44 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) {
 	case !closing:
 		c.reportResumeFailed(failed)
 	}
+	return nil
+}
+
+// backToSuspendedLocked undoes a switch whose new path failed before it
+// took over: the connection waits for a path again on the old queue pair
+// and engine, with what Writes left meanwhile, and the new queue pair is
+// disconnected (its peer hears of it and resumes again too) and released.
+// It returns with mu released and the wait handed off.
+func (c *Conn) backToSuspendedLocked(old QueuePair, oldEng *ring.Engine) {
+	failed := c.qp
+	failed.Disconnect()
+	c.qp, c.eng = old, oldEng
+	c.kickTo.Store(&old)
+	c.oldEng = nil
+	c.newPathErr = nil
+	c.path = pathSuspended
+	// A loan of the new engine's ring memory keeps it mapped.
+	destroy := c.lends == 0
+	if !destroy {
+		c.retiredQPs = append(c.retiredQPs, failed)
+	}
+	c.signalLocked()
+	c.mu.Unlock()
+	c.handOffWait()
+	failed.Shutdown()
+	if destroy {
+		failed.Destroy()
+	}
+}
+
+// newPathFailedLocked ends the switch under way with err, a transport
+// event of the new path: the switch fails (or tries another path) with a
+// ResumeError rather than take the event for the connection's own.
+func (c *Conn) newPathFailedLocked(err error) {
+	if c.newPathErr == nil {
+		c.newPathErr = err
+	}
+	c.kickLocked()
 }
 
 // takeOverLocked checks the peer's exchange against what old holds and

@@ -42,6 +42,11 @@ type Settings struct {
 	// ResumeTimeout bounds one resume, from the failure to the stream
 	// moving again; DefaultResumeTimeout if not positive.
 	ResumeTimeout time.Duration
+	// MaxResumes bounds the resumes that may start within 4 ×
+	// ResumeTimeout, so that a peer cannot keep the connection resuming
+	// (each of its valid resume requests is one); past it a failed path
+	// fails the connection. DefaultMaxResumes if not positive.
+	MaxResumes int
 	// Resumed, if not nil, is told of each resume that completed: what
 	// found the path failed, how long the resume took, and how many
 	// bytes this side has sent again over all of the connection's

@@ -75,7 +75,23 @@ func (c *Conn) Info() (EngineInfo, error) {
 	return info, nil
 }
 
-// QueuePair returns the queue pair the connection runs over.
+// WithQueuePair calls f with the queue pair the connection runs over now,
+// holding the connection's lock, so that no resume replaces and destroys
+// it while f uses it; after Close it fails with net.ErrClosed instead, the
+// queue pair being destroyed. f must not call the Conn's methods.
+func (c *Conn) WithQueuePair(f func(QueuePair)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return c.opError("info", net.ErrClosed)
+	}
+	f(c.qp)
+	return nil
+}
+
+// QueuePair returns the queue pair the connection runs over: for what
+// outlives the queue pair's destruction (its type, fields set at setup);
+// calls into the device go through WithQueuePair.
 func (c *Conn) QueuePair() QueuePair {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/rnet-dev/rnet/internal/ring"
@@ -116,6 +117,10 @@ func (c *Conn) finishStepLocked(mode stepMode) (moved bool) {
 		// move and take the writer's bytes: post what it freed.
 		m, _ := c.roundsLocked(more, 0)
 		moved = moved || m
+	}
+	if c.path == pathUp && c.eng.Err() != nil {
+		// The rounds above met the failure of the path.
+		c.checkPathLocked()
 	}
 	c.signalLocked()
 	c.pushIfBlockedLocked()
@@ -243,12 +248,20 @@ func (c *Conn) roundsLocked(mode stepMode, flags wr.StepFlags) (moved, cut bool)
 		c.polls++
 		c.notePostLocked(start, timed)
 		if err != nil {
-			if c.path != pathDraining {
+			switch {
+			case c.path == pathDraining:
+				// A failed path's queue pair may refuse even a poll (its
+				// device removed): the drain ends, and the completions it
+				// would have found count as lost (suspendDrainedLocked).
+			case errors.Is(err, ErrQueuePairGone) && c.resumableLocked(err):
+				// The path failed under the post: the engine's error
+				// makes finishStepLocked resume, as a flush would.
+				c.eng.Fail(err)
+			case errors.Is(err, ErrQueuePairGone) && c.path == pathSwitching:
+				c.newPathFailedLocked(err) // the switch tries another path
+			default:
 				c.failLocked(err)
 			}
-			// A failed path's queue pair may refuse even a poll (its
-			// device removed): the drain ends, and the completions it
-			// would have found count as lost (suspendDrainedLocked).
 			break
 		}
 		if flags != 0 {

@@ -238,9 +238,9 @@ func (c *Conn) busyPoll(window time.Duration, ready func() bool, deadline <-chan
 	if window <= 0 {
 		return true
 	}
-	c.mu.Lock()
-	sharer, _ := c.qp.(SpinSharer)
-	c.mu.Unlock()
+	// kickTo is the queue pair now without a lock: a resume that replaces
+	// it meanwhile ends the spin's steps (the path is not up).
+	sharer, _ := (*c.kickTo.Load()).(SpinSharer)
 	if s := sharer; s != nil {
 		if !s.TrySpin() {
 			// Another connection's caller spins on the shared CQ and

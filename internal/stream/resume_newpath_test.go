@@ -1,0 +1,100 @@
+package stream
+
+import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/conntest"
+)
+
+// failingStartQP is a new path whose transport reports it failed as soon
+// as the connection listens for its events, while the switch to it runs.
+type failingStartQP struct {
+	QueuePair
+	err error
+}
+
+func (q failingStartQP) Start(h EventHandler) {
+	q.QueuePair.Start(h)
+	h.TransportFailed(q.err)
+}
+
+// A transport event of the new path while the connection switches to it
+// ends the switch with a ResumeError that wraps it: it is neither dropped
+// (the switch waiting out ResumeTimeout) nor the connection's plain error.
+func TestResumeNewPathEventWhileSwitching(t *testing.T) {
+	rc := resumePipe(t, func(s *Settings) { s.ResumeTimeout = 300 * time.Millisecond })
+	defer rc.close()
+	removed := errors.New("test: the new path's device was removed")
+	rc.ra.wrapNew = func(q QueuePair) QueuePair { return failingStartQP{q, removed} }
+	failIdle(rc.a)
+	rc.a.SetReadDeadline(time.Now().Add(conntest.Timeout(t)))
+	_, err := rc.a.Read(make([]byte, 10))
+	var re *ResumeError
+	if !errors.As(err, &re) || !errors.Is(err, removed) {
+		t.Fatalf("Read = %v, want a ResumeError for the new path's event", err)
+	}
+}
+
+// A connection resumes at most MaxResumes times within 4 × ResumeTimeout
+// (a peer's valid resume requests must not keep it resuming for ever):
+// the next failure of its path fails it with a ResumeError that says the
+// limit was reached, and the resumer forgets it.
+func TestResumeLimit(t *testing.T) {
+	rc := resumePipe(t, func(s *Settings) { s.MaxResumes = 2 })
+	defer rc.close()
+	for i := 1; i <= 2; i++ {
+		rc.a.PathFailed(errors.New("test: the peer asks to resume"))
+		conntest.Until(t, "both ends resumed", func() bool {
+			return resumesOf(rc.a) == uint64(i) && resumesOf(rc.b) == uint64(i)
+		})
+	}
+	rc.a.PathFailed(errors.New("test: the peer asks to resume once more"))
+	_, err := rc.a.Write([]byte("x"))
+	var re *ResumeError
+	if !errors.As(err, &re) || !errors.Is(err, ErrResumeLimit) || !strings.Contains(err.Error(), "MaxResumes") {
+		t.Fatalf("Write past the limit = %v, want a ResumeError for the limit", err)
+	}
+	if n := rc.ra.calls.Load(); n != 2 {
+		t.Fatalf("Resume called %d times, want 2", n)
+	}
+	conntest.Until(t, "Forget", func() bool { return rc.ra.forgets.Load() == 1 })
+}
+
+// A new path that fails before it takes over (its transport reports it
+// failed during the exchange) is not the end of the resume: both ends
+// wait for a path again and resume on the next one, within ResumeTimeout.
+func TestResumeRetriesAfterNewPathFails(t *testing.T) {
+	rc := resumePipe(t, nil)
+	defer rc.close()
+	removed := errors.New("test: the first new path's device was removed")
+	var wrapped atomic.Bool
+	rc.ra.wrapNew = func(q QueuePair) QueuePair {
+		if wrapped.Swap(true) {
+			return q
+		}
+		return failingStartQP{q, removed}
+	}
+	const total = 100 << 10
+	ab := startChecked(rc.a, rc.b, total, 13, total/2)
+	ba := startChecked(rc.b, rc.a, total, 14, total/2)
+	gate(t, ab, ba)
+	failIdle(rc.a)
+	pass(ab, ba)
+	ab.wait(t)
+	ba.wait(t)
+	if n := rc.ra.calls.Load(); n != 2 {
+		t.Errorf("the dialer's Resume called %d times, want 2", n)
+	}
+	if n := resumesOf(rc.a); n != 1 {
+		t.Errorf("the dialer resumed %d times, want 1", n)
+	}
+	// The listener may have taken the first new path over before the
+	// dialer's end of it failed: it then resumed again when it did.
+	if n := resumesOf(rc.b); n < 1 || n > 2 {
+		t.Errorf("the listener resumed %d times, want 1 or 2", n)
+	}
+}
