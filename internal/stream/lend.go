@@ -285,12 +285,18 @@ func (c *Conn) destroyIf(late bool, retired []QueuePair) {
 // the reader filled b: lentFrom takes nothing more, so once the path is up
 // again b goes to the engine that carries the stream on (its ring holds
 // at least what lentFrom's had room for). It waits for that with mu
-// released, the loan still counted, so that b stays mapped.
+// released, the loan still counted, so that b stays mapped, up to the
+// write deadline.
 func (c *Conn) commitResumedLocked(lentFrom *ring.Engine, b []byte) (int, error) {
 	lentFrom.CommitSend(0)
 	for c.path != pathUp && !c.closing && c.fatal == nil {
+		if isClosed(c.writeDL.Wait()) {
+			// As a Write's would: the reader's bytes are lost to the
+			// stream, and ReadFrom says so.
+			return 0, os.ErrDeadlineExceeded
+		}
 		c.mu.Unlock()
-		c.block(func() bool { return c.path == pathUp || c.closing }, c.writable, nil, c.closed)
+		c.block(func() bool { return c.path == pathUp || c.closing }, c.writable, c.writeDL.Wait(), c.closed)
 		c.mu.Lock()
 	}
 	switch {

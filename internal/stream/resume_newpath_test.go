@@ -2,6 +2,8 @@ package stream
 
 import (
 	"errors"
+	"io"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -96,5 +98,37 @@ func TestResumeRetriesAfterNewPathFails(t *testing.T) {
 	// dialer's end of it failed: it then resumed again when it did.
 	if n := resumesOf(rc.b); n < 1 || n > 2 {
 		t.Errorf("the listener resumed %d times, want 1 or 2", n)
+	}
+}
+
+// A ReadFrom whose reader returns while the path is down waits for a new
+// path no longer than its write deadline, as a Write does.
+func TestResumeReadFromDeadlineWhileSuspended(t *testing.T) {
+	rc := resumePipe(t, nil)
+	defer rc.close()
+	rc.ra.hold = make(chan struct{}) // no path while the test runs
+	pass := make(chan struct{})
+	gr := &gatedReader{total: 100 << 10, gate: 20 << 10, salt: 15, at: make(chan struct{}), pass: pass}
+	at := gr.at
+	go io.Copy(io.Discard, rc.b) // until Close
+	sent := make(chan error, 1)
+	go func() {
+		_, err := rc.a.ReadFrom(gr)
+		sent <- err
+	}()
+	select {
+	case <-at:
+	case <-time.After(conntest.Timeout(t)):
+		t.Fatal("the loan never reached its gate")
+	}
+	failIdle(rc.a)
+	rc.ra.waitEntered(t)
+	rc.a.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+	close(pass)
+	select {
+	case err := <-sent:
+		errorIs(t, "ReadFrom past its write deadline while suspended", err, os.ErrDeadlineExceeded)
+	case <-time.After(conntest.Timeout(t)):
+		t.Fatal("ReadFrom waits for a path past its write deadline")
 	}
 }
