@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/conntest"
+	"github.com/rnet-dev/rnet/internal/simqp"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // failingStartQP is a new path whose transport reports it failed as soon
@@ -130,5 +132,43 @@ func TestResumeReadFromDeadlineWhileSuspended(t *testing.T) {
 		errorIs(t, "ReadFrom past its write deadline while suspended", err, os.ErrDeadlineExceeded)
 	case <-time.After(conntest.Timeout(t)):
 		t.Fatal("ReadFrom waits for a path past its write deadline")
+	}
+}
+
+// failingPathQP is a new path whose completions fail, as a broken path's
+// do, from the start of the switch to it.
+type failingPathQP struct{ *simqp.QP }
+
+func (q failingPathQP) Start(h EventHandler) {
+	q.QP.Start(h)
+	q.Endpoint().Fail(wr.WCRetryExcErr)
+}
+
+// A new path whose engine fails during the exchange is tried again too,
+// and the failed engine's error never reaches the Reads and Writes that
+// run meanwhile: they go on once the next path takes over.
+func TestResumeRetriesAfterNewEngineFails(t *testing.T) {
+	rc := resumePipe(t, nil)
+	defer rc.close()
+	var wrapped atomic.Bool
+	rc.ra.wrapNew = func(q QueuePair) QueuePair {
+		if wrapped.Swap(true) {
+			return q
+		}
+		return failingPathQP{q.(*simqp.QP)}
+	}
+	const total = 100 << 10
+	ab := startChecked(rc.a, rc.b, total, 16, total/2)
+	ba := startChecked(rc.b, rc.a, total, 17, total/2)
+	gate(t, ab, ba)
+	failIdle(rc.a)
+	pass(ab, ba)
+	ab.wait(t)
+	ba.wait(t)
+	if n := rc.ra.calls.Load(); n != 2 {
+		t.Errorf("the dialer's Resume called %d times, want 2", n)
+	}
+	if n := resumesOf(rc.a); n != 1 {
+		t.Errorf("the dialer resumed %d times, want 1", n)
 	}
 }

@@ -130,7 +130,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 	old.Shutdown()
 
 	done := func() bool {
-		return c.eng.ResumeReady() || c.failedLocked() || c.closing || ctx.Err() != nil || c.newPathErr != nil
+		return c.eng.ResumeReady() || c.fatal != nil || c.eng.Err() != nil || c.closing || ctx.Err() != nil || c.newPathErr != nil
 	}
 	for {
 		c.mu.Lock()
