@@ -43,9 +43,12 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			c.mu.Unlock()
 			return total, c.opError("write", err)
 		}
-		if c.waitsForPathLocked() {
+		if c.pathDownLocked() {
+			// Nothing is lent while the path is down: wait for the
+			// engine that takes over (room for held Writes is no news
+			// to a loan, and waiting on it would spin).
 			c.mu.Unlock()
-			c.block(c.writeReadyLocked, c.writable, c.writeDL.Wait(), c.closed)
+			c.block(c.pathUpLocked, c.writable, c.writeDL.Wait(), c.closed)
 			continue
 		}
 		c.writing.Store(true)
@@ -285,12 +288,18 @@ func (c *Conn) destroyIf(late bool, retired []QueuePair) {
 // the reader filled b: lentFrom takes nothing more, so once the path is up
 // again b goes to the engine that carries the stream on (its ring holds
 // at least what lentFrom's had room for). It waits for that with mu
-// released, the loan still counted, so that b stays mapped.
+// released, the loan still counted, so that b stays mapped, up to the
+// write deadline.
 func (c *Conn) commitResumedLocked(lentFrom *ring.Engine, b []byte) (int, error) {
 	lentFrom.CommitSend(0)
 	for c.path != pathUp && !c.closing && c.fatal == nil {
+		if isClosed(c.writeDL.Wait()) {
+			// As a Write's would: the reader's bytes are lost to the
+			// stream, and ReadFrom says so.
+			return 0, os.ErrDeadlineExceeded
+		}
 		c.mu.Unlock()
-		c.block(func() bool { return c.path == pathUp || c.closing }, c.writable, nil, c.closed)
+		c.block(c.pathUpLocked, c.writable, c.writeDL.Wait(), c.closed)
 		c.mu.Lock()
 	}
 	switch {
@@ -306,6 +315,10 @@ func (c *Conn) commitResumedLocked(lentFrom *ring.Engine, b []byte) (int, error)
 	}
 	return n, err
 }
+
+// pathUpLocked reports that a loan's wait for a new path is over: the
+// path is up, or the connection closing.
+func (c *Conn) pathUpLocked() bool { return c.path == pathUp || c.closing }
 
 // isClosing reports whether Close has begun.
 func (c *Conn) isClosing() bool { return isClosed(c.closed) }

@@ -82,7 +82,7 @@ func (c *Conn) readLocked(b []byte, r *readAttempt) (int, error) {
 	}
 	n, err := c.eng.Read(b)
 	switch {
-	case n == 0 && c.waitsForPathLocked():
+	case n == 0 && c.pathDownLocked():
 		err = nil // the failed engine's error is not the connection's
 	case err != nil && c.resumeFailed:
 		err = c.fatal // says what the resume tried

@@ -110,10 +110,15 @@ func (c *Conn) waitsForPathLocked() bool {
 	return c.path == pathDraining || c.path == pathSuspended
 }
 
+// pathDownLocked reports that the stream waits for a new path or for the
+// switch to one: neither engine's error is the connection's (a new path
+// that fails is tried again), and Writes are held.
+func (c *Conn) pathDownLocked() bool { return c.path != pathUp }
+
 // failedLocked reports that the connection has failed for good (a resume
 // that runs is not a failure).
 func (c *Conn) failedLocked() bool {
-	return c.fatal != nil || !c.waitsForPathLocked() && c.eng.Err() != nil
+	return c.fatal != nil || !c.pathDownLocked() && c.eng.Err() != nil
 }
 
 // PathFailed says the connection's path failed although it may still look

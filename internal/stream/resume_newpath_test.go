@@ -2,12 +2,16 @@ package stream
 
 import (
 	"errors"
+	"io"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/conntest"
+	"github.com/rnet-dev/rnet/internal/simqp"
+	"github.com/rnet-dev/rnet/internal/wr"
 )
 
 // failingStartQP is a new path whose transport reports it failed as soon
@@ -96,5 +100,75 @@ func TestResumeRetriesAfterNewPathFails(t *testing.T) {
 	// dialer's end of it failed: it then resumed again when it did.
 	if n := resumesOf(rc.b); n < 1 || n > 2 {
 		t.Errorf("the listener resumed %d times, want 1 or 2", n)
+	}
+}
+
+// A ReadFrom whose reader returns while the path is down waits for a new
+// path no longer than its write deadline, as a Write does.
+func TestResumeReadFromDeadlineWhileSuspended(t *testing.T) {
+	rc := resumePipe(t, nil)
+	defer rc.close()
+	rc.ra.hold = make(chan struct{}) // no path while the test runs
+	pass := make(chan struct{})
+	gr := &gatedReader{total: 100 << 10, gate: 20 << 10, salt: 15, at: make(chan struct{}), pass: pass}
+	at := gr.at
+	go io.Copy(io.Discard, rc.b) // until Close
+	sent := make(chan error, 1)
+	go func() {
+		_, err := rc.a.ReadFrom(gr)
+		sent <- err
+	}()
+	select {
+	case <-at:
+	case <-time.After(conntest.Timeout(t)):
+		t.Fatal("the loan never reached its gate")
+	}
+	failIdle(rc.a)
+	rc.ra.waitEntered(t)
+	rc.a.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+	close(pass)
+	select {
+	case err := <-sent:
+		errorIs(t, "ReadFrom past its write deadline while suspended", err, os.ErrDeadlineExceeded)
+	case <-time.After(conntest.Timeout(t)):
+		t.Fatal("ReadFrom waits for a path past its write deadline")
+	}
+}
+
+// failingPathQP is a new path whose completions fail, as a broken path's
+// do, from the start of the switch to it.
+type failingPathQP struct{ *simqp.QP }
+
+func (q failingPathQP) Start(h EventHandler) {
+	q.QP.Start(h)
+	q.Endpoint().Fail(wr.WCRetryExcErr)
+}
+
+// A new path whose engine fails during the exchange is tried again too,
+// and the failed engine's error never reaches the Reads and Writes that
+// run meanwhile: they go on once the next path takes over.
+func TestResumeRetriesAfterNewEngineFails(t *testing.T) {
+	rc := resumePipe(t, nil)
+	defer rc.close()
+	var wrapped atomic.Bool
+	rc.ra.wrapNew = func(q QueuePair) QueuePair {
+		if wrapped.Swap(true) {
+			return q
+		}
+		return failingPathQP{q.(*simqp.QP)}
+	}
+	const total = 100 << 10
+	ab := startChecked(rc.a, rc.b, total, 16, total/2)
+	ba := startChecked(rc.b, rc.a, total, 17, total/2)
+	gate(t, ab, ba)
+	failIdle(rc.a)
+	pass(ab, ba)
+	ab.wait(t)
+	ba.wait(t)
+	if n := rc.ra.calls.Load(); n != 2 {
+		t.Errorf("the dialer's Resume called %d times, want 2", n)
+	}
+	if n := resumesOf(rc.a); n != 1 {
+		t.Errorf("the dialer resumed %d times, want 1", n)
 	}
 }

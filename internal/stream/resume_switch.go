@@ -142,7 +142,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 	old.Shutdown()
 
 	done := func() bool {
-		return c.eng.ResumeReady() || c.failedLocked() || c.closing || ctx.Err() != nil || c.newPathErr != nil
+		return c.eng.ResumeReady() || c.fatal != nil || c.eng.Err() != nil || c.closing || ctx.Err() != nil || c.newPathErr != nil
 	}
 	for {
 		c.mu.Lock()
@@ -177,7 +177,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 		}
 	}
 	if pathFailed && ctx.Err() == nil {
-		c.backToSuspendedLocked(old, oldEng)
+		c.backToSuspended(old, oldEng)
 		return err
 	}
 	closing := c.closing
@@ -221,12 +221,13 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 	return nil
 }
 
-// backToSuspendedLocked undoes a switch whose new path failed before it
+// backToSuspended undoes a switch whose new path failed before it
 // took over: the connection waits for a path again on the old queue pair
 // and engine, with what Writes left meanwhile, and the new queue pair is
 // disconnected (its peer hears of it and resumes again too) and released.
-// It returns with mu released and the wait handed off.
-func (c *Conn) backToSuspendedLocked(old QueuePair, oldEng *ring.Engine) {
+// Called with mu held, it returns with mu released and the wait handed
+// off.
+func (c *Conn) backToSuspended(old QueuePair, oldEng *ring.Engine) {
 	failed := c.qp
 	failed.Disconnect()
 	c.qp, c.eng = old, oldEng

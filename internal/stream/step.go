@@ -336,7 +336,7 @@ func (c *Conn) signalLocked() {
 
 // readReadyLocked reports whether a blocked Read has something to return.
 func (c *Conn) readReadyLocked() bool {
-	if c.waitsForPathLocked() {
+	if c.pathDownLocked() {
 		// The failed engine's error is not the connection's: only the
 		// bytes it received are news.
 		return c.eng.ReadableBytes() > 0 || c.readShut || c.closing || c.fatal != nil
@@ -346,7 +346,7 @@ func (c *Conn) readReadyLocked() bool {
 
 // writeReadyLocked reports whether a blocked Write can make progress.
 func (c *Conn) writeReadyLocked() bool {
-	if c.waitsForPathLocked() {
+	if c.pathDownLocked() {
 		return c.closing || c.fatal != nil || c.writeShut || len(c.heldWrites) < c.heldRoom
 	}
 	return c.eng.Writable() || c.closing

@@ -70,7 +70,7 @@ func (c *Conn) writeInParts(b []byte) (int, error) {
 			c.mu.Unlock()
 			return written, c.opError("write", err)
 		}
-		if c.waitsForPathLocked() {
+		if c.pathDownLocked() {
 			// The failed engine posts nothing: what its send ring had
 			// room for waits for the engine that takes over.
 			n, err := c.holdWriteLocked(b[written:])
