@@ -239,8 +239,12 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 		c.path = pathUp
 		c.resumeFailed = true
 		c.resumeStats.Failed++
-		c.failLocked(&ResumeError{Cause: cause, Err: err})
+		rerr := &ResumeError{Cause: cause, Err: err}
+		c.failLocked(rerr)
 		c.wakeAllLocked()
+		if f := c.set.ResumeFailed; f != nil {
+			go f(c, rerr) // the caller holds mu
+		}
 		return
 	}
 	c.path = pathSuspended

@@ -48,7 +48,15 @@ func TestResumeNewPathEventWhileSwitching(t *testing.T) {
 // the next failure of its path fails it with a ResumeError that says the
 // limit was reached, and the resumer forgets it.
 func TestResumeLimit(t *testing.T) {
-	rc := resumePipe(t, func(s *Settings) { s.MaxResumes = 2 })
+	type failure struct {
+		c   *Conn
+		err *ResumeError
+	}
+	heard := make(chan failure, 4)
+	rc := resumePipe(t, func(s *Settings) {
+		s.MaxResumes = 2
+		s.ResumeFailed = func(c *Conn, err *ResumeError) { heard <- failure{c, err} }
+	})
 	defer rc.close()
 	for i := 1; i <= 2; i++ {
 		rc.a.PathFailed(errors.New("test: the peer asks to resume"))
@@ -66,6 +74,22 @@ func TestResumeLimit(t *testing.T) {
 		t.Fatalf("Resume called %d times, want 2", n)
 	}
 	conntest.Until(t, "Forget", func() bool { return rc.ra.forgets.Load() == 1 })
+	// The limit's failure is a resume that failed, for the metrics too
+	// (the peer's end fails as well, in its own way).
+	for {
+		select {
+		case f := <-heard:
+			if f.c != rc.a {
+				continue
+			}
+			if f.err != re {
+				t.Errorf("ResumeFailed heard %v, want the error Write returned", f.err)
+			}
+			return
+		case <-time.After(conntest.Bound):
+			t.Fatal("ResumeFailed did not hear of the resume the limit refused")
+		}
+	}
 }
 
 // A new path that fails before it takes over (its transport reports it
