@@ -113,5 +113,5 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 	if agreed != nil {
 		resumer = newDialResumer(set, raddr, agreed, q.device)
 	}
-	return newNegotiatedConn(q, eng, set, agreed, resumer, nil), nil
+	return newNegotiatedConn(q, eng, set, agreed, resumer), nil
 }
