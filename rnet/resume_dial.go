@@ -27,16 +27,17 @@ func resumeResolveTimeout(resumeTimeout time.Duration) time.Duration {
 }
 
 // minResumeStep is the least a resume request waits for its answer, unless
-// the resume's whole time is shorter: under a hundred resumes at once a
-// listener has been seen to take hundreds of milliseconds to answer.
+// the resume's whole time is shorter.
 const minResumeStep = time.Second
 
-// resumeStep bounds the wait for the answer to one resume request: what is
-// left of the resume's time, shared among the addresses not yet tried or
-// failed (this one included), so that one dead address cannot use it all,
-// but at least minResumeStep (or half the whole, if shorter).
+// resumeStep bounds the wait for the answer to one resume request: half of
+// what is left of the resume's time while other addresses remain untried
+// (untried counts this one), all of it for the last, so that one dead
+// address cannot use it all up; at least minResumeStep (or half the whole,
+// if shorter). Not less than half: a listener under a hundred resumes at
+// once has been seen to take 2 s to answer (docs/performance.md).
 func resumeStep(left time.Duration, untried int, whole time.Duration) time.Duration {
-	return max(left/time.Duration(max(untried, 1)), min(minResumeStep, whole/2))
+	return max(left/time.Duration(min(max(untried, 1), 2)), min(minResumeStep, whole/2))
 }
 
 // resumeCandidates are the addresses a resume tries, in order: the

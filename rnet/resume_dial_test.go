@@ -187,9 +187,10 @@ func TestResumeRaceDeadline(t *testing.T) {
 	}
 }
 
-// TestResumeStep: a resume request waits for what is left of the resume's
-// time shared among the addresses left, at least a second (or half the
-// whole if shorter), so that one dead address cannot use it all up.
+// TestResumeStep: a resume request waits for half of what is left of the
+// resume's time, all of it if it is the last address, at least a second
+// (or half the whole if shorter), so that one dead address cannot use it
+// all up.
 func TestResumeStep(t *testing.T) {
 	for _, c := range []struct {
 		left    time.Duration
@@ -197,9 +198,9 @@ func TestResumeStep(t *testing.T) {
 		whole   time.Duration
 		want    time.Duration
 	}{
-		{4 * time.Second, 4, 5 * time.Second, time.Second},
+		{4 * time.Second, 4, 5 * time.Second, 2 * time.Second},
+		{4 * time.Second, 2, 5 * time.Second, 2 * time.Second},
 		{4 * time.Second, 1, 5 * time.Second, 4 * time.Second},
-		{3 * time.Second, 2, 5 * time.Second, 1500 * time.Millisecond},
 		{time.Second, 4, 5 * time.Second, time.Second},
 		{100 * time.Millisecond, 4, 300 * time.Millisecond, 150 * time.Millisecond},
 		{time.Second, 0, 5 * time.Second, time.Second},
