@@ -134,8 +134,12 @@ func TestRXEResumeAfterDeviceRemoval(t *testing.T) {
 	netdev := rxeNetdev(t, ctx, l.B, dev)
 	s := startResumeStreams(t, ctx, l, "resume")
 	// The mark comes first: the delete returns only once B's process has
-	// let go of the device, after its connections saw it go.
+	// let go of the device, after its connections saw it go. B is marked
+	// too, for its stack dumps (FAULT_SERVER_STACKS).
 	markFault(t, s)
+	if err := s.server.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
 	deleted := time.Now()
 	if out, err := l.B.Run(ctx, nil, "rdma", "link", "delete", dev); err != nil {
 		t.Fatalf("rdma link delete %s on B: %v: %s", dev, err, out)
@@ -177,8 +181,8 @@ func rxeNetdev(t *testing.T, ctx context.Context, h *hostlab.Host, dev string) s
 const resumeGiveUpTimeout = 3 * time.Second
 
 // TestRXEResumeGivesUp: both wires are cut for good mid-stream: every
-// connection on A fails, after the keepalive finds the path dead and
-// Config.ResumeTimeout more, with an error that says the resume failed
+// connection on A fails, once its retries or its keepalive find the path
+// dead and Config.ResumeTimeout more, with an error that says the resume failed
 // and what it tried; A's process holds again what it held before it
 // dialled, and B's releases every queue pair once its ends give up too.
 func TestRXEResumeGivesUp(t *testing.T) {
@@ -211,11 +215,9 @@ func TestRXEResumeGivesUp(t *testing.T) {
 		t.Errorf("client: %d connections ended, want %d", len(ended), faultConns)
 	}
 	for _, l := range ended {
-		// None fails before its keepalive could call the path dead: three
-		// periods of silence, half of it for acknowledgements that came
-		// before the cut.
-		if d := durationField(t, l, "sincemark"); d < survivableSilence/2 {
-			t.Errorf("client: a connection failed %v after the cut, before its keepalive could find the path dead: %s", d, l)
+		// None gives up before its resume has had its whole time.
+		if d := durationField(t, l, "sincemark"); d < resumeGiveUpTimeout {
+			t.Errorf("client: a connection failed %v after the cut, before its resume had its %v: %s", d, resumeGiveUpTimeout, l)
 		}
 		if strings.Contains(l, "err=<nil>") || !strings.Contains(l, "resume failed") || !strings.Contains(l, "tried ") {
 			t.Errorf("client: a connection did not fail saying the resume failed and what it tried: %s", l)

@@ -115,7 +115,8 @@ func (w prefixWriter) Write(p []byte) (int, error) {
 
 func faultConfig() *rnet.Config {
 	return &rnet.Config{KeepAlive: envDuration("FAULT_KEEPALIVE", 2*time.Second),
-		Resume: os.Getenv("FAULT_RESUME") == "1", ResumeTimeout: envDuration("FAULT_RESUME_TIMEOUT", 0)}
+		Resume: os.Getenv("FAULT_RESUME") == "1", ResumeTimeout: envDuration("FAULT_RESUME_TIMEOUT", 0),
+		AckTimeout: envDuration("FAULT_ACK_TIMEOUT", 0)}
 }
 
 // faultServer echoes every connection on $RNET_HOST_ADDR0:$FAULT_PORT (or
