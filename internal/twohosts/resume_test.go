@@ -267,11 +267,11 @@ func waitNoQPs() string {
 }
 
 // needResumeFix skips the two-wire resume tests unless RNET_RESUME_HOSTS=1:
-// they do not pass yet. A silent cut is seen only by the keepalive (3
-// periods, while rxe's resends stall host A's process), the listener's
-// reply names the cut wire's addresses first, and the dialer gives each
-// address half of ResumeTimeout, so most resumes run out of time or reach
-// a listener that has already forgotten the connection (docs/testing.md).
+// they do not pass yet. With 100 streams the emulated host A is kept from
+// running for seconds after a cut, so many resume requests reach B after
+// its ends gave up; B refuses some as unknown while its ends still wait; a
+// Write can fail with the path's error instead of resuming; and a removed
+// device is released only once the resumes end (docs/performance.md).
 func needResumeFix(t *testing.T) {
 	t.Helper()
 	if os.Getenv("RNET_RESUME_HOSTS") != "1" {
