@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,6 +41,12 @@ func resumeLab(t *testing.T) *hostlab.Lab {
 func startResumeStreams(t *testing.T, ctx context.Context, l *hostlab.Lab, expect string, env ...string) streams {
 	t.Helper()
 	env = append([]string{"FAULT_RESUME=1", "FAULT_PORT=" + strconv.Itoa(resumePort)}, env...)
+	if v := os.Getenv("FAULT_RESUME_TIMEOUT"); v != "" && !slices.ContainsFunc(env, func(e string) bool {
+		return strings.HasPrefix(e, "FAULT_RESUME_TIMEOUT=")
+	}) {
+		// A run that tries another ResumeTimeout, where the test sets none.
+		env = append(env, "FAULT_RESUME_TIMEOUT="+v)
+	}
 	var s streams
 	s.server = startRole(t, l.B, "fault-server", faultEnv(append([]string{"FAULT_LISTEN_HOST=0.0.0.0",
 		"FAULT_SERVER_CONNS=" + strconv.Itoa(faultConns+1)}, env...)...)...)
