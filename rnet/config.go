@@ -110,10 +110,11 @@ type Config struct {
 	// RetryCount is how often the transport resends an unacknowledged
 	// packet before the connection fails with ErrPeerGone, so that
 	// AckTimeout × (RetryCount+1) is how long a silent peer or a cut wire
-	// is borne. Default 7, the most (0 means the default); negative means
-	// none. Soft-RoCE (rxe) retries without limit at 7. The dialling side's
-	// value applies to both ends (the connection request carries it); a
-	// Listener's is not used. iWARP ignores it.
+	// is borne. Default 7, the most (0 means the default), or 6 when
+	// Resume is set, since Soft-RoCE (rxe) retries without limit at 7 and
+	// a cut wire would then be found only by the keepalive; negative means
+	// none. The dialling side's value applies to both ends (the connection
+	// request carries it); a Listener's is not used. iWARP ignores it.
 	RetryCount int `json:"retry_count"`
 	// RNRRetryCount is how often the peer resends a message that found no
 	// receive posted on this side: rnet's credits never let that happen,
@@ -149,9 +150,13 @@ type Config struct {
 	// listener named, and the stream goes on with no byte lost or
 	// repeated. Reads and Writes wait meanwhile, at most ResumeTimeout;
 	// their deadlines still apply. A C rsocket peer, or an rnet peer
-	// without it, gets an ordinary connection. What it costs: each side
-	// keeps sent bytes in its send ring until the peer's credit updates
-	// show them received, not only until they left, so a stream needs a
+	// without it, gets an ordinary connection, though a dialer's default
+	// RetryCount is then 6 all the same. A failed path is seen when the
+	// transport's retries run out (on rxe about 7 × AckTimeout, a quarter
+	// second by default), on a device's or port's event, or when the
+	// keepalive finds the peer gone. What it costs: each side keeps sent
+	// bytes in its send ring until the peer's credit updates show them
+	// received, not only until they left, so a stream needs a
 	// larger SendBufferSize for the same rate (docs/performance.md), and
 	// the connection keeps a receive queue of its own rather than share
 	// its poll group's. Whoever sees the connection manager's messages
@@ -174,6 +179,11 @@ const (
 	minResumeTimeout     = 100 * time.Millisecond
 	maxResumeTimeout     = time.Minute
 )
+
+// resumeRetryCount is Config.RetryCount's default with Resume: the most
+// that Soft-RoCE does not take for "without limit", so that a cut wire
+// fails the queue pair with a retry error, which the connection resumes.
+const resumeRetryCount = cm.MaxRetryCount - 1
 
 // defaultBusyPollLimit is the spin limit of a connection that has not
 // measured a park costing more, and maxBusyPollLimit the most a measured
@@ -239,6 +249,9 @@ func (c *Config) settings() settings {
 		s.ring.InlineThreshold = ring.NoInline
 	}
 	s.transport, s.transportErr = cfg.transportSettings()
+	if cfg.Resume && cfg.RetryCount == 0 {
+		s.transport.retryCount = resumeRetryCount
+	}
 	s.ring = s.ring.Normalize()
 	return s
 }

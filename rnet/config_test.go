@@ -108,3 +108,23 @@ func TestSimConfigReportsEffectiveValues(t *testing.T) {
 		t.Errorf("Config().NoDelay = false on a connection made with NoDelay")
 	}
 }
+
+// TestResumeLowersDefaultRetryCount: with Resume, a RetryCount left at 0
+// becomes 6, which Soft-RoCE does not take for "without limit"; one set
+// stays as set, and without Resume the default stays 7.
+func TestResumeLowersDefaultRetryCount(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want uint8
+	}{
+		{Config{}, 7},
+		{Config{Resume: true}, 6},
+		{Config{Resume: true, RetryCount: 7}, 7},
+		{Config{Resume: true, RetryCount: 3}, 3},
+		{Config{Resume: true, RetryCount: -1}, 0},
+	} {
+		if got := c.cfg.settings().transport.retryCount; got != c.want {
+			t.Errorf("%+v: retry count %d, want %d", c.cfg, got, c.want)
+		}
+	}
+}

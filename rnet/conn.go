@@ -52,14 +52,12 @@ func newConn(qp stream.QueuePair, eng *ring.Engine, set settings) *Conn {
 
 // newNegotiatedConn is newConn for a connection whose handshake negotiated
 // the resume extension: agreed is the dialer's record of the agreement (nil
-// on the listening side or without one), resumer, if not nil, resumes the
-// connection when its path fails, and ended, if not nil, is called once
-// the connection ends, so that the listener forgets its token.
-func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agreed *resumeAgreement, resumer stream.Resumer, ended func()) *Conn {
+// on the listening side or without one), and resumer, if not nil, resumes
+// the connection when its path fails; the stream tells it, by Forget, when
+// the connection has ended for good. (The Observer's PeerGone is no such
+// sign: it comes also of a path that failed while the connection resumes.)
+func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agreed *resumeAgreement, resumer stream.Resumer) *Conn {
 	ss := set.streamSettings()
-	if ended != nil {
-		ss.Observer = endObserver{Observer: ss.Observer, ended: ended}
-	}
 	if resumer != nil {
 		ss.Resumer, ss.ResumeTimeout = resumer, set.resumeTimeout
 		ro := &resumeObserver{log: logFor(set.logger)}
@@ -72,27 +70,10 @@ func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agre
 	}
 	h := newHandle(stream.Start(qp, eng, ss), set.handshakeTimeout)
 	h.resume = agreed
-	if agreed != nil || ended != nil {
+	if agreed != nil || resumer != nil {
 		h.resumeTimeout = set.resumeTimeout
 	}
 	return h
-}
-
-// endObserver calls ended when the connection's peer is gone or it closes,
-// besides what the observer it wraps does. ended may be called twice.
-type endObserver struct {
-	stream.Observer
-	ended func()
-}
-
-func (o endObserver) PeerGone(c *stream.Conn, err error) {
-	o.Observer.PeerGone(c, err)
-	o.ended()
-}
-
-func (o endObserver) Closed(c *stream.Conn) {
-	o.Observer.Closed(c)
-	o.ended()
 }
 
 // newHandle hands c out. The connection's own goroutines and timers

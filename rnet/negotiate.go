@@ -375,9 +375,9 @@ func (n *acceptNegotiation) conn(qp stream.QueuePair, eng *ring.Engine, set sett
 	n.done = true
 	g := n.grant
 	if g == nil {
-		return newNegotiatedConn(qp, eng, set, nil, nil, nil)
+		return newNegotiatedConn(qp, eng, set, nil, nil)
 	}
-	h := newNegotiatedConn(qp, eng, set, nil, g.entry, g.entry.Forget)
+	h := newNegotiatedConn(qp, eng, set, nil, g.entry)
 	g.entry.handedOut(h.conn)
 	return h
 }

@@ -115,7 +115,7 @@ func simNegotiate(dset, lset settings, lr *resumeListener, edit func([]byte) []b
 	}
 	qa, qb := simqp.New(epa, netAddr(simDialer), netAddr(simListener)), simqp.New(epb, netAddr(simListener), netAddr(simDialer))
 	simqp.Connect(qa, qb)
-	h.dialer = newNegotiatedConn(qa, deng, dset, agreed, nil, nil)
+	h.dialer = newNegotiatedConn(qa, deng, dset, agreed, nil)
 	h.listener = nego.conn(qb, leng, lset)
 	return h, nil
 }

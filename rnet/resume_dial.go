@@ -19,12 +19,25 @@ import (
 // (RFC 8305's connection attempt delay); a failure starts the next at once.
 const resumeStagger = 250 * time.Millisecond
 
-// resumeAttemptTimeout bounds each step of one address's attempt (its
-// route, then its connect), so that one dead address cannot take the
-// whole of a resume's time: half of it, leaving the other half to the
-// next address.
-func resumeAttemptTimeout(resumeTimeout time.Duration) time.Duration {
+// resumeResolveTimeout bounds the resolving of one address's route, so
+// that one dead address cannot take the whole of a resume's time: half of
+// it. Routes resolve side by side, so this costs the others nothing.
+func resumeResolveTimeout(resumeTimeout time.Duration) time.Duration {
 	return max(resumeTimeout/2, minResumeTimeout/2)
+}
+
+// minResumeStep is the least a resume request waits for its answer, unless
+// the resume's whole time is shorter.
+const minResumeStep = time.Second
+
+// resumeStep bounds the wait for the answer to one resume request: half of
+// what is left of the resume's time while other addresses remain untried
+// (untried counts this one), all of it for the last, so that one dead
+// address cannot use it all up; at least minResumeStep (or half the whole,
+// if shorter). Not less than half: a listener under a hundred resumes at
+// once has been seen to take 2 s to answer (docs/performance.md).
+func resumeStep(left time.Duration, untried int, whole time.Duration) time.Duration {
+	return max(left/time.Duration(min(max(untried, 1), 2)), min(minResumeStep, whole/2))
 }
 
 // resumeCandidates are the addresses a resume tries, in order: the
@@ -109,29 +122,36 @@ func (e *resumeError) Unwrap() []error {
 // local device), connect sends the resume request on it and returns the
 // established path (releasing the route itself if it fails), release
 // frees a route never connected, and drop closes a path that connected
-// once the resume had ended otherwise.
+// once the resume had ended otherwise. avoid, if set, reports a route
+// that leaves through the local device whose path failed.
 type resumePaths[R, P any] struct {
 	resolve func(ctx context.Context, to netip.AddrPort) (R, error)
 	connect func(ctx context.Context, to netip.AddrPort, route R) (P, error)
 	release func(R)
 	drop    func(P)
+	avoid   func(R) bool
 }
 
-// race resumes over the first of addrs that works. The routes are
-// resolved staggered, resumeStagger apart, or the next at once when one
-// fails; the resume requests go out one at a time, on each route in the
-// order the routes resolved, because a listener takes a second request
-// with the same token as replacing the first (resume.Table.Begin): two in
-// flight could leave the dialer on the path the listener dropped, holding
-// a token the listener forgot. Routes go on resolving while a request
-// waits. Each resolve and each connect is bounded by attempt. A connect
-// that fails with errResumeForgotten ends the race. Every route not
-// connected is released, and every goroutine has ended, before race
-// returns.
-func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, attempt time.Duration) (P, error) {
+// race resumes over the first of addrs that works, within budget. The
+// routes are resolved staggered, resumeStagger apart, or the next at once
+// when one fails or leaves through the failed device; the resume requests
+// go out one at a time, on each route in the order the routes resolved,
+// those through the failed device (avoid) last, once no other address can
+// give a route: its neighbour cache answers at once for the addresses of a
+// wire that is now dead. One at a time because a listener takes a second
+// request with the same token as replacing the first (resume.Table.Begin):
+// two in flight could leave the dialer on the path the listener dropped,
+// holding a token the listener forgot. Routes go on resolving while a
+// request waits. Each resolve is bounded by half the budget, each request
+// by resumeStep. A connect that fails with errResumeForgotten ends the
+// race. Every route not connected is released, and every goroutine has
+// ended, before race returns.
+func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, budget time.Duration) (P, error) {
 	var zero P
-	ctx, cancel := context.WithCancel(ctx)
+	deadline := time.Now().Add(budget)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	resolveBound := resumeResolveTimeout(budget)
 	type resolved struct {
 		i     int
 		route R
@@ -145,8 +165,12 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, att
 	results := make(chan resolved, len(addrs))
 	connects := make(chan connected, 1)
 	var wg sync.WaitGroup
-	var ready []resolved // routes resolved and not yet tried
+	// Routes resolved and not yet tried: through another device (ready),
+	// or through the failed one (held).
+	var ready, held []resolved
 	connecting := false
+	var current resolved   // the route of the request in flight
+	var step time.Duration // its bound
 	defer func() {
 		cancel()
 		if connecting {
@@ -163,7 +187,7 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, att
 				ready = append(ready, r)
 			}
 		}
-		for _, r := range ready {
+		for _, r := range append(ready, held...) {
 			p.release(r.route)
 		}
 	}()
@@ -171,38 +195,48 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, att
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			actx, acancel := context.WithTimeout(ctx, attempt)
+			actx, acancel := context.WithTimeout(ctx, resolveBound)
 			route, err := p.resolve(actx, addrs[i])
 			if err != nil && ctx.Err() == nil && actx.Err() != nil {
-				err = fmt.Errorf("no route in %v: %w", attempt, err)
+				err = fmt.Errorf("no route in %v: %w", resolveBound, err)
 			}
 			acancel()
 			results <- resolved{i, route, err}
 		}()
 	}
+	e := &resumeError{}
 	connect := func(r resolved) {
-		connecting = true
-		go func() {
-			cctx, ccancel := context.WithTimeout(ctx, attempt)
+		connecting, current = true, r
+		step = resumeStep(time.Until(deadline), len(addrs)-len(e.attempts), budget)
+		go func(step time.Duration) {
+			cctx, ccancel := context.WithTimeout(ctx, step)
 			path, err := p.connect(cctx, addrs[r.i], r.route)
 			if err != nil && ctx.Err() == nil && cctx.Err() != nil {
-				err = fmt.Errorf("no answer to the resume request in %v: %w", attempt, err)
+				err = fmt.Errorf("no answer to the resume request in %v: %w", step.Round(time.Millisecond), err)
 			}
 			ccancel()
 			connects <- connected{r.i, path, err}
-		}()
+		}(step)
 	}
-	e := &resumeError{}
 	fail := func(i int, err error) {
 		e.attempts = append(e.attempts, resumeAttemptError{addrs[i], err})
+	}
+	timedOut := func() error {
+		return fmt.Errorf("no answer to the resume request in the %v it had", step.Round(time.Millisecond))
 	}
 	next, pending := 0, 0
 	stagger := time.NewTimer(0)
 	defer stagger.Stop()
-	for next < len(addrs) || pending > 0 || len(ready) > 0 || connecting {
-		if !connecting && len(ready) > 0 {
-			connect(ready[0])
-			ready = ready[1:]
+	for next < len(addrs) || pending > 0 || len(ready) > 0 || len(held) > 0 || connecting {
+		if !connecting {
+			switch {
+			case len(ready) > 0:
+				connect(ready[0])
+				ready = ready[1:]
+			case len(held) > 0 && next == len(addrs) && pending == 0:
+				connect(held[0])
+				held = held[1:]
+			}
 		}
 		select {
 		case <-stagger.C:
@@ -214,18 +248,28 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, att
 			}
 		case r := <-results:
 			pending--
-			if r.err != nil {
+			switch {
+			case r.err != nil:
 				fail(r.i, r.err)
-				if next < len(addrs) {
-					stagger.Reset(0) // the next at once
-				}
+			case p.avoid != nil && p.avoid(r.route):
+				held = append(held, r)
+			default:
+				ready = append(ready, r)
 				continue
 			}
-			ready = append(ready, r)
+			if next < len(addrs) {
+				stagger.Reset(0) // the next at once
+			}
 		case c := <-connects:
 			connecting = false
 			if c.err == nil {
 				return c.path, nil
+			}
+			if ctx.Err() != nil {
+				// The request failed as the resume's time ran out.
+				fail(c.i, timedOut())
+				e.cause = context.Cause(ctx)
+				return zero, e
 			}
 			fail(c.i, c.err)
 			if errors.Is(c.err, errResumeForgotten) {
@@ -233,6 +277,11 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, att
 				return zero, e
 			}
 		case <-ctx.Done():
+			if connecting {
+				// The last address's request takes what is left of the
+				// time; the error names it too.
+				fail(current.i, timedOut())
+			}
 			e.cause = context.Cause(ctx)
 			return zero, e
 		}

@@ -29,10 +29,13 @@ type dialResumer struct {
 	// since the listener takes either token until one is committed.
 	// Guarded by mu.
 	agreed resumeAgreement
+	// device is the local device of the path in use, which a resume tries
+	// last. Guarded by mu.
+	device string
 }
 
-func newDialResumer(set settings, dialled netip.AddrPort, agreed *resumeAgreement) *dialResumer {
-	return &dialResumer{set: set, dialled: dialled, agreed: *agreed}
+func newDialResumer(set settings, dialled netip.AddrPort, agreed *resumeAgreement, device string) *dialResumer {
+	return &dialResumer{set: set, dialled: dialled, agreed: *agreed, device: device}
 }
 
 // Forget does nothing: the dialer holds only the token, which is worth
@@ -43,6 +46,18 @@ func (r *dialResumer) latest() resumeAgreement {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.agreed
+}
+
+func (r *dialResumer) pathDevice() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.device
+}
+
+func (r *dialResumer) moved(device string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.device = device
 }
 
 func (r *dialResumer) replied(rep resume.Reply) {
@@ -63,9 +78,19 @@ func (rt resumeRoute) release() {
 	rt.ch.Close()
 }
 
+// device is the local device the route leaves through, "" if unknown.
+func (rt resumeRoute) device() string {
+	ctx, err := rt.id.Context()
+	if err != nil {
+		return ""
+	}
+	return ctx.Name()
+}
+
 // Resume connects to the listener again for the connection whose path
 // failed (stream.Resumer).
 func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (stream.QueuePair, *ring.Engine, error) {
+	failed := r.pathDevice()
 	paths := resumePaths[resumeRoute, resumedPath]{
 		resolve: r.resolve,
 		connect: func(ctx context.Context, to netip.AddrPort, rt resumeRoute) (resumedPath, error) {
@@ -73,10 +98,14 @@ func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (str
 		},
 		release: resumeRoute.release,
 		drop:    resumedPath.close,
+		avoid:   func(rt resumeRoute) bool { return failed != "" && rt.device() == failed },
 	}
-	p, err := paths.race(ctx, resumeCandidates(r.latest().addrs, r.dialled), resumeAttemptTimeout(r.set.resumeTimeout))
+	p, err := paths.race(ctx, resumeCandidates(r.latest().addrs, r.dialled), r.set.resumeTimeout)
 	if err != nil {
 		return nil, nil, err
+	}
+	if q, ok := p.qp.(*verbsQP); ok {
+		r.moved(q.device)
 	}
 	return p.qp, p.eng, nil
 }

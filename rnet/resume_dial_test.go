@@ -33,6 +33,9 @@ type fakePaths struct {
 
 	// onDead, if not nil, is called when a dead address starts resolving.
 	onDead func()
+	// avoid holds the addresses whose routes leave through the failed
+	// device.
+	avoid map[netip.AddrPort]bool
 
 	mu                  sync.Mutex
 	resolved, released  []netip.AddrPort
@@ -89,38 +92,47 @@ func (f *fakePaths) paths(t *testing.T) resumePaths[netip.AddrPort, string] {
 			f.released = append(f.released, route)
 			f.mu.Unlock()
 		},
-		drop: func(string) { t.Error("a path connected after the race ended") },
+		drop:  func(string) { t.Error("a path connected after the race ended") },
+		avoid: func(route netip.AddrPort) bool { return f.avoid[route] },
 	}
 }
 
 // TestResumeRace: a resume resolves its addresses staggered and sends its
-// requests one at a time, in the order the routes resolved; the first that
-// connects wins and every other route is released; a dead address costs
-// no more than the attempt bound; reason 6 ends the race; when all fail
-// the error names each address and why.
+// requests one at a time, in the order the routes resolved, those through
+// the failed device last; the first that connects wins and every other
+// route is released; a dead address costs no more than its step; reason 6
+// ends the race; when all fail the error names each address and why.
 func TestResumeRace(t *testing.T) {
 	ap := netip.MustParseAddrPort
 	a, b, c, d := ap("10.0.0.2:1"), ap("10.1.0.2:1"), ap("10.2.0.2:1"), ap("10.3.0.2:1")
 	for _, tc := range []struct {
 		name      string
 		behave    map[netip.AddrPort]string
-		attempt   time.Duration
+		budget    time.Duration
 		want      string // the path, or text the error must hold
 		connected string // the connects, in order
+		avoid     []netip.AddrPort
 	}{
-		{"first works", map[netip.AddrPort]string{a: "ok", b: "ok", c: "ok"}, time.Minute, "path to 10.0.0.2:1", "[10.0.0.2:1]"},
+		{"first works", map[netip.AddrPort]string{a: "ok", b: "ok", c: "ok"}, time.Minute, "path to 10.0.0.2:1", "[10.0.0.2:1]", nil},
 		{"dead then refused then works", map[netip.AddrPort]string{a: "dead", b: "refuse", c: "ok"}, time.Minute,
-			"path to 10.2.0.2:1", "[10.1.0.2:1 10.2.0.2:1]"},
-		{"silent connect is bounded", map[netip.AddrPort]string{a: "silent", b: "ok"}, 300 * time.Millisecond,
-			"path to 10.1.0.2:1", "[10.0.0.2:1 10.1.0.2:1]"},
+			"path to 10.2.0.2:1", "[10.1.0.2:1 10.2.0.2:1]", nil},
+		{"silent connect is bounded", map[netip.AddrPort]string{a: "silent", b: "ok"}, 2 * time.Second,
+			"path to 10.1.0.2:1", "[10.0.0.2:1 10.1.0.2:1]", nil},
 		{"reason 6 stops", map[netip.AddrPort]string{a: "noroute", b: "forgotten", c: "ok", d: "ok"}, time.Minute,
-			"the listener no longer knows the connection", "[10.1.0.2:1]"},
-		{"all fail", map[netip.AddrPort]string{a: "noroute", b: "refuse", c: "dead", d: "silent"}, 300 * time.Millisecond,
-			"10.0.0.2:1: no route to host; 10.1.0.2:1: connection refused; ", "[10.1.0.2:1 10.3.0.2:1]"},
+			"the listener no longer knows the connection", "[10.1.0.2:1]", nil},
+		{"all fail", map[netip.AddrPort]string{a: "noroute", b: "refuse", c: "dead", d: "silent"}, 2 * time.Second,
+			"10.0.0.2:1: no route to host; 10.1.0.2:1: connection refused; ", "[10.1.0.2:1 10.3.0.2:1]", nil},
+		{"the failed device's routes last", map[netip.AddrPort]string{a: "refuse", b: "ok", c: "ok"}, time.Minute,
+			"path to 10.2.0.2:1", "[10.2.0.2:1]", []netip.AddrPort{a, b}},
+		{"the failed device's routes when nothing else", map[netip.AddrPort]string{a: "refuse", b: "ok", c: "noroute", d: "refuse"}, time.Minute,
+			"path to 10.1.0.2:1", "[10.3.0.2:1 10.0.0.2:1 10.1.0.2:1]", []netip.AddrPort{a, b}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakePaths{behave: tc.behave}
-			path, err := f.paths(t).race(context.Background(), []netip.AddrPort{a, b, c, d}, tc.attempt)
+			f := &fakePaths{behave: tc.behave, avoid: make(map[netip.AddrPort]bool)}
+			for _, x := range tc.avoid {
+				f.avoid[x] = true
+			}
+			path, err := f.paths(t).race(context.Background(), []netip.AddrPort{a, b, c, d}, tc.budget)
 			got := path
 			if err != nil {
 				got = err.Error()
@@ -147,7 +159,7 @@ func TestResumeRace(t *testing.T) {
 						t.Errorf("the error does not name %v", at.addr)
 					}
 				}
-				if !strings.Contains(err.Error(), "no route in 300ms") || !strings.Contains(err.Error(), "no answer to the resume request in 300ms") {
+				if !strings.Contains(err.Error(), "no route in 1s") || !strings.Contains(err.Error(), "no answer to the resume request in") {
 					t.Errorf("the error %q does not say which step timed out", err)
 				}
 			}
@@ -172,5 +184,29 @@ func TestResumeRaceDeadline(t *testing.T) {
 	}
 	if n := f.routes.Load(); n != 0 {
 		t.Errorf("%d routes left", n)
+	}
+}
+
+// TestResumeStep: a resume request waits for half of what is left of the
+// resume's time, all of it if it is the last address, at least a second
+// (or half the whole if shorter), so that one dead address cannot use it
+// all up.
+func TestResumeStep(t *testing.T) {
+	for _, c := range []struct {
+		left    time.Duration
+		untried int
+		whole   time.Duration
+		want    time.Duration
+	}{
+		{4 * time.Second, 4, 5 * time.Second, 2 * time.Second},
+		{4 * time.Second, 2, 5 * time.Second, 2 * time.Second},
+		{4 * time.Second, 1, 5 * time.Second, 4 * time.Second},
+		{time.Second, 4, 5 * time.Second, time.Second},
+		{100 * time.Millisecond, 4, 300 * time.Millisecond, 150 * time.Millisecond},
+		{time.Second, 0, 5 * time.Second, time.Second},
+	} {
+		if got := resumeStep(c.left, c.untried, c.whole); got != c.want {
+			t.Errorf("resumeStep(%v, %d, %v) = %v, want %v", c.left, c.untried, c.whole, got, c.want)
+		}
 	}
 }

@@ -90,7 +90,7 @@ var errResumeEnded = errors.New("rnet: the connection to resume has ended")
 // Resume waits for the dialer to come back with the connection's token
 // (stream.Resumer): a resume request's handshake builds the new queue pair
 // from req and hands it over. Meanwhile the table counts the connection
-// as suspended, which bounds the wait by its lifetime too.
+// as suspended, which bounds the wait by its lifetime too; Forget ends it.
 func (e *resumeEntry) Resume(ctx context.Context, req stream.ResumeRequest) (stream.QueuePair, *ring.Engine, error) {
 	w := &resumeWait{req: req, got: make(chan resumedPath, 1)}
 	e.mu.Lock()
@@ -100,13 +100,25 @@ func (e *resumeEntry) Resume(ctx context.Context, req stream.ResumeRequest) (str
 	}
 	e.wait = w
 	e.signalLocked()
-	path := e.path
+	path, signal := e.path, e.asked
 	e.mu.Unlock()
 	e.r.table.Suspend(e, path)
-	select {
-	case p := <-w.got:
-		return p.qp, p.eng, nil
-	case <-ctx.Done():
+	var err error
+	for err == nil {
+		select {
+		case p := <-w.got:
+			return p.qp, p.eng, nil
+		case <-signal:
+			// Forget, or a signal this call does not wait for.
+			e.mu.Lock()
+			if e.ended {
+				err = errResumeEnded
+			}
+			signal = e.asked
+			e.mu.Unlock()
+		case <-ctx.Done():
+			err = fmt.Errorf("rnet: the dialer did not resume the connection: %w", context.Cause(ctx))
+		}
 	}
 	e.mu.Lock()
 	if e.wait == w {
@@ -119,7 +131,7 @@ func (e *resumeEntry) Resume(ctx context.Context, req stream.ResumeRequest) (str
 		p.close()
 	default:
 	}
-	return nil, nil, fmt.Errorf("rnet: the dialer did not resume the connection: %w", context.Cause(ctx))
+	return nil, nil, err
 }
 
 // await returns the connection's Resume call for a resume request's

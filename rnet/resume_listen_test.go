@@ -33,7 +33,8 @@ func simPath(t *testing.T) resumedPath {
 // TestResumeListenerHandsOver: at the listener, a resume request's
 // handshake takes the connection's Resume call, with its exchange and ring
 // configuration, and hands it the new path; a call whose time ran out
-// takes none, and a connection that ended fails both sides.
+// takes none, and a connection that ended, even while a call waits,
+// fails both sides.
 func TestResumeListenerHandsOver(t *testing.T) {
 	lr := newTestResumeListener(t, 4)
 	nego, err := lr.begin(true)
@@ -90,8 +91,14 @@ func TestResumeListenerHandsOver(t *testing.T) {
 		t.Error("await took a connection not handed out, with no Resume call")
 	}
 
-	// The connection ends: both sides fail, and the table forgets it.
+	// The connection ends while a Resume call waits: the call returns at
+	// once, and every later one and the handshakes fail; the table forgets
+	// the connection.
+	resumeWithin(t.Context())
 	e.Forget()
+	if r := <-got; !errors.Is(r.err, errResumeEnded) {
+		t.Errorf("Resume waiting as the connection ended: %v, want errResumeEnded", r.err)
+	}
 	if _, err := e.await(t.Context(), nil); !errors.Is(err, errResumeEnded) {
 		t.Errorf("await after Forget: %v", err)
 	}

@@ -32,7 +32,7 @@ func faultClient() int {
 	}
 	marks := make(chan os.Signal, 1)
 	signal.Notify(marks, syscall.SIGUSR1)
-	d := &rnet.Dialer{Config: faultConfig(), Timeout: time.Minute}
+	d := &rnet.Dialer{Config: faultConfig(), Timeout: time.Minute, Logger: faultLogger()}
 
 	// One connection first, so that what the process keeps for its life
 	// (the device's context, the connection manager's channel) is in the

@@ -43,7 +43,8 @@ const (
 // faultEnv is the environment of the fault roles.
 func faultEnv(extra ...string) []string {
 	return append([]string{"FAULT_KEEPALIVE=" + faultKeepAlive.String(), "FAULT_PORT=" + strconv.Itoa(faultPort),
-		"FAULT_SERVER_STACKS=" + os.Getenv("FAULT_SERVER_STACKS")}, extra...)
+		"FAULT_SERVER_STACKS=" + os.Getenv("FAULT_SERVER_STACKS"), "FAULT_ACK_TIMEOUT=" + os.Getenv("FAULT_ACK_TIMEOUT"),
+		"FAULT_DIAG_AFTER=" + os.Getenv("FAULT_DIAG_AFTER")}, extra...)
 }
 
 // streams is a running checked-stream workload: an echo server and a

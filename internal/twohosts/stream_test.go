@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -94,9 +95,28 @@ func envInt(name string, def int) int {
 	return def
 }
 
+// faultLogger is the roles' Logger in the resume tests: warnings (a
+// refused resume request and why, a failed dial) on stdout, prefixed
+// "diag-log"; nil otherwise.
+func faultLogger() *slog.Logger {
+	if os.Getenv("FAULT_RESUME") != "1" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(prefixWriter{"diag-log "}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// prefixWriter writes each record to stdout after its prefix.
+type prefixWriter struct{ prefix string }
+
+func (w prefixWriter) Write(p []byte) (int, error) {
+	_, err := os.Stdout.Write(append([]byte(w.prefix), p...))
+	return len(p), err
+}
+
 func faultConfig() *rnet.Config {
 	return &rnet.Config{KeepAlive: envDuration("FAULT_KEEPALIVE", 2*time.Second),
-		Resume: os.Getenv("FAULT_RESUME") == "1", ResumeTimeout: envDuration("FAULT_RESUME_TIMEOUT", 0)}
+		Resume: os.Getenv("FAULT_RESUME") == "1", ResumeTimeout: envDuration("FAULT_RESUME_TIMEOUT", 0),
+		AckTimeout: envDuration("FAULT_ACK_TIMEOUT", 0)}
 }
 
 // faultServer echoes every connection on $RNET_HOST_ADDR0:$FAULT_PORT (or
@@ -112,7 +132,7 @@ func faultServer() int {
 		host = os.Getenv("RNET_HOST_ADDR0")
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(envInt("FAULT_PORT", 7471)))
-	lc := rnet.ListenConfig{Config: faultConfig()}
+	lc := rnet.ListenConfig{Config: faultConfig(), Logger: faultLogger()}
 	ln, err := lc.Listen(context.Background(), "rdma", addr)
 	if err != nil {
 		fmt.Println("listen failed:", err)
