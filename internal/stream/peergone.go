@@ -17,7 +17,9 @@ import (
 // ring.ErrPeerGone and the Observer has not heard of it yet; the caller
 // passes it to tellPeerGone once c.mu is released.
 func (c *Conn) peerGoneLocked() error {
-	if c.peerGoneTold {
+	// A path that is being replaced failed, not the peer: a resume that
+	// gives up puts the path back up, with its cause, before it fails.
+	if c.peerGoneTold || c.pathDownLocked() {
 		return nil
 	}
 	// The engine's error is the one calls return (a fatal error also

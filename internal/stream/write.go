@@ -23,11 +23,24 @@ func (c *Conn) Write(b []byte) (int, error) {
 		c.roundsLocked(mode, 0)
 		c.finishStepLocked(mode)
 	}
+	if err != nil && c.resumesOnLocked(err) {
+		c.mu.Unlock()
+		return c.writeInParts(b) // held until the path is back
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return n, c.opError("write", err)
 	}
 	return n, nil
+}
+
+// resumesOnLocked reports whether the engine's error err, met by a Write,
+// is a failure of the path that a resume now handles: the step that found
+// it may not have started one (it was the peer's step on a shared
+// completion queue, say), so it starts here.
+func (c *Conn) resumesOnLocked(err error) bool {
+	c.checkPathLocked()
+	return c.pathDownLocked()
 }
 
 // putLocked copies what fits of b into the send ring, and says how the
@@ -94,6 +107,10 @@ func (c *Conn) writeInParts(b []byte) (int, error) {
 			c.stepLocked(mode, 0)
 		}
 		written += n
+		if err != nil && c.resumesOnLocked(err) {
+			c.mu.Unlock()
+			continue // held until the path is back
+		}
 		c.mu.Unlock()
 		if err != nil {
 			return written, c.opError("write", err)
