@@ -287,7 +287,7 @@ func TestRXEResumeGRPCAcrossWireCut(t *testing.T) {
 	server := startRole(t, l.B, "resume-grpc-server")
 	waitLine(t, ctx, server, "listening")
 	client := startRole(t, l.A, "resume-grpc-client",
-		"FAULT_ADDR="+net.JoinHostPort(l.B.Addr(0).String(), strconv.Itoa(resumeGRPCPort)))
+		"FAULT_ADDR="+net.JoinHostPort(l.B.Addr(0).String(), strconv.Itoa(resumeGRPCPort)), serverHostEnv+"=rnet-"+l.B.Name)
 	waitLine(t, ctx, client, "steady ")
 	if err := l.Wire(0).Cut(); err != nil {
 		t.Fatal(err)
