@@ -67,6 +67,7 @@ func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agre
 			// table keeps the token: it may see the path fail first.
 			ss.ResumeTimeout = resumeLifetime(set.resumeTimeout)
 		}
+		ss.KeepAlive = resumeKeepAlive(ss.KeepAlive, set.resumeTimeout)
 	}
 	h := newHandle(stream.Start(qp, eng, ss), set.handshakeTimeout)
 	h.resume = agreed
@@ -74,6 +75,18 @@ func newNegotiatedConn(qp stream.QueuePair, eng *ring.Engine, set settings, agre
 		h.resumeTimeout = set.resumeTimeout
 	}
 	return h
+}
+
+// resumeKeepAlive is the keepalive period of a connection that resumes:
+// at most a third of ResumeTimeout (at least the least KeepAlive), so that a dialer that only receives
+// finds a path the listener's end saw fail first (its probe fails after
+// the transport's retries) well within the listener's wait of twice
+// ResumeTimeout. Keepalives turned off stay off.
+func resumeKeepAlive(keepAlive, resumeTimeout time.Duration) time.Duration {
+	if keepAlive <= 0 {
+		return keepAlive
+	}
+	return min(keepAlive, max(resumeTimeout/3, minKeepAlive))
 }
 
 // newHandle hands c out. The connection's own goroutines and timers

@@ -156,3 +156,20 @@ func TestResumeTokenForgottenOnPeerClose(t *testing.T) {
 	}
 	conntest.Until(t, "the listener to forget the token of a connection its peer closed", func() bool { return lr.table.Len() == 0 })
 }
+
+// A connection that resumes probes its path at least every third of
+// ResumeTimeout, never more often than the least KeepAlive, and keepalives
+// turned off stay off.
+func TestResumeKeepAlive(t *testing.T) {
+	for _, tc := range []struct{ keepAlive, resumeTimeout, want time.Duration }{
+		{15 * time.Second, 5 * time.Second, 5 * time.Second / 3},
+		{time.Second, 5 * time.Second, time.Second},
+		{15 * time.Second, 100 * time.Millisecond, minKeepAlive},
+		{15 * time.Second, time.Minute, 15 * time.Second},
+		{-1, 5 * time.Second, -1},
+	} {
+		if got := resumeKeepAlive(tc.keepAlive, tc.resumeTimeout); got != tc.want {
+			t.Errorf("resumeKeepAlive(%v, %v) = %v, want %v", tc.keepAlive, tc.resumeTimeout, got, tc.want)
+		}
+	}
+}
