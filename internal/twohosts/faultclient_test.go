@@ -176,8 +176,8 @@ wait:
 	}
 	fmt.Printf("all-ended clean=%d failed=%d maxsincemark=%v maxsincelast=%v stalled=%v\n", clean, failed,
 		maxSinceMark.Round(time.Millisecond), maxSinceLast.Round(time.Millisecond), stalled.Round(time.Millisecond))
-	if expect == "resume" && !markAt.IsZero() {
-		reportResumes(streams, markAt)
+	if expect != "end" && !markAt.IsZero() {
+		reportOutages(streams, markAt, map[string]string{"resume": "resumed", "survive": "recovered"}[expect])
 	}
 	unexpected := false
 	for _, s := range streams {
@@ -221,30 +221,34 @@ func allPast(streams []*stream, writtenAtMark []uint64) bool {
 	return true
 }
 
-// reportResumes prints, for each stream, when after the mark its echo
-// moved again after its longest wait, and how long that wait was; then the
-// median and the largest of each over the streams ("resumed p50=D max=D
-// gapp50=D gapmax=D"). The longest wait that ends after a wire cut is the
-// outage: the detection of the dead path and the resume.
-func reportResumes(streams []*stream, markAt time.Time) {
+// reportOutages prints, for each stream of a resume (a survivor's would
+// only lengthen the log), when after the mark its echo moved again after
+// its longest wait, and how long that wait was; then the median and the
+// largest of each over the streams ("<word> n=N p50=D max=D
+// gapp50=D gapmax=D"). The longest wait that ends after a fault is the
+// outage: for a resume, the detection of the dead path and the move; for a
+// fault survived in place, the fault and the retransmissions after it.
+func reportOutages(streams []*stream, markAt time.Time, word string) {
 	var at, gaps []time.Duration
 	for _, s := range streams {
 		end := s.gapEnd.Load()
 		if end == 0 {
-			fmt.Printf("resumed %d no read after the mark\n", s.id)
+			fmt.Printf("%s %d no read after the mark\n", word, s.id)
 			continue
 		}
 		a, g := time.Unix(0, end).Sub(markAt), time.Duration(s.gap.Load())
 		at, gaps = append(at, a), append(gaps, g)
-		fmt.Printf("resumed %d at=%v gap=%v\n", s.id, a.Round(time.Millisecond), g.Round(time.Millisecond))
+		if word == "resumed" {
+			fmt.Printf("%s %d at=%v gap=%v\n", word, s.id, a.Round(time.Millisecond), g.Round(time.Millisecond))
+		}
 	}
 	if len(at) == 0 {
-		fmt.Println("resumed none")
+		fmt.Println(word, "none")
 		return
 	}
 	slices.Sort(at)
 	slices.Sort(gaps)
-	fmt.Printf("resumed n=%d p50=%v max=%v gapp50=%v gapmax=%v\n", len(at), at[len(at)/2].Round(time.Millisecond),
+	fmt.Printf("%s n=%d p50=%v max=%v gapp50=%v gapmax=%v\n", word, len(at), at[len(at)/2].Round(time.Millisecond),
 		at[len(at)-1].Round(time.Millisecond), gaps[len(gaps)/2].Round(time.Millisecond), gaps[len(gaps)-1].Round(time.Millisecond))
 }
 
