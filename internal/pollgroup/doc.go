@@ -5,7 +5,9 @@
 // Completions are handed to their member by queue pair number, into the
 // member's inbox, in the order the CQ gave them. A member that steps polls
 // the CQ itself, in the same crossing into C as its posts, so a spinning
-// Read catches its reply without a wakeup in between.
+// Read catches its reply without a wakeup in between; if another member is
+// polling, it posts first and then waits for its turn to poll, so that no
+// post's work in the kernel holds up the others' polls.
 //
 // Members that wait take turns at the channel (leader and followers): the
 // first to wait, the leader, parks in the netpoller on the channel for the

@@ -36,17 +36,27 @@ func (m *Member) Attach(qp QP, onCutOff func()) {
 // CQ in the same crossing, after whoever polls it now has handed over what
 // they found: a step that finds nothing has seen everything completed
 // before it. A spinning step (tries > 1) does not wait for that: it takes
-// the poll lock only if it is free, since it comes again. The caller
-// serialises m's steps.
+// the poll lock only if it is free, since it comes again. If another
+// member holds the poll lock, m posts before it waits for it, in a crossing
+// of its own: rxe does a queue pair's protocol work (resends included) in
+// the post's system call, which under the lock every member's poll would
+// wait for. The caller serialises m's steps.
 func (m *Member) Step(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tries int) (int, error) {
 	recvs = m.accountRecvs(recvs)
 	g := m.g
 	if len(out) > 0 && m.pending() == 0 {
-		locked := true
-		if tries > 1 {
-			locked = g.pollMu.TryLock()
-		} else {
+		locked := g.pollMu.TryLock()
+		if !locked && (len(recvs) > 0 || len(sends) > 0) {
+			_, err := m.qp.Step(nil, 0, recvs, sends, nil, 0)
+			m.noteCrossing()
+			if err != nil {
+				return 0, err
+			}
+			recvs, sends = nil, nil
+		}
+		if !locked && tries <= 1 {
 			g.pollMu.Lock()
+			locked = true
 		}
 		if locked {
 			var err error

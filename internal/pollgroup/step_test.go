@@ -3,6 +3,7 @@ package pollgroup
 import (
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/rnet-dev/rnet/internal/verbs"
 	"github.com/rnet-dev/rnet/internal/wr"
@@ -74,6 +75,61 @@ func TestStepCrossesFromMemberStep(t *testing.T) {
 			t.Errorf("crossing %d (polls: %v) held pollMu %v, the group's mu %v, the member's mu %v, the lead's %v; want pollMu only when it polls",
 				i, c.polled, c.pollMu, c.groupMu, c.memberMu, c.leadMu)
 		}
+	}
+	m.Stop()
+	if err := m.Leave(nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// postingQP closes posted at its first crossing that posts without polling,
+// and records every crossing as posts and polls.
+type postingQP struct {
+	posted   chan struct{}
+	crossing []crossing
+	sent     []int // sends posted at each crossing
+}
+
+func (q *postingQP) Num() uint32 { return 6 }
+
+func (q *postingQP) Step(_ *verbs.CQ, _ verbs.StepFlags, _ []wr.Recv, sends []wr.Send, out []wr.Completion, _ int) (int, error) {
+	q.crossing = append(q.crossing, crossing{polled: len(out) > 0})
+	q.sent = append(q.sent, len(sends))
+	if len(out) == 0 && len(sends) > 0 {
+		close(q.posted)
+	}
+	return 0, nil
+}
+
+// TestStepPostsBeforeWaitingToPoll: a step that finds another member
+// polling posts at once, in a crossing of its own, and polls without
+// posting again once its turn comes; so a post, whose protocol work rxe
+// does in the system call, never holds up the others' polls.
+func TestStepPostsBeforeWaitingToPoll(t *testing.T) {
+	g := New(&floodCQ{entries: 64, intr: make(chan struct{}, 1), stop: make(chan struct{})}, nil)
+	m, ok := g.Reserve(16, 16, 0)
+	if !ok {
+		t.Fatal("the group has no room for a member")
+	}
+	q := &postingQP{posted: make(chan struct{})}
+	m.Attach(q, nil)
+	g.pollMu.Lock() // another member polls
+	stepped := make(chan error, 1)
+	go func() {
+		_, err := m.Step(nil, make([]wr.Send, 3), make([]wr.Completion, 4), 1)
+		stepped <- err
+	}()
+	select {
+	case <-q.posted:
+	case <-time.After(time.Minute):
+		t.Fatal("the step did not post while another member held the poll lock")
+	}
+	g.pollMu.Unlock()
+	if err := <-stepped; err != nil {
+		t.Fatal(err)
+	}
+	if len(q.crossing) != 2 || q.crossing[0].polled || q.sent[0] != 3 || !q.crossing[1].polled || q.sent[1] != 0 {
+		t.Fatalf("crossings %+v posting %v sends; want one that posts 3 and one that polls and posts none", q.crossing, q.sent)
 	}
 	m.Stop()
 	if err := m.Leave(nil); err != nil {
