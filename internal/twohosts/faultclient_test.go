@@ -84,8 +84,11 @@ func faultClient() int {
 	// timers, which delays a keepalive's as much.
 	var stalled time.Duration
 	lastTick := time.Now()
-	steady, moved, diagnosed := false, false, false
+	steady, moved := false, false
+	// The diagnosis runs on a timer of its own, so that it still comes if
+	// this loop waits on a connection that hangs.
 	diagAfter := envDuration("FAULT_DIAG_AFTER", time.Minute)
+	var diagTimer *time.Timer
 	var markAt time.Time
 	var snap []uint64
 	// writtenAtMark is what each stream had written at the mark: a
@@ -107,6 +110,9 @@ wait:
 				writtenAtMark[i] = s.written.Load()
 				s.mark.Store(markAt.UnixNano())
 			}
+			if diagTimer == nil {
+				diagTimer = time.AfterFunc(diagAfter, func() { diagnose(streams) })
+			}
 			fmt.Println("marked")
 		case <-tick.C:
 			now := time.Now()
@@ -123,10 +129,6 @@ wait:
 				c -= snap[i]
 			}
 			least = min(least, c)
-		}
-		if !diagnosed && !markAt.IsZero() && time.Since(markAt) > diagAfter {
-			diagnosed = true
-			diagnose(streams)
 		}
 		if time.Since(lastReport) >= time.Second {
 			fmt.Printf("progress bytes=%d\n", total)
@@ -153,6 +155,9 @@ wait:
 		}
 	}
 	tick.Stop()
+	if diagTimer != nil {
+		diagTimer.Stop()
+	}
 
 	clean, failed := 0, 0
 	var maxSinceMark, maxSinceLast time.Duration
@@ -341,6 +346,13 @@ func waitReleased(base resources) string {
 // diagnose prints what the connections that have not ended are doing: the
 // first few's counters and every goroutine's stack.
 func diagnose(streams []*stream) {
+	// The stacks first: a connection's Stats waits for its lock, which a
+	// hang may hold.
+	for _, st := range procstat.Stacks() {
+		for _, l := range strings.Split(st, "\n") {
+			fmt.Println("diag-stack", l)
+		}
+	}
 	shown := 0
 	for _, s := range streams {
 		if s.failures == nil || shown >= 3 {
@@ -354,11 +366,6 @@ func diagnose(streams []*stream) {
 		st := s.c.Stats()
 		fmt.Printf("diag %d written=%d checked=%d stats=%+v\n", s.id, s.written.Load(), s.checked.Load(), st)
 		shown++
-	}
-	for _, st := range procstat.Stacks() {
-		for _, l := range strings.Split(st, "\n") {
-			fmt.Println("diag-stack", l)
-		}
 	}
 }
 
