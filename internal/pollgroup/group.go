@@ -260,6 +260,7 @@ func (g *Group) failLocked(err error) {
 		return
 	}
 	g.err = err
+	g.failed.Store(true)
 	for _, m := range g.members {
 		m.fail(err)
 	}

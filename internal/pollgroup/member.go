@@ -46,7 +46,7 @@ func (m *Member) Step(recvs []wr.Recv, sends []wr.Send, out []wr.Completion, tri
 	g := m.g
 	if len(out) > 0 && m.pending() == 0 {
 		locked := g.pollMu.TryLock()
-		if !locked && (len(recvs) > 0 || len(sends) > 0) {
+		if !locked && !g.failed.Load() && (len(recvs) > 0 || len(sends) > 0) {
 			_, err := m.qp.Step(nil, 0, recvs, sends, nil, 0)
 			m.noteCrossing()
 			if err != nil {

@@ -28,6 +28,9 @@ type Group struct {
 	pollMu lockcount.Mutex
 	buf    []wr.Completion // the poll's buffer
 	err    error           // the CQ failed: every member fails with it
+	// failed is err != nil, for a step to read without pollMu: one that
+	// finds the lock held posts nothing on a failed group.
+	failed atomic.Bool
 	// armed says the CQ was armed and every event since was taken by a
 	// crossing that armed it again, or is still on the channel: a
 	// completion not yet polled then wakes the leader.

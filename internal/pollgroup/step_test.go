@@ -1,6 +1,7 @@
 package pollgroup
 
 import (
+	"errors"
 	"runtime"
 	"testing"
 	"time"
@@ -88,6 +89,7 @@ type postingQP struct {
 	posted   chan struct{}
 	crossing []crossing
 	sent     []int // sends posted at each crossing
+	err      error // what its posts return
 }
 
 func (q *postingQP) Num() uint32 { return 6 }
@@ -95,10 +97,50 @@ func (q *postingQP) Num() uint32 { return 6 }
 func (q *postingQP) Step(_ *verbs.CQ, _ verbs.StepFlags, _ []wr.Recv, sends []wr.Send, out []wr.Completion, _ int) (int, error) {
 	q.crossing = append(q.crossing, crossing{polled: len(out) > 0})
 	q.sent = append(q.sent, len(sends))
-	if len(out) == 0 && len(sends) > 0 {
+	if len(out) == 0 && len(sends) > 0 && q.posted != nil {
 		close(q.posted)
+		q.posted = nil
 	}
-	return 0, nil
+	return 0, q.err
+}
+
+// contendedStep makes one step, which must not wait for the poll lock, of
+// a member of a group whose poll lock another member holds, and returns
+// its error and whether the group's CQ was polled.
+func contendedStep(t *testing.T, qp *postingQP, tries int) (error, bool) {
+	t.Helper()
+	g := New(&floodCQ{entries: 64, intr: make(chan struct{}, 1), stop: make(chan struct{})}, nil)
+	m, ok := g.Reserve(16, 16, 0)
+	if !ok {
+		t.Fatal("the group has no room for a member")
+	}
+	m.Attach(qp, nil)
+	g.pollMu.Lock()
+	before := g.polled + g.emptied
+	_, err := m.Step(nil, make([]wr.Send, 2), make([]wr.Completion, 4), tries)
+	polled := g.polled+g.emptied != before
+	g.pollMu.Unlock()
+	m.Stop()
+	if err := m.Leave(nil); err != nil {
+		t.Fatal(err)
+	}
+	return err, polled
+}
+
+// TestContendedStepWithoutWaiting: a step that need not wait for its turn
+// to poll (a spinning one, or one whose post failed) returns without the
+// poll lock, after one crossing that posts; on a failed group it posts
+// nothing and reports the group's error.
+func TestContendedStepWithoutWaiting(t *testing.T) {
+	spin := &postingQP{}
+	if err, polled := contendedStep(t, spin, 8); err != nil || polled || len(spin.sent) != 1 || spin.sent[0] != 2 || spin.crossing[0].polled {
+		t.Errorf("spinning step: err %v, polled %v, crossings %+v posting %v; want one that posts 2 and no poll", err, polled, spin.crossing, spin.sent)
+	}
+	refused := errors.New("post refused")
+	failing := &postingQP{err: refused}
+	if err, polled := contendedStep(t, failing, 1); !errors.Is(err, refused) || polled || len(failing.sent) != 1 {
+		t.Errorf("step whose post fails: err %v, polled %v, crossings %+v; want the post's error after one crossing", err, polled, failing.crossing)
+	}
 }
 
 // TestStepPostsBeforeWaitingToPoll: a step that finds another member
@@ -111,7 +153,8 @@ func TestStepPostsBeforeWaitingToPoll(t *testing.T) {
 	if !ok {
 		t.Fatal("the group has no room for a member")
 	}
-	q := &postingQP{posted: make(chan struct{})}
+	posted := make(chan struct{})
+	q := &postingQP{posted: posted}
 	m.Attach(q, nil)
 	g.pollMu.Lock() // another member polls
 	stepped := make(chan error, 1)
@@ -120,7 +163,7 @@ func TestStepPostsBeforeWaitingToPoll(t *testing.T) {
 		stepped <- err
 	}()
 	select {
-	case <-q.posted:
+	case <-posted:
 	case <-time.After(time.Minute):
 		t.Fatal("the step did not post while another member held the poll lock")
 	}
