@@ -83,10 +83,9 @@ func massFailureLab(t *testing.T) *hostlab.Lab {
 
 // needThawFix skips TestFreezeLongEndsCleanly unless
 // RNET_FAULTS_MASS_FAILURE=1. A's side passes, but after the thaw B's
-// connections end up to 6 s past the keepalive bound: B's keepalive ticks
-// wait for their poll group's lock behind steps into an rxe resending for
-// every connection, while B's own resends stall its process for seconds
-// (docs/performance.md, "Two hosts").
+// connections still end about a second past the keepalive bound (they were
+// 7-18 s past it before steps stopped posting under the poll lock;
+// docs/performance.md, "Two hosts").
 func needThawFix(t *testing.T) {
 	t.Helper()
 	if os.Getenv("RNET_FAULTS_MASS_FAILURE") != "1" {
