@@ -72,7 +72,7 @@ func (pd *PD) RegisterMR(size int, access Access) (*MR, error) {
 }
 
 // Bytes is the registered memory; nil after Close. Do not keep it past Close:
-// the memory is unmapped then.
+// the memory is then unmapped, or another region's.
 func (mr *MR) Bytes() []byte {
 	mr.mu.RLock()
 	defer mr.mu.RUnlock()
@@ -106,7 +106,8 @@ func (mr *MR) RKey() uint32 { return mr.rkey }
 // Access is the set of flags the region was registered with.
 func (mr *MR) Access() Access { return mr.access }
 
-// Close deregisters the region and unmaps its memory. It is idempotent.
+// Close deregisters the region and releases its memory (see
+// ringmem_linux.go). It is idempotent.
 func (mr *MR) Close() error {
 	mr.mu.Lock()
 	defer mr.mu.Unlock()

@@ -45,3 +45,60 @@ func TestMapMemoryKeepsNoTable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSpareMemoryReusedZeroedAndBounded: released region memory comes back
+// for the next region of its length, zeroed; past maxSpareBytes it is
+// unmapped, and a trim with no use since the last one unmaps what is kept.
+func TestSpareMemoryReusedZeroedAndBounded(t *testing.T) {
+	trimSpare() // a trim since the last use, then one with none: nothing kept
+	trimSpare()
+	if n := spareBytes(); n != 0 {
+		t.Fatalf("%d spare bytes kept after two trims", n)
+	}
+	page := os.Getpagesize()
+	mem, err := mapMemory(5 * page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range mem {
+		mem[i] = 0xa5
+	}
+	if err := unmapMemory(mem); err != nil {
+		t.Fatal(err)
+	}
+	if n := spareBytes(); n != 5*page {
+		t.Fatalf("%d spare bytes after releasing %d", n, 5*page)
+	}
+	again, err := mapMemory(5 * page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &again[0] != &mem[0] {
+		t.Errorf("a region of the same length was mapped anew, not reused")
+	}
+	for i, b := range again {
+		if b != 0 {
+			t.Fatalf("byte %d of reused memory is %#x, want 0", i, b)
+		}
+	}
+	// Fill the spare memory to its bound with one mapping, then release
+	// one more: it is unmapped, not kept.
+	big, err := mapMemory(maxSpareBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unmapMemory(big); err != nil {
+		t.Fatal(err)
+	}
+	if err := unmapMemory(again); err != nil {
+		t.Fatal(err)
+	}
+	if n := spareBytes(); n != maxSpareBytes {
+		t.Fatalf("%d spare bytes, want the bound %d", n, maxSpareBytes)
+	}
+	trimSpare()
+	trimSpare()
+	if n := spareBytes(); n != 0 {
+		t.Fatalf("%d spare bytes kept after two trims", n)
+	}
+}
