@@ -30,8 +30,9 @@ func resumeResolveTimeout(resumeTimeout time.Duration) time.Duration {
 // the resume's whole time is shorter.
 const minResumeStep = time.Second
 
-// resumeStep bounds the wait for the answer to one resume request: half of
-// what is left of the resume's time while other addresses remain untried
+// resumeStep is how long a resume request waits for its answer before the
+// race may give up on it for a route through another device: half of what
+// is left of the resume's time while other addresses remain untried
 // (untried counts this one), all of it for the last, so that one dead
 // address cannot use it all up; at least minResumeStep (or half the whole,
 // if shorter). Not less than half: a listener under a hundred resumes at
@@ -123,13 +124,15 @@ func (e *resumeError) Unwrap() []error {
 // established path (releasing the route itself if it fails), release
 // frees a route never connected, and drop closes a path that connected
 // once the resume had ended otherwise. avoid, if set, reports a route
-// that leaves through the local device whose path failed.
+// that leaves through the local device whose path failed; device, if
+// set, names the local device a route leaves through.
 type resumePaths[R, P any] struct {
 	resolve func(ctx context.Context, to netip.AddrPort) (R, error)
 	connect func(ctx context.Context, to netip.AddrPort, route R) (P, error)
 	release func(R)
 	drop    func(P)
 	avoid   func(R) bool
+	device  func(R) string
 }
 
 // race resumes over the first of addrs that works, within budget. The
@@ -142,8 +145,14 @@ type resumePaths[R, P any] struct {
 // request with the same token as replacing the first (resume.Table.Begin):
 // two in flight could leave the dialer on the path the listener dropped,
 // holding a token the listener forgot. Routes go on resolving while a
-// request waits. Each resolve is bounded by half the budget, each request
-// by resumeStep. A connect that fails with errResumeForgotten ends the
+// request waits. Each resolve is bounded by half the budget. A request
+// waits resumeStep, then gives way to a route through another live device
+// as soon as one is ready; with none, it waits for its answer until
+// minResumeStep before the end if a route through the failed device is
+// left, else until the end: another address through the same device
+// reaches the same listener, and a listener busy with many resumes is
+// slow, not gone; a second request would replace the first there and
+// start it over. A connect that fails with errResumeForgotten ends the
 // race. Every route not connected is released, and every goroutine has
 // ended, before race returns.
 func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, budget time.Duration) (P, error) {
@@ -169,8 +178,22 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 	// or through the failed one (held).
 	var ready, held []resolved
 	connecting := false
-	var current resolved   // the route of the request in flight
-	var step time.Duration // its bound
+	var current resolved // the route of the request in flight
+	var (
+		sent       time.Time          // when it went out
+		stepOver   bool               // it has waited its resumeStep
+		giveUp     context.CancelFunc // ends it
+		unanswered string             // the device of the last request given up on
+	)
+	stepTimer := time.NewTimer(time.Hour)
+	stepTimer.Stop()
+	defer stepTimer.Stop()
+	device := func(r resolved) string {
+		if p.device == nil {
+			return ""
+		}
+		return p.device(r.route)
+	}
 	defer func() {
 		cancel()
 		if connecting {
@@ -206,23 +229,61 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 	}
 	e := &resumeError{}
 	connect := func(r resolved) {
-		connecting, current = true, r
-		step = resumeStep(time.Until(deadline), len(addrs)-len(e.attempts), budget)
-		go func(step time.Duration) {
-			cctx, ccancel := context.WithTimeout(ctx, step)
+		connecting, current, stepOver, sent = true, r, false, time.Now()
+		stepTimer.Reset(resumeStep(time.Until(deadline), len(addrs)-len(e.attempts), budget))
+		cctx, ccancel := context.WithCancel(ctx)
+		giveUp = ccancel
+		go func() {
 			path, err := p.connect(cctx, addrs[r.i], r.route)
 			if err != nil && ctx.Err() == nil && cctx.Err() != nil {
-				err = fmt.Errorf("no answer to the resume request in %v: %w", step.Round(time.Millisecond), err)
+				err = fmt.Errorf("no answer to the resume request in %v: %w", time.Since(sent).Round(time.Millisecond), err)
 			}
 			ccancel()
 			connects <- connected{r.i, path, err}
-		}(step)
+		}()
+	}
+	// reconsider gives up on a request that has waited its step, for a
+	// ready route through another live device, or for the failed device's
+	// routes once only minResumeStep is left.
+	reconsider := func() {
+		if !connecting || !stepOver {
+			return
+		}
+		for _, r := range ready {
+			if p.device == nil || device(r) != device(current) {
+				unanswered = device(current)
+				giveUp()
+				return
+			}
+		}
+		if len(held) > 0 {
+			if wait := time.Until(deadline) - minResumeStep; wait > 0 {
+				stepTimer.Reset(wait)
+			} else {
+				unanswered = device(current)
+				giveUp()
+			}
+		}
+	}
+	// nextReady takes the ready route to try next: the first through a
+	// device other than the one whose request went unanswered, if any.
+	nextReady := func() resolved {
+		k := 0
+		for i, r := range ready {
+			if unanswered == "" || device(r) != unanswered {
+				k = i
+				break
+			}
+		}
+		r := ready[k]
+		ready = append(ready[:k], ready[k+1:]...)
+		return r
 	}
 	fail := func(i int, err error) {
 		e.attempts = append(e.attempts, resumeAttemptError{addrs[i], err})
 	}
 	timedOut := func() error {
-		return fmt.Errorf("no answer to the resume request in the %v it had", step.Round(time.Millisecond))
+		return fmt.Errorf("no answer to the resume request in the %v it had", time.Since(sent).Round(time.Millisecond))
 	}
 	next, pending := 0, 0
 	stagger := time.NewTimer(0)
@@ -231,8 +292,7 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 		if !connecting {
 			switch {
 			case len(ready) > 0:
-				connect(ready[0])
-				ready = ready[1:]
+				connect(nextReady())
 			case len(held) > 0 && next == len(addrs) && pending == 0:
 				connect(held[0])
 				held = held[1:]
@@ -253,15 +313,21 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 				fail(r.i, r.err)
 			case p.avoid != nil && p.avoid(r.route):
 				held = append(held, r)
+				reconsider()
 			default:
 				ready = append(ready, r)
+				reconsider()
 				continue
 			}
 			if next < len(addrs) {
 				stagger.Reset(0) // the next at once
 			}
+		case <-stepTimer.C:
+			stepOver = true
+			reconsider()
 		case c := <-connects:
 			connecting = false
+			stepTimer.Stop()
 			if c.err == nil {
 				return c.path, nil
 			}

@@ -99,6 +99,7 @@ func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (str
 		release: resumeRoute.release,
 		drop:    resumedPath.close,
 		avoid:   func(rt resumeRoute) bool { return failed != "" && rt.device() == failed },
+		device:  resumeRoute.device,
 	}
 	p, err := paths.race(ctx, resumeCandidates(r.latest().addrs, r.dialled), r.set.resumeTimeout)
 	if err != nil {

@@ -36,6 +36,11 @@ type fakePaths struct {
 	// avoid holds the addresses whose routes leave through the failed
 	// device.
 	avoid map[netip.AddrPort]bool
+	// devices, if not nil, names the local device of each address's
+	// route.
+	devices map[netip.AddrPort]string
+	// slowAnswer is how long a "slow" address takes to answer.
+	slowAnswer time.Duration
 
 	mu                  sync.Mutex
 	resolved, released  []netip.AddrPort
@@ -45,7 +50,7 @@ type fakePaths struct {
 }
 
 func (f *fakePaths) paths(t *testing.T) resumePaths[netip.AddrPort, string] {
-	return resumePaths[netip.AddrPort, string]{
+	p := resumePaths[netip.AddrPort, string]{
 		resolve: func(ctx context.Context, to netip.AddrPort) (netip.AddrPort, error) {
 			switch f.behave[to] {
 			case "dead":
@@ -83,6 +88,12 @@ func (f *fakePaths) paths(t *testing.T) resumePaths[netip.AddrPort, string] {
 			case "silent":
 				<-ctx.Done()
 				return "", ctx.Err()
+			case "slow":
+				select {
+				case <-ctx.Done():
+					return "", ctx.Err()
+				case <-time.After(f.slowAnswer): // the listener's answer
+				}
 			}
 			return "path to " + to.String(), nil
 		},
@@ -95,6 +106,10 @@ func (f *fakePaths) paths(t *testing.T) resumePaths[netip.AddrPort, string] {
 		drop:  func(string) { t.Error("a path connected after the race ended") },
 		avoid: func(route netip.AddrPort) bool { return f.avoid[route] },
 	}
+	if f.devices != nil {
+		p.device = func(route netip.AddrPort) string { return f.devices[route] }
+	}
+	return p
 }
 
 // TestResumeRace: a resume resolves its addresses staggered and sends its
@@ -208,5 +223,53 @@ func TestResumeStep(t *testing.T) {
 		if got := resumeStep(c.left, c.untried, c.whole); got != c.want {
 			t.Errorf("resumeStep(%v, %d, %v) = %v, want %v", c.left, c.untried, c.whole, got, c.want)
 		}
+	}
+}
+
+// TestResumeRaceWaitsForABusyListener: a request whose answer comes after
+// its step is still taken while no route through another live device is
+// ready (another address through the same device reaches the same
+// listener); a ready route through another device takes over at the step;
+// a route through the failed device only in the resume's last second.
+func TestResumeRaceWaitsForABusyListener(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	a, b := ap("10.1.0.2:1"), ap("[fd01::2]:1")
+	// The budget of 4 s gives the first request a step of 2 s; the slow
+	// listener answers after 2.5 s, well before the 3 s at which the
+	// failed device's route would take over.
+	const budget, slow = 4 * time.Second, 2500 * time.Millisecond
+	for _, tc := range []struct {
+		name      string
+		behave    map[netip.AddrPort]string
+		devices   map[netip.AddrPort]string
+		avoid     []netip.AddrPort
+		want      string
+		connected string
+	}{
+		{"same device: the slow answer is taken", map[netip.AddrPort]string{a: "slow", b: "ok"},
+			map[netip.AddrPort]string{a: "rxe1", b: "rxe1"}, nil, "path to " + a.String(), "[10.1.0.2:1]"},
+		{"another device takes over at the step", map[netip.AddrPort]string{a: "slow", b: "ok"},
+			map[netip.AddrPort]string{a: "rxe1", b: "rxe2"}, nil, "path to " + b.String(), "[10.1.0.2:1 [fd01::2]:1]"},
+		{"the failed device waits for the last second", map[netip.AddrPort]string{a: "slow", b: "ok"},
+			map[netip.AddrPort]string{a: "rxe1", b: "rxe0"}, []netip.AddrPort{b}, "path to " + a.String(), "[10.1.0.2:1]"},
+		{"the failed device in the last second", map[netip.AddrPort]string{a: "silent", b: "ok"},
+			map[netip.AddrPort]string{a: "rxe1", b: "rxe0"}, []netip.AddrPort{b}, "path to " + b.String(), "[10.1.0.2:1 [fd01::2]:1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakePaths{behave: tc.behave, devices: tc.devices, slowAnswer: slow, avoid: make(map[netip.AddrPort]bool)}
+			for _, x := range tc.avoid {
+				f.avoid[x] = true
+			}
+			path, err := f.paths(t).race(context.Background(), []netip.AddrPort{a, b}, budget)
+			if path != tc.want {
+				t.Errorf("race gave %q, %v; want %q", path, err, tc.want)
+			}
+			if s := fmtAddrs(f.connected); s != tc.connected {
+				t.Errorf("connected %s, want %s", s, tc.connected)
+			}
+			if n := f.routes.Load(); n != 0 {
+				t.Errorf("%d routes neither connected nor released", n)
+			}
+		})
 	}
 }
