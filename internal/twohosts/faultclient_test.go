@@ -37,10 +37,19 @@ func faultClient() int {
 	// One connection first, so that what the process keeps for its life
 	// (the device's context, the connection manager's channel) is in the
 	// baseline and only what the connections hold is compared.
-	if w, err := d.Dial("rdma", addr); err != nil {
-		fmt.Println("warm-up dial failed:", err)
-		return 1
-	} else {
+	// A resume's dialer may go through another device, whose context
+	// the connection manager then keeps open too: FAULT_WARMUP lists
+	// addresses (comma-separated) dialled as well, through those devices.
+	warm := []string{addr}
+	if v := os.Getenv("FAULT_WARMUP"); v != "" {
+		warm = append(warm, strings.Split(v, ",")...)
+	}
+	for _, a := range warm {
+		w, err := d.Dial("rdma", a)
+		if err != nil {
+			fmt.Println("warm-up dial failed:", err)
+			return 1
+		}
 		w.Close()
 	}
 	base := takeResources()
@@ -90,6 +99,8 @@ func faultClient() int {
 	diagAfter := envDuration("FAULT_DIAG_AFTER", time.Minute)
 	var diagTimer *time.Timer
 	var markAt time.Time
+	profileMark := make(chan struct{})
+	go profileAfterMark(profileMark)
 	var snap []uint64
 	// writtenAtMark is what each stream had written at the mark: a
 	// resumed stream has moved on once bytes written after the fault came
@@ -102,6 +113,9 @@ wait:
 		case <-allRead:
 			break wait
 		case <-marks:
+			if markAt.IsZero() {
+				close(profileMark)
+			}
 			markAt = time.Now()
 			snap = make([]uint64, len(streams))
 			writtenAtMark = make([]uint64, len(streams))
@@ -219,7 +233,7 @@ wait:
 // Write in progress may have sent before it.
 func allPast(streams []*stream, writtenAtMark []uint64) bool {
 	for i, s := range streams {
-		if s.checked.Load() <= writtenAtMark[i]+streamChunk {
+		if s.checked.Load() <= writtenAtMark[i]+uint64(s.chunk) {
 			return false
 		}
 	}
@@ -263,6 +277,10 @@ func dialAll(d *rnet.Dialer, addr string, n int) ([]*stream, error) {
 	failures := new(atomic.Int64)
 	errs := make(chan error, n)
 	slots := make(chan struct{}, 8)
+	rate, chunk := int64(envInt("FAULT_RATE", 0)), streamChunk
+	if rate > 0 {
+		chunk = pacedChunk
+	}
 	for i := range n {
 		slots <- struct{}{}
 		go func() {
@@ -272,7 +290,7 @@ func dialAll(d *rnet.Dialer, addr string, n int) ([]*stream, error) {
 				errs <- fmt.Errorf("connection %d: %w", i, err)
 				return
 			}
-			streams[i] = &stream{id: i, c: c, writeDone: make(chan struct{}), failures: failures}
+			streams[i] = &stream{id: i, c: c, chunk: chunk, rate: rate, writeDone: make(chan struct{}), failures: failures}
 			streams[i].last.Store(time.Now().UnixNano())
 			errs <- nil
 		}()

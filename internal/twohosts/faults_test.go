@@ -44,7 +44,8 @@ const (
 func faultEnv(extra ...string) []string {
 	return append([]string{"FAULT_KEEPALIVE=" + faultKeepAlive.String(), "FAULT_PORT=" + strconv.Itoa(faultPort),
 		"FAULT_SERVER_STACKS=" + os.Getenv("FAULT_SERVER_STACKS"), "FAULT_ACK_TIMEOUT=" + os.Getenv("FAULT_ACK_TIMEOUT"),
-		"FAULT_DIAG_AFTER=" + os.Getenv("FAULT_DIAG_AFTER")}, extra...)
+		"FAULT_DIAG_AFTER=" + os.Getenv("FAULT_DIAG_AFTER"),
+		"FAULT_PROFILE=" + os.Getenv("FAULT_PROFILE"), "FAULT_PROFILE_FOR=" + os.Getenv("FAULT_PROFILE_FOR")}, extra...)
 }
 
 // streams is a running checked-stream workload: an echo server and a

@@ -30,6 +30,10 @@ import (
 //	FAULT_ADDR       the server's address, host:port
 //	FAULT_CONNS      how many connections (besides a warm-up one)
 //	FAULT_KEEPALIVE  Config.KeepAlive of every connection
+//	FAULT_WARMUP     addresses dialled once before the baseline, besides
+//	                 FAULT_ADDR, so that it holds their devices' contexts
+//	FAULT_RATE       bytes a second each stream writes, in Writes of
+//	                 pacedChunk; unset, as fast as it can
 //	FAULT_EXPECT     "survive": on SIGUSR1 (the fault is over), let every
 //	                 connection move on, then finish each cleanly and
 //	                 check every byte came back;
@@ -49,6 +53,10 @@ func init() {
 // streamChunk is the size of each Write; a multiple of 8, the pattern's
 // word.
 const streamChunk = 16 << 10
+
+// pacedChunk is the size of each Write of a stream paced by FAULT_RATE:
+// small enough that a paced stream's echo moves several times a second.
+const pacedChunk = 4 << 10
 
 // moveOnBytes is how far every connection must get past the mark before a
 // surviving run calls its streams going again.
@@ -127,6 +135,7 @@ func faultConfig() *rnet.Config {
 func faultServer() int {
 	stall := newStallMeter()
 	go dumpStacksAfterMark(stall)
+	go profileAfterMark(stall.marked)
 	host := os.Getenv("FAULT_LISTEN_HOST")
 	if host == "" {
 		host = os.Getenv("RNET_HOST_ADDR0")
@@ -245,6 +254,8 @@ func faultDial() int {
 type stream struct {
 	id      int
 	c       *rnet.Conn
+	chunk   int   // bytes a Write
+	rate    int64 // bytes a second the writer keeps to, 0 for as fast as it can
 	written atomic.Uint64 // bytes written; final once writeDone is closed
 	checked atomic.Uint64 // bytes echoed and found right
 	last    atomic.Int64  // when bytes last came back, unix ns
@@ -279,9 +290,14 @@ func (s *stream) fail(err error) {
 
 func (s *stream) write() {
 	defer close(s.writeDone)
-	buf := make([]byte, streamChunk)
+	buf := make([]byte, s.chunk)
+	start := time.Now()
 	for !s.stop.Load() {
 		off := s.written.Load()
+		if s.rate > 0 {
+			// The pace itself, not a synchronisation.
+			time.Sleep(time.Until(start.Add(time.Duration(off) * time.Second / time.Duration(s.rate))))
+		}
 		fillPattern(buf, s.id, off)
 		if _, err := s.c.Write(buf); err != nil {
 			s.fail(fmt.Errorf("write at %d: %w", off, err))
