@@ -147,12 +147,12 @@ type resumePaths[R, P any] struct {
 // holding a token the listener forgot. Routes go on resolving while a
 // request waits. Each resolve is bounded by half the budget. A request
 // waits resumeStep, then gives way to a route through another live device
-// as soon as one is ready; with none, it waits for its answer until
-// minResumeStep before the end if a route through the failed device is
-// left, else until the end: another address through the same device
-// reaches the same listener, and a listener busy with many resumes is
-// slow, not gone; a second request would replace the first there and
-// start it over. A connect that fails with errResumeForgotten ends the
+// as soon as one is ready (to any ready route after half as long again); with
+// none, it waits for its answer until minResumeStep before the end if a
+// route through the failed device would go next, else until the end:
+// another address through the same device mostly reaches the same
+// listener, and a listener busy with many resumes is slow, not gone; a
+// second request would replace the first there and start it over. A connect that fails with errResumeForgotten ends the
 // race. Every route not connected is released, and every goroutine has
 // ended, before race returns.
 func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, budget time.Duration) (P, error) {
@@ -165,6 +165,10 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 		i     int
 		route R
 		err   error
+		// Read off the route as it resolved, before a connect owns it:
+		// its local device (if known), and whether that is the failed one.
+		dev    string
+		failed bool
 	}
 	type connected struct {
 		i    int
@@ -181,19 +185,14 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 	var current resolved // the route of the request in flight
 	var (
 		sent       time.Time          // when it went out
-		stepOver   bool               // it has waited its resumeStep
+		step       time.Duration      // its resumeStep
+		stepOver   bool               // it has waited that
 		giveUp     context.CancelFunc // ends it
 		unanswered string             // the device of the last request given up on
 	)
 	stepTimer := time.NewTimer(time.Hour)
 	stepTimer.Stop()
 	defer stepTimer.Stop()
-	device := func(r resolved) string {
-		if p.device == nil {
-			return ""
-		}
-		return p.device(r.route)
-	}
 	defer func() {
 		cancel()
 		if connecting {
@@ -224,13 +223,14 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 				err = fmt.Errorf("no route in %v: %w", resolveBound, err)
 			}
 			acancel()
-			results <- resolved{i, route, err}
+			results <- resolved{i: i, route: route, err: err}
 		}()
 	}
 	e := &resumeError{}
 	connect := func(r resolved) {
 		connecting, current, stepOver, sent = true, r, false, time.Now()
-		stepTimer.Reset(resumeStep(time.Until(deadline), len(addrs)-len(e.attempts), budget))
+		step = resumeStep(time.Until(deadline), len(addrs)-len(e.attempts), budget)
+		stepTimer.Reset(step)
 		cctx, ccancel := context.WithCancel(ctx)
 		giveUp = ccancel
 		go func() {
@@ -242,27 +242,42 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			connects <- connected{r.i, path, err}
 		}()
 	}
+	next, pending := 0, 0
 	// reconsider gives up on a request that has waited its step, for a
-	// ready route through another live device, or for the failed device's
-	// routes once only minResumeStep is left.
+	// ready route through another device (any ready route once it has
+	// waited half as long again: one device may reach several of the
+	// listener's ports, one of them dead), or, once only minResumeStep
+	// is left, for a route through the failed device that would go next;
+	// else it sets the step's timer for when that may change.
 	reconsider := func() {
 		if !connecting || !stepOver {
 			return
 		}
+		now := time.Now()
+		overdue := now.Sub(sent) >= step*3/2
 		for _, r := range ready {
-			if p.device == nil || device(r) != device(current) {
-				unanswered = device(current)
+			if p.device == nil || overdue || r.dev != current.dev {
+				unanswered = current.dev
 				giveUp()
 				return
 			}
 		}
-		if len(held) > 0 {
-			if wait := time.Until(deadline) - minResumeStep; wait > 0 {
-				stepTimer.Reset(wait)
-			} else {
-				unanswered = device(current)
-				giveUp()
-			}
+		lastChance := deadline.Add(-minResumeStep)
+		heldNext := len(held) > 0 && !current.failed && next == len(addrs) && pending == 0
+		if heldNext && !now.Before(lastChance) {
+			unanswered = current.dev
+			giveUp()
+			return
+		}
+		var at time.Time
+		if !overdue {
+			at = sent.Add(step * 3 / 2)
+		}
+		if heldNext && (at.IsZero() || lastChance.Before(at)) {
+			at = lastChance
+		}
+		if !at.IsZero() {
+			stepTimer.Reset(time.Until(at))
 		}
 	}
 	// nextReady takes the ready route to try next: the first through a
@@ -270,7 +285,7 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 	nextReady := func() resolved {
 		k := 0
 		for i, r := range ready {
-			if unanswered == "" || device(r) != unanswered {
+			if unanswered == "" || r.dev != unanswered {
 				k = i
 				break
 			}
@@ -285,7 +300,6 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 	timedOut := func() error {
 		return fmt.Errorf("no answer to the resume request in the %v it had", time.Since(sent).Round(time.Millisecond))
 	}
-	next, pending := 0, 0
 	stagger := time.NewTimer(0)
 	defer stagger.Stop()
 	for next < len(addrs) || pending > 0 || len(ready) > 0 || len(held) > 0 || connecting {
@@ -308,17 +322,21 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			}
 		case r := <-results:
 			pending--
+			if r.err == nil && p.device != nil {
+				r.dev = p.device(r.route)
+			}
 			switch {
 			case r.err != nil:
 				fail(r.i, r.err)
 			case p.avoid != nil && p.avoid(r.route):
+				r.failed = true
 				held = append(held, r)
-				reconsider()
 			default:
 				ready = append(ready, r)
 				reconsider()
 				continue
 			}
+			reconsider()
 			if next < len(addrs) {
 				stagger.Reset(0) // the next at once
 			}

@@ -228,16 +228,19 @@ func TestResumeStep(t *testing.T) {
 
 // TestResumeRaceWaitsForABusyListener: a request whose answer comes after
 // its step is still taken while no route through another live device is
-// ready (another address through the same device reaches the same
-// listener); a ready route through another device takes over at the step;
-// a route through the failed device only in the resume's last second.
+// ready (another address through the same device mostly reaches the same
+// listener); a ready route through another device takes over at the step,
+// one through the same device at half as long again; a route through the
+// failed device only in the resume's last second, and never in place of a
+// request through that device already waiting.
 func TestResumeRaceWaitsForABusyListener(t *testing.T) {
 	ap := netip.MustParseAddrPort
-	a, b := ap("10.1.0.2:1"), ap("[fd01::2]:1")
-	// The budget of 4 s gives the first request a step of 2 s; the slow
-	// listener answers after 2.5 s, well before the 3 s at which the
-	// failed device's route would take over.
-	const budget, slow = 4 * time.Second, 2500 * time.Millisecond
+	a, b, c := ap("10.1.0.2:1"), ap("[fd01::2]:1"), ap("10.0.0.2:1")
+	// A budget of 12 s gives the first request a step of about 6 s; it
+	// gives way to a route through its own device at 9 s, and to one
+	// through the failed device at 11 s. The slow listener answers at
+	// 7.5 s: each rule is 1.5 s or more from its answer.
+	const budget, slow = 12 * time.Second, 7500 * time.Millisecond
 	for _, tc := range []struct {
 		name      string
 		behave    map[netip.AddrPort]string
@@ -248,20 +251,33 @@ func TestResumeRaceWaitsForABusyListener(t *testing.T) {
 	}{
 		{"same device: the slow answer is taken", map[netip.AddrPort]string{a: "slow", b: "ok"},
 			map[netip.AddrPort]string{a: "rxe1", b: "rxe1"}, nil, "path to " + a.String(), "[10.1.0.2:1]"},
+		{"same device: a silent one gives way at half its step again", map[netip.AddrPort]string{a: "silent", b: "ok"},
+			map[netip.AddrPort]string{a: "rxe1", b: "rxe1"}, nil, "path to " + b.String(), "[10.1.0.2:1 [fd01::2]:1]"},
 		{"another device takes over at the step", map[netip.AddrPort]string{a: "slow", b: "ok"},
 			map[netip.AddrPort]string{a: "rxe1", b: "rxe2"}, nil, "path to " + b.String(), "[10.1.0.2:1 [fd01::2]:1]"},
 		{"the failed device waits for the last second", map[netip.AddrPort]string{a: "slow", b: "ok"},
 			map[netip.AddrPort]string{a: "rxe1", b: "rxe0"}, []netip.AddrPort{b}, "path to " + a.String(), "[10.1.0.2:1]"},
 		{"the failed device in the last second", map[netip.AddrPort]string{a: "silent", b: "ok"},
 			map[netip.AddrPort]string{a: "rxe1", b: "rxe0"}, []netip.AddrPort{b}, "path to " + b.String(), "[10.1.0.2:1 [fd01::2]:1]"},
+		{"the failed device does not replace its own request", map[netip.AddrPort]string{a: "noroute", b: "silent", c: "ok"},
+			map[netip.AddrPort]string{b: "rxe0", c: "rxe0"}, []netip.AddrPort{b, c}, "no path", "[[fd01::2]:1]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			f := &fakePaths{behave: tc.behave, devices: tc.devices, slowAnswer: slow, avoid: make(map[netip.AddrPort]bool)}
 			for _, x := range tc.avoid {
 				f.avoid[x] = true
 			}
-			path, err := f.paths(t).race(context.Background(), []netip.AddrPort{a, b}, budget)
-			if path != tc.want {
+			addrs := []netip.AddrPort{a, b}
+			if _, ok := tc.behave[c]; ok {
+				addrs = append(addrs, c)
+			}
+			path, err := f.paths(t).race(context.Background(), addrs, budget)
+			got := path
+			if err != nil {
+				got = "no path"
+			}
+			if got != tc.want {
 				t.Errorf("race gave %q, %v; want %q", path, err, tc.want)
 			}
 			if s := fmtAddrs(f.connected); s != tc.connected {

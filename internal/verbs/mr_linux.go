@@ -17,8 +17,8 @@ import (
 
 // MR is a registered memory region over its own anonymous mmap (see
 // mapMemory). The memory is outside the Go heap, so the GC never moves or
-// frees it while the device may read or write it; it is unmapped by Close,
-// after deregistration.
+// frees it while the device may read or write it; Close releases it, after
+// deregistration, to be unmapped or given to another region.
 type MR struct {
 	mu     lockcount.RWMutex
 	c      *C.struct_ibv_mr

@@ -26,18 +26,23 @@ import (
 const (
 	// maxSpareBytes is the most kept: past it, released memory is unmapped.
 	maxSpareBytes = 64 << 20
-	// spareIdle is how long spare memory may lie unused before it is
-	// unmapped, all of it.
+	// spareIdle is how long kept memory may lie unused before it is
+	// unmapped.
 	spareIdle = 10 * time.Second
 )
 
 var spare struct {
 	mu sync.Mutex
 	// Guarded by mu.
-	bySize map[int][][]byte // kept mappings by length
-	bytes  int              // their total length
-	used   bool             // one was kept or taken since the last trim
-	trim   *time.Timer      // the next trim, nil when none is kept
+	bySize map[int][]spareMem // kept mappings by length, the newest last
+	bytes  int                // their total length
+	trim   *time.Timer        // the next trim, nil when none is kept
+}
+
+// spareMem is a kept mapping and when it was kept.
+type spareMem struct {
+	mem  []byte
+	kept time.Time
 }
 
 // mapMemory maps length bytes of zeroed anonymous memory, readable and
@@ -75,11 +80,10 @@ func takeSpare(length int) []byte {
 	if len(kept) == 0 {
 		return nil
 	}
-	mem := kept[len(kept)-1]
+	s := kept[len(kept)-1]
 	spare.bySize[length] = kept[:len(kept)-1]
 	spare.bytes -= length
-	spare.used = true
-	return mem
+	return s.mem
 }
 
 func keepSpare(mem []byte) bool {
@@ -89,34 +93,54 @@ func keepSpare(mem []byte) bool {
 		return false
 	}
 	if spare.bySize == nil {
-		spare.bySize = make(map[int][][]byte)
+		spare.bySize = make(map[int][]spareMem)
 	}
-	spare.bySize[len(mem)] = append(spare.bySize[len(mem)], mem)
+	spare.bySize[len(mem)] = append(spare.bySize[len(mem)], spareMem{mem: mem, kept: time.Now()})
 	spare.bytes += len(mem)
-	spare.used = true
 	if spare.trim == nil {
 		spare.trim = time.AfterFunc(spareIdle, trimSpare)
 	}
 	return true
 }
 
-// trimSpare unmaps the spare memory if none was kept or taken since the
-// last trim; else it looks again after spareIdle.
-func trimSpare() {
+// trimSpare unmaps the kept memory that has lain unused for spareIdle, and
+// looks again when the oldest of the rest will have.
+func trimSpare() { trimSpareAt(time.Now()) }
+
+// trimSpareAt is trimSpare as if the time were now.
+func trimSpareAt(now time.Time) {
+	var old [][]byte
 	spare.mu.Lock()
-	if spare.used {
-		spare.used = false
-		spare.trim.Reset(spareIdle)
-		spare.mu.Unlock()
-		return
-	}
-	kept := spare.bySize
-	spare.bySize, spare.bytes, spare.trim = nil, 0, nil
-	spare.mu.Unlock()
-	for _, mems := range kept {
-		for _, mem := range mems {
-			munmap(mem)
+	var oldest time.Time
+	for size, kept := range spare.bySize {
+		// Kept in order, so the old ones come first.
+		n := 0
+		for n < len(kept) && now.Sub(kept[n].kept) >= spareIdle {
+			old = append(old, kept[n].mem)
+			spare.bytes -= size
+			n++
 		}
+		kept = kept[n:]
+		if len(kept) == 0 {
+			delete(spare.bySize, size)
+			continue
+		}
+		spare.bySize[size] = kept
+		if oldest.IsZero() || kept[0].kept.Before(oldest) {
+			oldest = kept[0].kept
+		}
+	}
+	if spare.trim != nil {
+		if oldest.IsZero() {
+			spare.trim.Stop()
+			spare.trim = nil
+		} else {
+			spare.trim.Reset(time.Until(oldest.Add(spareIdle)))
+		}
+	}
+	spare.mu.Unlock()
+	for _, mem := range old {
+		munmap(mem)
 	}
 }
 

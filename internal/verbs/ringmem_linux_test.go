@@ -5,6 +5,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,12 +49,13 @@ func TestMapMemoryKeepsNoTable(t *testing.T) {
 
 // TestSpareMemoryReusedZeroedAndBounded: released region memory comes back
 // for the next region of its length, zeroed; past maxSpareBytes it is
-// unmapped, and a trim with no use since the last one unmaps what is kept.
+// unmapped; and a trim unmaps each mapping once it has lain unused for
+// spareIdle, not before.
 func TestSpareMemoryReusedZeroedAndBounded(t *testing.T) {
-	trimSpare() // a trim since the last use, then one with none: nothing kept
-	trimSpare()
+	trimAll := func() { trimSpareAt(time.Now().Add(spareIdle)) }
+	trimAll()
 	if n := spareBytes(); n != 0 {
-		t.Fatalf("%d spare bytes kept after two trims", n)
+		t.Fatalf("%d spare bytes kept after trimming all", n)
 	}
 	page := os.Getpagesize()
 	mem, err := mapMemory(5 * page)
@@ -96,9 +98,47 @@ func TestSpareMemoryReusedZeroedAndBounded(t *testing.T) {
 	if n := spareBytes(); n != maxSpareBytes {
 		t.Fatalf("%d spare bytes, want the bound %d", n, maxSpareBytes)
 	}
-	trimSpare()
-	trimSpare()
+	trimAll()
 	if n := spareBytes(); n != 0 {
-		t.Fatalf("%d spare bytes kept after two trims", n)
+		t.Fatalf("%d spare bytes kept after trimming all", n)
+	}
+}
+
+// TestSpareMemoryTrimmedByAge: a trim unmaps the mappings kept spareIdle
+// ago or earlier and keeps the younger ones, of the same length.
+func TestSpareMemoryTrimmedByAge(t *testing.T) {
+	trimSpareAt(time.Now().Add(spareIdle))
+	page := os.Getpagesize()
+	var mems [2][]byte
+	for i := range mems {
+		m, err := mapMemory(3 * page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mems[i] = m
+	}
+	for _, m := range mems {
+		if err := unmapMemory(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spare.mu.Lock()
+	kept := append([]spareMem(nil), spare.bySize[3*page]...)
+	spare.mu.Unlock()
+	if len(kept) != 2 {
+		t.Fatalf("%d mappings kept, want 2", len(kept))
+	}
+	// As if the younger had lain unused a nanosecond less than spareIdle.
+	trimSpareAt(kept[1].kept.Add(spareIdle - 1))
+	want := 3 * page
+	if !kept[0].kept.Before(kept[1].kept) {
+		want = 2 * 3 * page // kept in the same nanosecond: both are as young
+	}
+	if n := spareBytes(); n != want {
+		t.Errorf("%d spare bytes after the older one's time, want %d", n, want)
+	}
+	trimSpareAt(time.Now().Add(spareIdle))
+	if n := spareBytes(); n != 0 {
+		t.Errorf("%d spare bytes kept after trimming all", n)
 	}
 }
