@@ -146,7 +146,7 @@ func (c *Conn) close() error {
 	return c.opError("close", closeErr)
 }
 
-// releaseQP destroys the queue pair, which unmaps the rings and releases
+// releaseQP destroys the queue pair, which releases the rings' memory and
 // what it pinned, and tells the Observer the connection is closed: once,
 // from Close or, when Close left it to a ReadFrom or WriteTo that had ring
 // memory out, from the last of those to return.

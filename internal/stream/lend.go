@@ -15,7 +15,7 @@ import (
 // Close. While a loan runs, the regions the engine retires stay registered
 // (serveRegionsLocked), discarding inbound bytes waits (a loan of received
 // bytes consumes them itself), and Close leaves the queue pair's teardown,
-// which unmaps the rings, to the last loan to end.
+// which releases the rings' memory, to the last loan to end.
 
 // ReadFrom: see rnet's Conn.ReadFrom.
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
