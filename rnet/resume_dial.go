@@ -147,14 +147,15 @@ type resumePaths[R, P any] struct {
 // holding a token the listener forgot. Routes go on resolving while a
 // request waits. Each resolve is bounded by half the budget. A request
 // waits resumeStep, then gives way to a route through another live device
-// as soon as one is ready (to any ready route after half as long again); with
-// none, it waits for its answer until minResumeStep before the end if a
-// route through the failed device would go next, else until the end:
+// as soon as one is ready (to any ready route after half as long again);
+// with none, it waits for its answer until minResumeStep before the end if
+// a route through the failed device would go next, else until the end:
 // another address through the same device mostly reaches the same
 // listener, and a listener busy with many resumes is slow, not gone; a
-// second request would replace the first there and start it over. A connect that fails with errResumeForgotten ends the
-// race. Every route not connected is released, and every goroutine has
-// ended, before race returns.
+// second request would replace the first there and start it over. A
+// connect that fails with errResumeForgotten ends the race. Every route
+// not connected is released, and every goroutine has ended, before race
+// returns.
 func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, budget time.Duration) (P, error) {
 	var zero P
 	deadline := time.Now().Add(budget)
@@ -263,7 +264,7 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			}
 		}
 		lastChance := deadline.Add(-minResumeStep)
-		heldNext := len(held) > 0 && !current.failed && next == len(addrs) && pending == 0
+		heldNext := len(held) > 0 && len(ready) == 0 && !current.failed && next == len(addrs) && pending == 0
 		if heldNext && !now.Before(lastChance) {
 			unanswered = current.dev
 			giveUp()
