@@ -254,8 +254,8 @@ func faultDial() int {
 type stream struct {
 	id      int
 	c       *rnet.Conn
-	chunk   int   // bytes a Write
-	rate    int64 // bytes a second the writer keeps to, 0 for as fast as it can
+	chunk   int           // bytes a Write
+	rate    int64         // bytes a second the writer keeps to, 0 for as fast as it can
 	written atomic.Uint64 // bytes written; final once writeDone is closed
 	checked atomic.Uint64 // bytes echoed and found right
 	last    atomic.Int64  // when bytes last came back, unix ns
