@@ -141,25 +141,41 @@ func GoroutineIDs() map[string]bool {
 	return ids
 }
 
+// housekeeping names the functions of goroutines that belong to the
+// process, not to a connection, and so are no leak: the timer that unmaps
+// ring memory kept for reuse runs one whenever it fires.
+var housekeeping = []string{"rnet/internal/verbs.trimSpare"}
+
 // NewGoroutines returns the stacks of the goroutines alive now that were
-// not in before (from GoroutineIDs), except the caller's own.
-func NewGoroutines(before map[string]bool) []string {
+// not in before (from GoroutineIDs), except the caller's own, housekeeping
+// and any whose stack contains one of also.
+func NewGoroutines(before map[string]bool, also ...string) []string {
 	var fresh []string
 	for i, st := range Stacks() {
 		// runtime.Stack prints the calling goroutine first.
-		if id, ok := goroutineID(st); ok && i > 0 && !before[id] {
+		if id, ok := goroutineID(st); ok && i > 0 && !before[id] && !containsAny(st, housekeeping) && !containsAny(st, also) {
 			fresh = append(fresh, st)
 		}
 	}
 	return fresh
 }
 
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
 // WaitNoNewGoroutines waits up to 10 s for the goroutines started since
-// before to exit, and returns the stacks of those still alive.
-func WaitNoNewGoroutines(before map[string]bool) []string {
+// before to exit, and returns the stacks of those still alive, leaving out
+// those NewGoroutines leaves out.
+func WaitNoNewGoroutines(before map[string]bool, also ...string) []string {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		fresh := NewGoroutines(before)
+		fresh := NewGoroutines(before, also...)
 		if len(fresh) == 0 || time.Now().After(deadline) {
 			return fresh
 		}
