@@ -25,15 +25,6 @@ import (
 // so that a server of theirs still ending cannot answer.
 const resumePort = faultPort + 2
 
-// resumeStreamRate is what each of the resume tests' streams writes a
-// second (FAULT_RATE overrides it): 100 streams at full rate overload the
-// emulated hosts, which then drop about a tenth of the frames at their
-// qemu's socket (the relay's 4 MiB buffer drops none); rxe has no
-// congestion control, so queue pairs fail by their retries before any
-// fault and the tests would measure the lab's overload, not the resume
-// (docs/performance.md).
-const resumeStreamRate = 8 << 10
-
 // resumeLab is two rxe wires, two CPUs per host: until A's connections see
 // the path dead, rxe on A resends for each of them, which on one emulated
 // CPU starves A's user space (massFailureLab).
@@ -49,11 +40,7 @@ func resumeLab(t *testing.T) *hostlab.Lab {
 // faultConns+2 connections have ended (the warm-up ones included).
 func startResumeStreams(t *testing.T, ctx context.Context, l *hostlab.Lab, expect string, env ...string) streams {
 	t.Helper()
-	rate := strconv.Itoa(resumeStreamRate)
-	if v := os.Getenv("FAULT_RATE"); v != "" {
-		rate = v
-	}
-	env = append([]string{"FAULT_RESUME=1", "FAULT_PORT=" + strconv.Itoa(resumePort), "FAULT_RATE=" + rate}, env...)
+	env = append([]string{"FAULT_RESUME=1", "FAULT_PORT=" + strconv.Itoa(resumePort), pacedRate()}, env...)
 	if v := os.Getenv("FAULT_RESUME_TIMEOUT"); v != "" && !slices.ContainsFunc(env, func(e string) bool {
 		return strings.HasPrefix(e, "FAULT_RESUME_TIMEOUT=")
 	}) {

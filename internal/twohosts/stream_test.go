@@ -150,6 +150,8 @@ func faultServer() int {
 	fmt.Println("listening", ln.Addr())
 	want := envInt("FAULT_SERVER_CONNS", 0)
 	var clean, failed atomic.Int64
+	var endMu sync.Mutex
+	var lastEnd time.Time // guarded by endMu
 	ended := make(chan struct{}, 1<<16)
 	var closing sync.WaitGroup
 	go func() {
@@ -166,6 +168,9 @@ func faultServer() int {
 					mtu = info.PathMTU
 				}
 				n, last, err := echo(c)
+				endMu.Lock()
+				lastEnd = time.Now()
+				endMu.Unlock()
 				if err == nil {
 					clean.Add(1)
 				} else {
@@ -185,7 +190,14 @@ func faultServer() int {
 		<-ended
 	}
 	ln.Close()
-	fmt.Printf("server-done clean=%d failed=%d stalled=%v\n", clean.Load(), failed.Load(), stall.total().Round(time.Millisecond))
+	endMu.Lock()
+	sinceLeap, leap := stall.sinceLeap(lastEnd)
+	endMu.Unlock()
+	// sinceleap is, by this host's own clock, how long after the last tick
+	// before a freeze the last connection ended, which a test that knows
+	// how long the freeze was can turn into the time after the thaw.
+	fmt.Printf("server-done clean=%d failed=%d stalled=%v sinceleap=%v leap=%v\n", clean.Load(), failed.Load(),
+		stall.total().Round(time.Millisecond), sinceLeap.Round(time.Millisecond), leap.Round(time.Millisecond))
 	// After the line the host tests time: the commands take seconds on a
 	// busy guest.
 	if failed.Load() > 0 {
@@ -359,11 +371,14 @@ func (s *stream) read() {
 // stallMeter measures, from the first SIGUSR1 on, how much later than due a
 // 100 ms ticker's ticks come: how long the host kept the process from
 // running its timers (a thawed host resending to a peer that is gone, for
-// one), which delays its keepalives as much.
+// one), which delays its keepalives as much. Before the mark it keeps the
+// longest gap between ticks, which a freeze of the host makes: the host's
+// clock runs on while its qemu is stopped.
 type stallMeter struct {
 	stalled atomic.Int64
 	mark    atomic.Pointer[time.Time] // the first SIGUSR1
 	marked  chan struct{}             // closed once mark is set
+	leap    atomic.Pointer[[2]time.Time]
 }
 
 func newStallMeter() *stallMeter {
@@ -371,19 +386,41 @@ func newStallMeter() *stallMeter {
 	marks := make(chan os.Signal, 1)
 	signal.Notify(marks, syscall.SIGUSR1)
 	go func() {
-		<-marks
-		mark := time.Now()
-		m.mark.Store(&mark)
-		close(m.marked)
 		const period = 100 * time.Millisecond
 		tick := time.NewTicker(period)
 		last := time.Now()
-		for now := range tick.C {
-			m.stalled.Add(int64(max(now.Sub(last)-period, 0)))
-			last = now
+		var longest time.Duration
+		for {
+			select {
+			case <-marks:
+				if m.mark.Load() == nil {
+					mark := time.Now()
+					m.mark.Store(&mark)
+					close(m.marked)
+				}
+			case now := <-tick.C:
+				late := max(now.Sub(last)-period, 0)
+				if m.mark.Load() != nil {
+					m.stalled.Add(int64(late))
+				} else if late > longest {
+					longest = late
+					m.leap.Store(&[2]time.Time{last, now})
+				}
+				last = now
+			}
 		}
 	}()
 	return m
+}
+
+// sinceLeap is how long after the last tick before the longest gap before
+// the mark (its first tick after a freeze) t came, and how long that gap was;
+// 0, 0 if there was none.
+func (m *stallMeter) sinceLeap(t time.Time) (since, gap time.Duration) {
+	if l := m.leap.Load(); l != nil {
+		return t.Sub(l[0]), l[1].Sub(l[0])
+	}
+	return 0, 0
 }
 
 func (m *stallMeter) total() time.Duration { return time.Duration(m.stalled.Load()) }
