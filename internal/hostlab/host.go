@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // ErrPoweredOff ends the jobs of a host that was powered off, rebooted or
@@ -286,24 +287,64 @@ func (h *Host) PowerOff() error {
 // Freeze stops the host's qemu (SIGSTOP): its CPUs, devices and NICs stop,
 // as in a long pause or a live migration's last phase; at the thaw its clock
 // leaps forward by the pause. Packets sent to it meanwhile wait in its
-// socket's buffer and, past that, are lost.
-func (h *Host) Freeze() error { return h.signalQemu(syscall.SIGSTOP, true) }
+// socket's buffer and, past that, are lost. It returns once every thread
+// of the qemu has stopped, so that a test timing the freeze from its return
+// counts no more than the freeze.
+func (h *Host) Freeze() error {
+	pid, err := h.signalQemu(syscall.SIGSTOP, true)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Second)
+	for !threadsStopped(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hostlab: host %s: qemu (pid %d) not stopped 1s after SIGSTOP", h.Name, pid)
+		}
+		time.Sleep(time.Millisecond) // between readings of a real condition
+	}
+	return nil
+}
+
+// threadsStopped reports whether every thread of process pid is in the
+// stopped state, as /proc shows it.
+func threadsStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// "pid (command) state ...": the command may hold parentheses.
+		st := string(stat)
+		if i := strings.LastIndexByte(st, ')'); i < 0 || i+2 >= len(st) || st[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
 
 // Thaw resumes a frozen host.
-func (h *Host) Thaw() error { return h.signalQemu(syscall.SIGCONT, false) }
+func (h *Host) Thaw() error {
+	_, err := h.signalQemu(syscall.SIGCONT, false)
+	return err
+}
 
-func (h *Host) signalQemu(sig syscall.Signal, frozen bool) error {
+// signalQemu sends sig to the host's qemu and returns its pid.
+func (h *Host) signalQemu(sig syscall.Signal, frozen bool) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.qemu == nil {
-		return fmt.Errorf("hostlab: host %s is not running", h.Name)
+		return 0, fmt.Errorf("hostlab: host %s is not running", h.Name)
 	}
 	// Signal sends to the process, not a pid that may have been reused.
 	if err := h.qemu.Process.Signal(sig); err != nil {
-		return fmt.Errorf("hostlab: host %s: %w", h.Name, err)
+		return 0, fmt.Errorf("hostlab: host %s: %w", h.Name, err)
 	}
 	h.frozen = frozen
-	return nil
+	return h.qemu.Process.Pid, nil
 }
 
 // Reboot powers the host off and boots it again; its wires and addresses

@@ -3,6 +3,7 @@ package twohosts
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -121,10 +122,20 @@ func (w prefixWriter) Write(p []byte) (int, error) {
 	return len(p), err
 }
 
+// faultConfig is both roles' Config: from the FAULT_ settings, then any
+// field FAULT_CONFIG sets as JSON (Config's own names, such as
+// {"send_queue_size":255}), for trying another setting in a fault case.
 func faultConfig() *rnet.Config {
-	return &rnet.Config{KeepAlive: envDuration("FAULT_KEEPALIVE", 2*time.Second),
+	cfg := &rnet.Config{KeepAlive: envDuration("FAULT_KEEPALIVE", 2*time.Second),
 		Resume: os.Getenv("FAULT_RESUME") == "1", ResumeTimeout: envDuration("FAULT_RESUME_TIMEOUT", 0),
 		AckTimeout: envDuration("FAULT_ACK_TIMEOUT", 0)}
+	if v := os.Getenv("FAULT_CONFIG"); v != "" {
+		if err := json.Unmarshal([]byte(v), cfg); err != nil {
+			fmt.Println("FAULT_CONFIG:", err)
+			os.Exit(2)
+		}
+	}
+	return cfg
 }
 
 // faultServer echoes every connection on $RNET_HOST_ADDR0:$FAULT_PORT (or
@@ -373,12 +384,16 @@ func (s *stream) read() {
 // running its timers (a thawed host resending to a peer that is gone, for
 // one), which delays its keepalives as much. Before the mark it keeps the
 // longest gap between ticks, which a freeze of the host makes: the host's
-// clock runs on while its qemu is stopped.
+// clock runs on while its qemu is stopped. Each tick is timed when it is
+// received, not when it was due: a ticker drops the ticks it missed, so the
+// first one after a freeze is due after the thaw and shows no gap.
 type stallMeter struct {
 	stalled atomic.Int64
 	mark    atomic.Pointer[time.Time] // the first SIGUSR1
 	marked  chan struct{}             // closed once mark is set
-	leap    atomic.Pointer[[2]time.Time]
+	// leap is the longest gap before the mark: the last tick received
+	// before it and the first after it.
+	leap atomic.Pointer[[2]time.Time]
 }
 
 func newStallMeter() *stallMeter {
@@ -390,32 +405,40 @@ func newStallMeter() *stallMeter {
 		tick := time.NewTicker(period)
 		last := time.Now()
 		var longest time.Duration
+		// observe accounts the time since the last tick (or mark) as
+		// received at now.
+		observe := func(now time.Time) {
+			late := max(now.Sub(last)-period, 0)
+			if m.mark.Load() != nil {
+				m.stalled.Add(int64(late))
+			} else if late > longest {
+				longest = late
+				m.leap.Store(&[2]time.Time{last, now})
+			}
+			last = now
+		}
 		for {
 			select {
 			case <-marks:
 				if m.mark.Load() == nil {
+					// A mark that comes before the first tick after a
+					// freeze still finds the freeze's gap.
 					mark := time.Now()
+					observe(mark)
 					m.mark.Store(&mark)
 					close(m.marked)
 				}
-			case now := <-tick.C:
-				late := max(now.Sub(last)-period, 0)
-				if m.mark.Load() != nil {
-					m.stalled.Add(int64(late))
-				} else if late > longest {
-					longest = late
-					m.leap.Store(&[2]time.Time{last, now})
-				}
-				last = now
+			case <-tick.C:
+				observe(time.Now())
 			}
 		}
 	}()
 	return m
 }
 
-// sinceLeap is how long after the last tick before the longest gap before
-// the mark (its first tick after a freeze) t came, and how long that gap was;
-// 0, 0 if there was none.
+// sinceLeap is how long after the last tick received before the longest
+// gap before the mark (a freeze, which began after that tick) t came, and
+// how long that gap was; 0, 0 if there was none.
 func (m *stallMeter) sinceLeap(t time.Time) (since, gap time.Duration) {
 	if l := m.leap.Load(); l != nil {
 		return t.Sub(l[0]), l[1].Sub(l[0])
