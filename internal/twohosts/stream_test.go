@@ -35,6 +35,8 @@ import (
 //	                 FAULT_ADDR, so that it holds their devices' contexts
 //	FAULT_RATE       bytes a second each stream writes, in Writes of
 //	                 pacedChunk; unset, as fast as it can
+//	FAULT_CONFIG     rnet.Config fields as JSON, over the others (the
+//	                 server takes it too)
 //	FAULT_EXPECT     "survive": on SIGUSR1 (the fault is over), let every
 //	                 connection move on, then finish each cleanly and
 //	                 check every byte came back;
