@@ -18,10 +18,12 @@ type Wire struct {
 
 	queues [2]chan frame // frames per direction, in order, for deliver
 
-	mu    sync.Mutex // guards the fields below
-	cut   bool
-	delay time.Duration
-	loss  float64
+	mu  sync.Mutex // guards the fields below
+	cut bool
+	// cutRoCE drops RoCE v2 frames alone (see CutRoCE).
+	cutRoCE bool
+	delay   time.Duration
+	loss    float64
 	// Counts of frames the relay forwarded and dropped (cut or lost).
 	forwarded, dropped uint64
 }
@@ -70,7 +72,7 @@ func (w *Wire) receive(from int) {
 			continue // not this wire's host
 		}
 		w.mu.Lock()
-		drop := w.cut || (w.loss > 0 && rand.Float64() < w.loss)
+		drop := w.cut || w.cutRoCE && isRoCEv2(buf[:n]) || (w.loss > 0 && rand.Float64() < w.loss)
 		delay := w.delay
 		if drop {
 			w.dropped++
@@ -101,7 +103,7 @@ func (w *Wire) deliver(from int) {
 			time.Sleep(d) // the wire's delay itself, not a synchronisation
 		}
 		w.mu.Lock()
-		cut := w.cut
+		cut := w.cut || w.cutRoCE && isRoCEv2(f.data)
 		if !cut {
 			w.forwarded++
 		} else {
@@ -118,8 +120,46 @@ func (w *Wire) deliver(from int) {
 // NIC loses its carrier, as when a cable behind a switch is cut.
 func (w *Wire) Cut() error { return w.set(func() { w.cut = true }) }
 
-// Restore ends a Cut.
-func (w *Wire) Restore() error { return w.set(func() { w.cut = false }) }
+// Restore ends a Cut or a CutRoCE.
+func (w *Wire) Restore() error { return w.set(func() { w.cut, w.cutRoCE = false, false }) }
+
+// CutRoCE drops the wire's RoCE v2 frames (UDP to port 4791, over IPv4 or
+// IPv6) in both directions until Restore, and forwards everything else: RDMA
+// over this wire stops while TCP, ARP and neighbour discovery go on, as
+// behind a switch whose RDMA traffic class is broken.
+func (w *Wire) CutRoCE() error { return w.set(func() { w.cutRoCE = true }) }
+
+// roceV2Port is RoCE v2's UDP destination port (IANA).
+const roceV2Port = 4791
+
+// isRoCEv2 reports whether an Ethernet frame (untagged or with one 802.1Q
+// tag) carries UDP to roceV2Port over IPv4, or over IPv6 without extension
+// headers, which RoCE v2 does not use.
+func isRoCEv2(f []byte) bool {
+	if len(f) < 14 {
+		return false
+	}
+	etype, off := uint16(f[12])<<8|uint16(f[13]), 14
+	if etype == 0x8100 && len(f) >= 18 {
+		etype, off = uint16(f[16])<<8|uint16(f[17]), 18
+	}
+	var udp int
+	switch etype {
+	case 0x0800: // IPv4
+		if len(f) < off+20 || f[off+9] != 17 {
+			return false
+		}
+		udp = off + int(f[off]&0x0f)*4
+	case 0x86dd: // IPv6
+		if len(f) < off+40 || f[off+6] != 17 {
+			return false
+		}
+		udp = off + 40
+	default:
+		return false
+	}
+	return len(f) >= udp+4 && int(f[udp+2])<<8|int(f[udp+3]) == roceV2Port
+}
 
 // SetDelay delays every frame by d in each direction (0 for none).
 func (w *Wire) SetDelay(d time.Duration) error { return w.set(func() { w.delay = d }) }

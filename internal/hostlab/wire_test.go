@@ -106,3 +106,82 @@ func TestRelay(t *testing.T) {
 		t.Error("Cut on a direct wire did not fail")
 	}
 }
+
+// ethFrame builds an Ethernet frame of etype with payload, tagged with a
+// VLAN if vlan.
+func ethFrame(etype uint16, vlan bool, payload []byte) []byte {
+	f := make([]byte, 12, 18+len(payload))
+	if vlan {
+		f = append(f, 0x81, 0x00, 0x00, 0x05)
+	}
+	f = append(f, byte(etype>>8), byte(etype))
+	return append(f, payload...)
+}
+
+// udpOver builds an IPv4 (with options, if ihl > 5) or IPv6 header for
+// protocol proto, then a UDP header to port dst.
+func udpOver(v6 bool, ihl int, proto byte, dst uint16) []byte {
+	var ip []byte
+	if v6 {
+		ip = make([]byte, 40)
+		ip[0], ip[6] = 0x60, proto
+	} else {
+		ip = make([]byte, ihl*4)
+		ip[0], ip[9] = 0x40|byte(ihl), proto
+	}
+	return append(ip, 0x12, 0x34, byte(dst>>8), byte(dst), 0, 8, 0, 0)
+}
+
+// TestIsRoCEv2: RoCE v2 frames are told from the rest over IPv4 (with and
+// without options), IPv6 and a VLAN tag; TCP, other UDP ports, ARP and
+// truncated frames are not RoCE.
+func TestIsRoCEv2(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		frame []byte
+		want  bool
+	}{
+		{"IPv4 UDP 4791", ethFrame(0x0800, false, udpOver(false, 5, 17, 4791)), true},
+		{"IPv4 with options", ethFrame(0x0800, false, udpOver(false, 6, 17, 4791)), true},
+		{"IPv6 UDP 4791", ethFrame(0x86dd, false, udpOver(true, 0, 17, 4791)), true},
+		{"two VLAN tags", ethFrame(0x8100, true, append([]byte{}, ethFrame(0x0800, false, udpOver(false, 5, 17, 4791))[14:]...)), false},
+		{"tagged IPv4 UDP 4791", append(ethFrame(0x8100, false, nil)[:14], append([]byte{0, 5, 0x08, 0x00}, udpOver(false, 5, 17, 4791)...)...), true},
+		{"IPv4 TCP 4791", ethFrame(0x0800, false, udpOver(false, 5, 6, 4791)), false},
+		{"IPv4 UDP 4792", ethFrame(0x0800, false, udpOver(false, 5, 17, 4792)), false},
+		{"IPv6 TCP", ethFrame(0x86dd, false, udpOver(true, 0, 6, 4791)), false},
+		{"ARP", ethFrame(0x0806, false, make([]byte, 28)), false},
+		{"truncated", ethFrame(0x0800, false, udpOver(false, 5, 17, 4791))[:36], false},
+		{"empty", nil, false},
+	} {
+		if got := isRoCEv2(c.frame); got != c.want {
+			t.Errorf("%s: isRoCEv2 = %t, want %t", c.name, got, c.want)
+		}
+	}
+}
+
+// TestRelayCutRoCE: CutRoCE drops RoCE v2 frames both ways, forwards the
+// rest, and Restore lets RoCE through again.
+func TestRelayCutRoCE(t *testing.T) {
+	w, q := fakeQemus(t)
+	roce := string(ethFrame(0x0800, false, udpOver(false, 5, 17, 4791)))
+	tcp := string(ethFrame(0x0800, false, udpOver(false, 5, 6, 4791)))
+	must(t, w.CutRoCE())
+	send(t, w, q, 0, roce)
+	send(t, w, q, 1, roce)
+	send(t, w, q, 0, tcp)
+	send(t, w, q, 1, tcp)
+	if got := recv(t, q[1]); got != tcp {
+		t.Fatalf("B got %q, want the TCP frame alone", got)
+	}
+	if got := recv(t, q[0]); got != tcp {
+		t.Fatalf("A got %q, want the TCP frame alone", got)
+	}
+	if fwd, dropped := w.Counts(); fwd != 2 || dropped != 2 {
+		t.Fatalf("Counts = %d forwarded, %d dropped; want 2 and 2", fwd, dropped)
+	}
+	must(t, w.Restore())
+	send(t, w, q, 0, roce)
+	if got := recv(t, q[1]); got != roce {
+		t.Fatalf("after Restore B got %q, want the RoCE frame", got)
+	}
+}

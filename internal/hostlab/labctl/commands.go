@@ -34,6 +34,7 @@ const commandsHelp = `Commands (one per line; # starts a comment):
   kill HOST|JOB [SIG]  send SIG (default TERM) to HOST's running jobs, or JOB
   sleep DUR            pause the session (DUR as 2s, 500ms)
   cut N                the relay drops every frame on wire N, both ways, silently
+  cutroce N            the relay drops wire N's RoCE v2 frames (UDP 4791) alone
   restore N            end wire N's cut
   delay N DUR          the relay delays each frame on wire N by DUR (0 for none)
   loss N FRACTION      the relay drops each frame on wire N with this probability
@@ -108,7 +109,7 @@ func parseCommand(line string, wires int) (command, error) {
 		if c.dur, err = parseDuration(name, args[0]); err != nil {
 			return c, err
 		}
-	case "cut", "restore":
+	case "cut", "cutroce", "restore":
 		if err := wantArgs(name, args, 1, "WIRE"); err != nil {
 			return c, err
 		}

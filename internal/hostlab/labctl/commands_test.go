@@ -36,6 +36,7 @@ func TestParseCommand(t *testing.T) {
 		{"sleep 500ms", command{op: "sleep", dur: 500 * time.Millisecond}},
 		{"cut 1", command{op: "cut", wire: 1}},
 		{"restore 0", command{op: "restore", wire: 0}},
+		{"cutroce 1", command{op: "cutroce", wire: 1}},
 		{"delay 1 20ms", command{op: "delay", wire: 1, dur: 20 * time.Millisecond}},
 		{"delay 0 0", command{op: "delay"}},
 		{"loss 0 0.01", command{op: "loss", frac: 0.01}},

@@ -90,6 +90,8 @@ func (s *session) execute(ctx context.Context, c command) error {
 		}
 	case "cut":
 		return s.wireDone(c.wire, s.lab.Wire(c.wire).Cut(), "cut: the relay drops every frame, both ways")
+	case "cutroce":
+		return s.wireDone(c.wire, s.lab.Wire(c.wire).CutRoCE(), "cut for RoCE: the relay drops RoCE v2 frames, both ways, and forwards the rest")
 	case "restore":
 		return s.wireDone(c.wire, s.lab.Wire(c.wire).Restore(), "restored")
 	case "delay":
