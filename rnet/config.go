@@ -164,7 +164,9 @@ type Config struct {
 	// its poll group's. Whoever sees the connection manager's messages
 	// on the path can take the connection over (docs/design.md, "What the
 	// token does not protect against"): run TLS over it where the path is
-	// not trusted. Default false.
+	// not trusted. With Dialer.TCPFallback, to a DualListener, the last
+	// resort is TCP to the port dialled, once no RDMA path is left.
+	// Default false.
 	Resume bool `json:"resume"`
 	// ResumeTimeout bounds one resume, from the failure of the path to
 	// the stream moving again on a new one; past it the connection fails
@@ -216,6 +218,9 @@ type settings struct {
 	// resume (Config.ResumeTimeout with its default).
 	resume        bool
 	resumeTimeout time.Duration
+	// tcpResume lets a dialer's resume go over TCP when no RDMA path is
+	// left (Dialer.TCPFallback).
+	tcpResume bool
 }
 
 // noDelay is Config.NoDelay of an engine configured with rc, as settings

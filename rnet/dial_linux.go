@@ -111,7 +111,7 @@ func dialOnce(ctx context.Context, set settings, laddr netip.Addr, raddr netip.A
 	}
 	var resumer stream.Resumer
 	if agreed != nil {
-		resumer = newDialResumer(set, raddr, agreed, q.device)
+		resumer = newDialResumer(set, raddr, addrOf(q.laddr), agreed, q.device)
 	}
 	return newNegotiatedConn(q, eng, set, agreed, resumer), nil
 }

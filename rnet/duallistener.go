@@ -40,6 +40,9 @@ type DualListener struct {
 
 	acceptedRDMA, acceptedTCP atomic.Uint64
 	acceptDL                  *stream.Deadline // SetDeadline's
+	// peeking counts the TCP connections being looked at for a resume
+	// request, and the resumes over TCP under way (see screenTCP).
+	peeking atomic.Int32
 }
 
 // ListenDual listens on address over RDMA (network "rdma", "rdma4" or
@@ -90,6 +93,7 @@ func (lc *ListenConfig) listenDualOnce(ctx context.Context, network, tcpNet stri
 		return nil, err
 	}
 	dl.tcp = tl.(*net.TCPListener)
+	dl.takeResumesOverTCP()
 	dl.wg.Add(1)
 	go dl.acceptTCP()
 	if dl.rdma != nil {
@@ -132,6 +136,9 @@ func (dl *DualListener) acceptTCP() {
 			return
 		}
 		retry.reset()
+		if dl.screenTCP(c) {
+			continue // it may resume a connection: Accept gets it if not
+		}
 		dialCounts[FallbackPeerTCP].Add(1)
 		if !dl.hand(newTCPConn(c, FallbackPeerTCP, nil)) {
 			return

@@ -2,6 +2,7 @@ package rnet
 
 import (
 	"context"
+	"net/netip"
 	"sync/atomic"
 )
 
@@ -16,6 +17,10 @@ var (
 	// setup where it returns an error, as a device refusing that resource
 	// would: the error paths release what they made, and tests check it.
 	testHookSetupStage atomic.Pointer[func(accepting bool, stage string) error]
+
+	// testHookResumeCandidates replaces the addresses a dialer's resume
+	// tries over RDMA: none stands for a host with no RDMA path left.
+	testHookResumeCandidates atomic.Pointer[func([]netip.AddrPort) []netip.AddrPort]
 )
 
 // setupStage fails a connection's setup at stage where testHookSetupStage

@@ -12,8 +12,10 @@ import (
 // settings the device and the connection manager put in effect, and its
 // rings now. Conn.Info returns it.
 type ConnInfo struct {
-	// Transport is "RoCE", "InfiniBand" or "iWARP", or "simulated" for
-	// a connection over the test fabric, which has no device.
+	// Transport is "RoCE", "InfiniBand" or "iWARP"; "TCP" for a
+	// connection resumed over TCP (Dialer.TCPFallback), whose device
+	// fields are zero; or "simulated" for a connection over the test
+	// fabric, which has no device.
 	Transport string `json:"transport"`
 	Device    string `json:"device"` // the RDMA device, e.g. "mlx5_0" or "rxe0"
 	Port      int    `json:"port"`   // the device port, from 1
@@ -71,6 +73,12 @@ type ConnInfo struct {
 	NoDelay bool `json:"no_delay"`
 }
 
+// transportNamer is a queue pair that is not a device's: a path resumed
+// over TCP (internal/tcpqp) names itself "TCP".
+type transportNamer interface {
+	Transport() string
+}
+
 // pathReporter is a queue pair that can say where it sends; the test
 // fabric's cannot, as it has no device.
 type pathReporter interface {
@@ -108,6 +116,9 @@ func (h *Conn) info() (ConnInfo, error) {
 	}
 	var pathErr error
 	if err := h.conn.WithQueuePair(func(q stream.QueuePair) {
+		if t, ok := q.(transportNamer); ok {
+			info.Transport = t.Transport()
+		}
 		if p, ok := q.(pathReporter); ok {
 			pathErr = p.path(&info)
 		}

@@ -58,10 +58,14 @@ func openGauge(transport, device string) *atomic.Int64 {
 // deviceNamer is a queue pair on a device.
 type deviceNamer interface{ deviceName() string }
 
-// connDevice is the device a connection runs on, as its gauge names it.
+// connDevice is the device a connection runs on, as its gauge names it:
+// "TCP" once it has resumed over TCP.
 func connDevice(c *stream.Conn) string {
-	if d, ok := c.QueuePair().(deviceNamer); ok {
-		return d.deviceName()
+	switch q := c.QueuePair().(type) {
+	case deviceNamer:
+		return q.deviceName()
+	case transportNamer:
+		return q.Transport() // a path resumed over TCP
 	}
 	return "simulated"
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/resume"
@@ -25,6 +27,7 @@ type resumeAgreement struct {
 	token    resume.Token
 	lifetime time.Duration
 	addrs    []netip.AddrPort
+	tcp      bool // the listener takes resumes over TCP (resume.TCPFlag)
 }
 
 // errResumeRefused is what a listener tells its HandshakeError hook when it
@@ -72,7 +75,7 @@ func readReply(privateData []byte, offered bool) (*resumeAgreement, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
-	return &resumeAgreement{token: r.Token, lifetime: r.Lifetime, addrs: r.Addrs}, nil
+	return &resumeAgreement{token: r.Token, lifetime: r.Lifetime, addrs: r.Addrs, tcp: r.TCP}, nil
 }
 
 // acceptReply reads the listener's reply to a request that offered the
@@ -101,11 +104,47 @@ func acceptReply(eng *ring.Engine, privateData []byte, offered bool) (*resumeAgr
 // connections it can resume, by token, and the addresses it names in its
 // replies. A nil *resumeListener is a listener without Config.Resume.
 type resumeListener struct {
+	set   settings
 	table *resume.Table[*resumeEntry]
 	// devices are the listener's addresses, by device, that a reply may
 	// name: every usable local address for a wildcard listener, none for
 	// a listener on one address. Set once before the first request.
 	devices []replyDevice
+	// tcp says the listener is a DualListener's RDMA side, whose TCP side
+	// takes resumes (resume_tcp_linux.go): its replies say so.
+	tcp atomic.Bool
+	// peers counts the connections in the table by their dialer's
+	// address, for the TCP side, which looks for a resume request only on
+	// connections from these.
+	peersMu sync.Mutex
+	peers   map[netip.Addr]int // guarded by peersMu
+}
+
+// addPeer counts a connection from the dialer at ip.
+func (r *resumeListener) addPeer(ip netip.Addr) {
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	if r.peers == nil {
+		r.peers = make(map[netip.Addr]int)
+	}
+	r.peers[ip.Unmap()]++
+}
+
+// dropPeer uncounts a connection addPeer counted.
+func (r *resumeListener) dropPeer(ip netip.Addr) {
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	ip = ip.Unmap()
+	if r.peers[ip]--; r.peers[ip] <= 0 {
+		delete(r.peers, ip)
+	}
+}
+
+// hasPeer reports whether a connection in the table was dialled from ip.
+func (r *resumeListener) hasPeer(ip netip.Addr) bool {
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	return r.peers[ip.Unmap()] > 0
 }
 
 // hostDevice is one RDMA device of the host and its IP addresses.
@@ -165,7 +204,7 @@ func newResumeListener(set settings, addr netip.AddrPort, v6only bool, memlock u
 	if err != nil {
 		return nil, err
 	}
-	return &resumeListener{table: table, devices: resumeAddrs(addr, v6only, local)}, nil
+	return &resumeListener{set: set, table: table, devices: resumeAddrs(addr, v6only, local)}, nil
 }
 
 // resumeLifetime is how long a listener whose ResumeTimeout is timeout
@@ -366,6 +405,7 @@ func (n *acceptNegotiation) reply(connData []byte, dialled netip.Addr, arrival s
 		Lifetime: n.r.table.Lifetime(),
 		Token:    n.grant.token,
 		Addrs:    replyAddrs(n.r.devices, dialled, arrival),
+		TCP:      n.r.tcp.Load(),
 	})
 }
 

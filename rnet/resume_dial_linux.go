@@ -22,6 +22,9 @@ import (
 type dialResumer struct {
 	set     settings
 	dialled netip.AddrPort
+	// local is the connection's first local address, which a resume over
+	// TCP comes from (resume_tcp_linux.go).
+	local netip.Addr
 
 	mu sync.Mutex
 	// agreed is the listener's latest reply: a resume's reply replaces
@@ -34,8 +37,8 @@ type dialResumer struct {
 	device string
 }
 
-func newDialResumer(set settings, dialled netip.AddrPort, agreed *resumeAgreement, device string) *dialResumer {
-	return &dialResumer{set: set, dialled: dialled, agreed: *agreed, device: device}
+func newDialResumer(set settings, dialled netip.AddrPort, local netip.Addr, agreed *resumeAgreement, device string) *dialResumer {
+	return &dialResumer{set: set, dialled: dialled, local: local, agreed: *agreed, device: device}
 }
 
 // Forget does nothing: the dialer holds only the token, which is worth
@@ -63,7 +66,7 @@ func (r *dialResumer) moved(device string) {
 func (r *dialResumer) replied(rep resume.Reply) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.agreed = resumeAgreement{token: rep.Token, lifetime: rep.Lifetime, addrs: rep.Addrs}
+	r.agreed = resumeAgreement{token: rep.Token, lifetime: rep.Lifetime, addrs: rep.Addrs, tcp: rep.TCP}
 }
 
 // resumeRoute is a connection-manager id with a route to one of the
@@ -101,13 +104,27 @@ func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (str
 		avoid:   func(rt resumeRoute) bool { return failed != "" && rt.device() == failed },
 		device:  resumeRoute.device,
 	}
-	p, err := paths.race(ctx, resumeCandidates(r.latest().addrs, r.dialled), r.set.resumeTimeout)
+	budget, overTCP := r.set.resumeTimeout, r.set.tcpResume && r.latest().tcp
+	if overTCP {
+		budget -= tcpResumeShare(budget)
+	}
+	addrs := resumeCandidates(r.latest().addrs, r.dialled)
+	if hook := testHookResumeCandidates.Load(); hook != nil {
+		addrs = (*hook)(addrs)
+	}
+	p, err := paths.race(ctx, addrs, budget)
+	if err != nil && overTCP && ctx.Err() == nil && !errors.Is(err, errResumeForgotten) {
+		// No RDMA path is left: the last resort.
+		p, err = r.resumeOverTCP(ctx, req, err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
+	device := ""
 	if q, ok := p.qp.(*verbsQP); ok {
-		r.moved(q.device)
+		device = q.device
 	}
+	r.moved(device)
 	return p.qp, p.eng, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 
 	"github.com/rnet-dev/rnet/internal/resume"
@@ -45,6 +46,7 @@ type resumeEntry struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	conn *stream.Conn // the connection, once handed out
+	peer netip.Addr   // its dialer's address, counted in r.peers until Forget
 	path resume.Path  // the path in use, for Table.Suspend
 	// wait is the connection's Resume call under way, nil if none; asked
 	// is closed, and replaced, whenever wait is set or the connection
@@ -62,8 +64,12 @@ func newResumeEntry(r *resumeListener) *resumeEntry {
 // request may then tell it that its path failed.
 func (e *resumeEntry) handedOut(c *stream.Conn) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.conn = c
-	e.mu.Unlock()
+	if a, ok := c.RemoteAddr().(*Addr); ok && !e.ended {
+		e.peer = a.Addr().Unmap()
+		e.r.addPeer(e.peer)
+	}
 }
 
 // signalLocked wakes the handshakes waiting for a Resume call or the end.
@@ -80,7 +86,12 @@ func (e *resumeEntry) Forget() {
 		e.ended = true
 		e.signalLocked()
 	}
+	peer := e.peer
+	e.peer = netip.Addr{}
 	e.mu.Unlock()
+	if peer.IsValid() {
+		e.r.dropPeer(peer)
+	}
 	e.r.table.Forget(e)
 }
 

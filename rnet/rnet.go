@@ -80,8 +80,11 @@ type Dialer struct {
 	// the RDMA connect refused or not done within RDMAAttemptTimeout. The
 	// connection it returns is then a *TCPConn that says why. Dial and
 	// DialContext never fall back. Rejects are not authenticated: whoever
-	// can forge one for the dial's request can make it fall back. Default
-	// false.
+	// can forge one for the dial's request can make it fall back. With
+	// Config.Resume, it also lets a connection this Dialer made (by any
+	// of its methods) resume over TCP, to the port dialled, when its path
+	// fails and no RDMA path is left, if the listener is a DualListener
+	// (see docs/design.md, "Resuming over TCP"). Default false.
 	TCPFallback bool
 	// RDMAAttemptTimeout bounds the RDMA attempt of a DialConn with
 	// TCPFallback, within Timeout and the context. 0 means 3 s; negative
@@ -166,6 +169,7 @@ func (d *Dialer) dialContext(ctx context.Context, network, address string) (c *C
 	}
 	set := d.Config.settings()
 	set.logger = d.Logger
+	set.tcpResume = d.TCPFallback
 	dialOne := func(ctx context.Context, raddr netip.AddrPort) (*Conn, error) {
 		if !raddr.Addr().IsValid() || raddr.Addr().IsUnspecified() {
 			return nil, &net.OpError{Op: "dial", Net: "rdma", Addr: netAddr(raddr), Err: errors.New("missing address to dial")}

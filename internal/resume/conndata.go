@@ -21,9 +21,14 @@ const (
 	ConnDataFlag = 1 << 5
 	// ResumeFlag, in a request with ConnDataFlag, says the request resumes
 	// a connection and its extension is the token; without it the request
-	// is a new connection that offers the extension. A reply leaves it
-	// clear, and a dialer ignores it there.
+	// is a new connection that offers the extension. In a reply with
+	// ConnDataFlag it says the listener also takes resumes over TCP on
+	// the port dialled (TCPFlag).
 	ResumeFlag = 1 << 4
+	// TCPFlag is ResumeFlag in a reply: the listener is a dual listener
+	// that takes resumes over TCP (see tcp.go). A dialer of version 1 from
+	// before it ignored the bit there.
+	TCPFlag = ResumeFlag
 )
 
 // Version is the extension version this package speaks.
@@ -150,10 +155,14 @@ type Reply struct {
 	// too, in its order of preference: at most MaxAddrs, each a unicast
 	// address with a port, no zone (so no IPv6 link-local address).
 	Addrs []netip.AddrPort
+	// TCP says the listener also takes resumes over TCP on the port
+	// dialled (TCPFlag), when no RDMA path is left.
+	TCP bool
 }
 
 // EncodeReply returns connData (the 40 bytes of ring.Engine.LocalConnData)
-// with ConnDataFlag set, ResumeFlag clear and r after it, in a new slice.
+// with ConnDataFlag set, TCPFlag as r.TCP says and r after it, in a new
+// slice.
 // Its errors are the caller's mistakes, not a peer's.
 func EncodeReply(connData []byte, r Reply) ([]byte, error) {
 	if len(connData) != ring.ConnDataSize {
@@ -170,8 +179,11 @@ func EncodeReply(connData []byte, r Reply) ([]byte, error) {
 	}
 	b := make([]byte, ring.ConnDataSize+ReplyHeaderSize+len(r.Addrs)*AddrSize)
 	copy(b, connData)
-	b[1] &^= ResumeFlag
+	b[1] &^= TCPFlag
 	b[1] |= ConnDataFlag
+	if r.TCP {
+		b[1] |= TCPFlag
+	}
 	h := b[ring.ConnDataSize:]
 	h[0] = r.Version
 	h[1] = uint8(len(r.Addrs))
@@ -215,6 +227,7 @@ func ParseReply(privateData []byte) (r Reply, ok bool, err error) {
 		return Reply{}, false, protoErr(ErrMalformed, strconv.Itoa(n)+" addresses, more than "+strconv.Itoa(MaxAddrs))
 	}
 	r.Version = h[0]
+	r.TCP = privateData[1]&TCPFlag != 0
 	secs := binary.BigEndian.Uint16(h[2:])
 	if secs == 0 {
 		return Reply{}, false, protoErr(ErrMalformed, "lifetime 0")

@@ -146,6 +146,20 @@ func TestEncodeSetsOnlyItsFlags(t *testing.T) {
 	if got := b[1] & (ConnDataFlag | ResumeFlag); got != ConnDataFlag {
 		t.Errorf("reply flags %#x", got)
 	}
+	// TCP sets the TCP flag (the resume flag's bit, in a reply), and a
+	// reply read back says so.
+	rep := testReply()
+	rep.TCP = true
+	b, err = EncodeReply(cd, rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b[1] & (ConnDataFlag | TCPFlag); got != ConnDataFlag|TCPFlag {
+		t.Errorf("reply flags with TCP %#x", got)
+	}
+	if r, ok, err := ParseReply(b); err != nil || !ok || !r.TCP {
+		t.Errorf("ParseReply of a reply with TCP: %+v, %t, %v", r, ok, err)
+	}
 }
 
 func TestParseRequestRefuses(t *testing.T) {

@@ -1,0 +1,75 @@
+//go:build linux && cgo
+
+package rnet
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/resume"
+)
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (client, server *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.AcceptTCP()
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+// TestPeekResume: the TCP side of a dual listener tells a resume request
+// from another protocol's first bytes, leaves those bytes to be read, and
+// gives up on a client that sends nothing (a protocol whose server speaks
+// first) or too little once resumePeekTimeout has passed.
+func TestPeekResume(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first []byte
+		want  bool
+	}{
+		{"a resume request", append(resume.TCPMagic[:], 56), true},
+		{"HTTP", []byte("GET / HTTP/1.1\r\n"), false},
+		{"the magic's start, then silence", resume.TCPMagic[:5], false},
+		{"silence", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := tcpPair(t)
+			if len(tc.first) > 0 {
+				if _, err := c.Write(tc.first); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start := time.Now()
+			if got := peekResume(s); got != tc.want {
+				t.Fatalf("peekResume = %t, want %t", got, tc.want)
+			}
+			if len(tc.first) < len(resume.TCPMagic) && time.Since(start) < resumePeekTimeout {
+				t.Errorf("gave up after %v, before resumePeekTimeout", time.Since(start))
+			}
+			if len(tc.first) == 0 {
+				return
+			}
+			// What was looked at is still there for the reader.
+			got := make([]byte, len(tc.first))
+			if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, tc.first) {
+				t.Fatalf("after the peek, read %q, %v; want %q", got, err, tc.first)
+			}
+		})
+	}
+}
