@@ -32,7 +32,10 @@ func faultClient() int {
 	}
 	marks := make(chan os.Signal, 1)
 	signal.Notify(marks, syscall.SIGUSR1)
-	d := &rnet.Dialer{Config: faultConfig(), Timeout: time.Minute, Logger: faultLogger()}
+	// FAULT_TCP_RESUME lets the connections resume over TCP when no RDMA
+	// path is left.
+	d := &rnet.Dialer{Config: faultConfig(), Timeout: time.Minute, Logger: faultLogger(),
+		TCPFallback: os.Getenv("FAULT_TCP_RESUME") == "1"}
 
 	// One connection first, so that what the process keeps for its life
 	// (the device's context, the connection manager's channel) is in the
@@ -189,9 +192,14 @@ wait:
 		} else {
 			failed++
 		}
-		fmt.Printf("ended %d sincemark=%v sincelast=%v bytes=%d peergone=%t err=%v\n", s.id,
+		// The path the stream ended on: the transport, once it had moved.
+		transport := "?"
+		if info, err := s.c.Info(); err == nil {
+			transport = info.Transport
+		}
+		fmt.Printf("ended %d sincemark=%v sincelast=%v bytes=%d peergone=%t transport=%s err=%v\n", s.id,
 			sinceMark.Round(time.Millisecond), sinceLast.Round(time.Millisecond), s.checked.Load(),
-			errors.Is(s.endErr, rnet.ErrPeerGone), s.endErr)
+			errors.Is(s.endErr, rnet.ErrPeerGone), transport, s.endErr)
 	}
 	fmt.Printf("all-ended clean=%d failed=%d maxsincemark=%v maxsincelast=%v stalled=%v\n", clean, failed,
 		maxSinceMark.Round(time.Millisecond), maxSinceLast.Round(time.Millisecond), stalled.Round(time.Millisecond))

@@ -165,6 +165,33 @@ func TestRXEResumeAfterDeviceRemoval(t *testing.T) {
 	finishResumed(t, ctx, s, dev+" deleted on B")
 }
 
+// TestRXEResumeOverTCP: RoCE stops on both wires mid-stream (the relay
+// drops RoCE v2 frames alone) while TCP between the hosts goes on: every
+// stream, dialled with TCPFallback to a DualListener, finds no RDMA path
+// left and resumes over TCP to the listener's port, every byte echoed once
+// and in order; both hosts release everything after Close.
+func TestRXEResumeOverTCP(t *testing.T) {
+	needLab(t)
+	needResumeFix(t)
+	l := resumeLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	s := startResumeStreams(t, ctx, l, "resume", "FAULT_DUAL=1", "FAULT_TCP_RESUME=1")
+	for i := range l.Wires() {
+		if err := l.Wire(i).CutRoCE(); err != nil {
+			t.Fatal(err)
+		}
+		defer l.Wire(i).Restore()
+	}
+	markFault(t, s)
+	finishResumed(t, ctx, s, "RoCE cut on both wires")
+	for _, line := range linesWith(s.client.Output(), "ended ") {
+		if !strings.Contains(line, " transport=TCP ") {
+			t.Errorf("client: a stream did not end on TCP: %s", line)
+		}
+	}
+}
+
 // rxeNetdev returns the network device under host h's RDMA device dev.
 func rxeNetdev(t *testing.T, ctx context.Context, h *hostlab.Host, dev string) string {
 	t.Helper()

@@ -37,6 +37,9 @@ import (
 //	                 pacedChunk; unset, as fast as it can
 //	FAULT_CONFIG     rnet.Config fields as JSON, over the others (the
 //	                 server takes it too)
+//	FAULT_TCP_RESUME "1": Dialer.TCPFallback, so that connections resume
+//	                 over TCP when no RDMA path is left (the server sets
+//	                 FAULT_DUAL=1 to listen over TCP too)
 //	FAULT_EXPECT     "survive": on SIGUSR1 (the fault is over), let every
 //	                 connection move on, then finish each cleanly and
 //	                 check every byte came back;
@@ -45,7 +48,7 @@ import (
 //
 // Its lines: "baseline ...", "connected N groups=G shared=S pathmtu=M",
 // "steady bytes=B", "progress bytes=B", "marked", one "ended I ..." per
-// connection, "all-ended clean=C failed=F maxsincemark=D maxsincelast=D
+// connection (with the transport it ended on), "all-ended clean=C failed=F maxsincemark=D maxsincelast=D
 // stalled=D" (how late, in all, its timers ran after the mark),
 // "released ok|leak ..." and "client-done ok|failed".
 func init() {
@@ -155,7 +158,14 @@ func faultServer() int {
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(envInt("FAULT_PORT", 7471)))
 	lc := rnet.ListenConfig{Config: faultConfig(), Logger: faultLogger()}
-	ln, err := lc.Listen(context.Background(), "rdma", addr)
+	var ln net.Listener
+	var err error
+	if os.Getenv("FAULT_DUAL") == "1" {
+		// Over TCP too, where connections resume when no RDMA path is left.
+		ln, err = lc.ListenDual(context.Background(), "rdma", addr)
+	} else {
+		ln, err = lc.Listen(context.Background(), "rdma", addr)
+	}
 	if err != nil {
 		fmt.Println("listen failed:", err)
 		return 1
