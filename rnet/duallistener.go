@@ -76,6 +76,9 @@ func (lc *ListenConfig) listenDualOnce(ctx context.Context, network, tcpNet stri
 	case err == nil:
 		dl.rdma = rl
 		laddr = rl.Addr().(*Addr).AddrPort
+		// From the first reply on, which may go before the TCP side
+		// listens: a dialer resumes over TCP only as a last resort.
+		dl.takeResumesOverTCP()
 	case errors.Is(err, ErrNoDevice), errors.Is(err, ErrNotSupported):
 		dl.rdmaErr = err // TCP alone
 	default:
@@ -93,7 +96,6 @@ func (lc *ListenConfig) listenDualOnce(ctx context.Context, network, tcpNet stri
 		return nil, err
 	}
 	dl.tcp = tl.(*net.TCPListener)
-	dl.takeResumesOverTCP()
 	dl.wg.Add(1)
 	go dl.acceptTCP()
 	if dl.rdma != nil {

@@ -118,6 +118,56 @@ type resumeListener struct {
 	// connections from these.
 	peersMu sync.Mutex
 	peers   map[netip.Addr]int // guarded by peersMu
+	peeking map[netip.Addr]int // guarded by peersMu: connections being looked at, by address
+	waiting map[netip.Addr]int // guarded by peersMu: connections waiting for their dialer, by its address
+}
+
+// waitingFrom counts (delta 1) or uncounts (-1) a connection from the
+// dialer at ip that waits for it to resume.
+func (r *resumeListener) waitingFrom(ip netip.Addr, delta int) {
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	ip = ip.Unmap()
+	if r.waiting == nil {
+		r.waiting = make(map[netip.Addr]int)
+	}
+	if r.waiting[ip] += delta; r.waiting[ip] <= 0 {
+		delete(r.waiting, ip)
+	}
+}
+
+// morePeeks is how many connections from an address the TCP side looks at
+// at once beyond that address's connections in the table.
+const morePeeks = 8
+
+// beginPeek reports whether the TCP side may look at one more connection
+// from ip: one with a connection in the table, and fewer being looked at
+// than its connections and morePeeks, so that one host cannot take every
+// look for itself; endPeek undoes it. patient says the side should
+// look at it with patience: a connection from ip waits for its dialer to
+// resume.
+func (r *resumeListener) beginPeek(ip netip.Addr) (ok, patient bool) {
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	ip = ip.Unmap()
+	n := r.peers[ip]
+	if n == 0 || r.peeking[ip] >= n+morePeeks {
+		return false, false
+	}
+	if r.peeking == nil {
+		r.peeking = make(map[netip.Addr]int)
+	}
+	r.peeking[ip]++
+	return true, r.waiting[ip] > 0
+}
+
+func (r *resumeListener) endPeek(ip netip.Addr) {
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	ip = ip.Unmap()
+	if r.peeking[ip]--; r.peeking[ip] <= 0 {
+		delete(r.peeking, ip)
+	}
 }
 
 // addPeer counts a connection from the dialer at ip.
@@ -138,13 +188,6 @@ func (r *resumeListener) dropPeer(ip netip.Addr) {
 	if r.peers[ip]--; r.peers[ip] <= 0 {
 		delete(r.peers, ip)
 	}
-}
-
-// hasPeer reports whether a connection in the table was dialled from ip.
-func (r *resumeListener) hasPeer(ip netip.Addr) bool {
-	r.peersMu.Lock()
-	defer r.peersMu.Unlock()
-	return r.peers[ip.Unmap()] > 0
 }
 
 // hostDevice is one RDMA device of the host and its IP addresses.

@@ -398,3 +398,43 @@ func TestResumeConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeListenerPeeks: a dual listener's TCP side looks only at
+// connections from addresses with connections in the table, at most their
+// number and morePeeks at once per address, and patiently only while one
+// of them waits for its dialer.
+func TestResumeListenerPeeks(t *testing.T) {
+	var r resumeListener
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("::ffff:10.0.0.2")
+	if ok, _ := r.beginPeek(a); ok {
+		t.Fatal("a look at a connection from an address with none in the table")
+	}
+	r.addPeer(a)
+	r.addPeer(netip.MustParseAddr("::ffff:10.0.0.1")) // the same address, mapped
+	for i := range 2 + morePeeks {
+		ok, patient := r.beginPeek(a)
+		if !ok || patient {
+			t.Fatalf("look %d: ok %t, patient %t; want a look, not patient", i, ok, patient)
+		}
+	}
+	if ok, _ := r.beginPeek(a); ok {
+		t.Fatalf("more than %d looks at once from one address", 2+morePeeks)
+	}
+	if ok, _ := r.beginPeek(b); ok {
+		t.Fatal("a look at another address's connection")
+	}
+	r.endPeek(a)
+	r.waitingFrom(a, 1)
+	if ok, patient := r.beginPeek(a); !ok || !patient {
+		t.Fatalf("while a connection waits for its dialer: ok %t, patient %t; want both", ok, patient)
+	}
+	r.waitingFrom(a, -1)
+	r.dropPeer(a)
+	r.dropPeer(a)
+	for range 2 + morePeeks {
+		r.endPeek(a)
+	}
+	if ok, _ := r.beginPeek(a); ok || len(r.peers) != 0 || len(r.peeking) != 0 || len(r.waiting) != 0 {
+		t.Fatalf("after every connection ended: look %t, peers %v, peeking %v, waiting %v", ok, r.peers, r.peeking, r.waiting)
+	}
+}

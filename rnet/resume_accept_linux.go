@@ -115,6 +115,7 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, slot *pendi
 		Lifetime: a.resume.table.Lifetime(),
 		Token:    attempt.Token,
 		Addrs:    replyAddrs(a.resume.devices, id.LocalAddr().Addr(), q.device),
+		TCP:      a.resume.tcp.Load(),
 	})
 	if err != nil {
 		a.reject(id, err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/rnet-dev/rnet/internal/cm"
 	"github.com/rnet-dev/rnet/internal/resume"
@@ -104,7 +105,12 @@ func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (str
 		avoid:   func(rt resumeRoute) bool { return failed != "" && rt.device() == failed },
 		device:  resumeRoute.device,
 	}
+	// A Resume called again after a new path failed has less than the
+	// whole ResumeTimeout left.
 	budget, overTCP := r.set.resumeTimeout, r.set.tcpResume && r.latest().tcp
+	if deadline, ok := ctx.Deadline(); ok {
+		budget = min(budget, time.Until(deadline))
+	}
 	if overTCP {
 		budget -= tcpResumeShare(budget)
 	}
@@ -112,10 +118,12 @@ func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (str
 	if hook := testHookResumeCandidates.Load(); hook != nil {
 		addrs = (*hook)(addrs)
 	}
-	p, err := paths.race(ctx, addrs, budget)
-	if err != nil && overTCP && ctx.Err() == nil && !errors.Is(err, errResumeForgotten) {
-		// No RDMA path is left: the last resort.
-		p, err = r.resumeOverTCP(ctx, req, err)
+	var p resumedPath
+	var err error
+	if overTCP {
+		p, err = r.raceThenTCP(ctx, paths, addrs, budget, req)
+	} else {
+		p, err = paths.race(ctx, addrs, budget)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -126,6 +134,56 @@ func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (str
 	}
 	r.moved(device)
 	return p.qp, p.eng, nil
+}
+
+// raceThenTCP races addrs over RDMA for budget, then, if no RDMA path
+// came and the listener has not forgotten the connection, resumes over TCP:
+// from the race's deadline on, while the race still lets go of what it
+// made (queue pairs a device is slow to destroy), which would otherwise
+// eat the time TCP has.
+func (r *dialResumer) raceThenTCP(ctx context.Context, paths resumePaths[resumeRoute, resumedPath], addrs []netip.AddrPort, budget time.Duration, req stream.ResumeRequest) (resumedPath, error) {
+	type raced struct {
+		p   resumedPath
+		err error
+	}
+	done := make(chan raced, 1)
+	raceCtx, cancelRace := context.WithCancel(ctx)
+	defer cancelRace()
+	go func() {
+		p, err := paths.race(raceCtx, addrs, budget)
+		done <- raced{p, err}
+	}()
+	over := time.NewTimer(budget)
+	defer over.Stop()
+	var rdmaErr error
+	select {
+	case res := <-done:
+		if res.err == nil || ctx.Err() != nil || errors.Is(res.err, errResumeForgotten) {
+			return res.p, res.err
+		}
+		rdmaErr = res.err
+	case <-over.C:
+		cancelRace()
+	}
+	// No RDMA path is left: the last resort.
+	p, err := r.connectTCP(ctx, req)
+	if rdmaErr == nil {
+		res := <-done // the race ends soon, cancelled
+		if res.err == nil {
+			// Answered as it was cancelled: the TCP path, if any,
+			// replaced it at the listener.
+			if err == nil {
+				res.p.close()
+				return p, nil
+			}
+			return res.p, nil
+		}
+		rdmaErr = res.err
+	}
+	if err == nil {
+		return p, nil
+	}
+	return resumedPath{}, tcpAttemptFailed(ctx, rdmaErr, r.dialled, err)
 }
 
 // resolve finds a route to the listener at to from any local device, as

@@ -111,8 +111,14 @@ func (e *resumeEntry) Resume(ctx context.Context, req stream.ResumeRequest) (str
 	}
 	e.wait = w
 	e.signalLocked()
-	path, signal := e.path, e.asked
+	path, signal, peer := e.path, e.asked, e.peer
 	e.mu.Unlock()
+	if peer.IsValid() {
+		// A dual listener's TCP side waits longer for a resume request
+		// from this address meanwhile (resume_tcp_linux.go).
+		e.r.waitingFrom(peer, 1)
+		defer e.r.waitingFrom(peer, -1)
+	}
 	e.r.table.Suspend(e, path)
 	var err error
 	for err == nil {

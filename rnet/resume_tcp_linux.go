@@ -3,6 +3,7 @@
 package rnet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +29,11 @@ import (
 // protocol whose server speaks first waits only then.
 
 // resumePeekTimeout bounds the TCP side's look at a connection's first
-// bytes: the dialer writes its request as soon as it has connected.
+// bytes: the dialer writes its request as soon as it has connected. While
+// a connection from the same address waits for its dialer to resume, the
+// bound is the handshake's: a host whose connections all resume at once
+// can be slow to write, and a resume request taken for a new connection
+// would reach the application.
 const resumePeekTimeout = time.Second
 
 // maxResumePeeks bounds the connections the TCP side looks at, and the
@@ -41,11 +46,11 @@ const maxResumePeeks = 1024
 const tcpResumeHandshakeTimeout = 10 * time.Second
 
 // tcpResumeShare is how much of a resume's time a dialer keeps for TCP,
-// after its RDMA attempts: a third, at least a second (all of it if the
-// resume's time is shorter than two).
-func tcpResumeShare(budget time.Duration) time.Duration {
-	return min(max(budget/3, time.Second), budget/2)
-}
+// after its RDMA attempts: half. An RDMA path that is dead but routed
+// (RoCE dropped, IP alive) answers nothing, so only the race's time ends
+// it; and when all its connections resume at once a host is slow, and a
+// TCP handshake that loses a SYN needs a second.
+func tcpResumeShare(budget time.Duration) time.Duration { return budget / 2 }
 
 // tcpUserTimeout is TCP_USER_TIMEOUT for a resumed path: how long its
 // bytes may go unacknowledged before the path counts as failed, as the
@@ -88,26 +93,24 @@ func closeOnDone(ctx context.Context, c net.Conn) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 }
 
-// resumeOverTCP resumes over TCP to the port dialled, from the connection's
-// first local address (the listener looks for resumes only from its
-// connections' addresses), after the RDMA attempts failed with rdmaErr.
-func (r *dialResumer) resumeOverTCP(ctx context.Context, req stream.ResumeRequest, rdmaErr error) (resumedPath, error) {
-	p, err := r.connectTCP(ctx, req)
-	if err == nil {
-		return p, nil
-	}
+// tcpAttemptFailed is the resume's error once the RDMA attempts failed
+// with rdmaErr and the one over TCP to dialled with err.
+func tcpAttemptFailed(ctx context.Context, rdmaErr error, dialled netip.AddrPort, err error) error {
 	err = fmt.Errorf("over TCP: %w", err)
 	var re *resumeError
 	if errors.As(rdmaErr, &re) {
-		re.attempts = append(re.attempts, resumeAttemptError{r.dialled, err})
+		re.attempts = append(re.attempts, resumeAttemptError{dialled, err})
 		if ctx.Err() != nil {
 			re.cause = context.Cause(ctx)
 		}
-		return resumedPath{}, re
+		return re
 	}
-	return resumedPath{}, fmt.Errorf("%w; %v: %w", rdmaErr, r.dialled, err)
+	return fmt.Errorf("%w; %v: %w", rdmaErr, dialled, err)
 }
 
+// connectTCP resumes over TCP to the port dialled, from the connection's
+// first local address (the listener looks for resumes only from its
+// connections' addresses).
 func (r *dialResumer) connectTCP(ctx context.Context, req stream.ResumeRequest) (resumedPath, error) {
 	var d net.Dialer
 	if r.local.IsValid() && r.local.Is4() == r.dialled.Addr().Unmap().Is4() {
@@ -115,8 +118,11 @@ func (r *dialResumer) connectTCP(ctx context.Context, req stream.ResumeRequest) 
 	}
 	nc, err := d.DialContext(ctx, "tcp", r.dialled.String())
 	if err != nil {
-		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		switch {
+		case errors.Is(err, syscall.EADDRNOTAVAIL):
 			err = fmt.Errorf("the connection's address %v is gone from this host, and the listener takes resumes over TCP only from its connections' addresses: %w", r.local, err)
+		case ctx.Err() != nil:
+			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
 		}
 		return resumedPath{}, err
 	}
@@ -131,7 +137,9 @@ func (r *dialResumer) connectTCP(ctx context.Context, req stream.ResumeRequest) 
 	abort := func(err error) (resumedPath, error) {
 		q.Destroy()
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+			// The socket's error is only how the end showed: not a
+			// deadline of the caller's.
+			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
 		}
 		return resumedPath{}, err
 	}
@@ -177,6 +185,14 @@ func (r *dialResumer) connectTCP(ctx context.Context, req stream.ResumeRequest) 
 	return resumedPath{qp: q, eng: eng}, nil
 }
 
+// handshakeTimeout bounds a resume handshake over TCP.
+func (r *resumeListener) handshakeTimeout() time.Duration {
+	if r.set.handshakeTimeout > 0 {
+		return r.set.handshakeTimeout
+	}
+	return tcpResumeHandshakeTimeout
+}
+
 // takeResumesOverTCP tells the RDMA side's replies that the TCP side takes
 // resumes, once both sides listen.
 func (dl *DualListener) takeResumesOverTCP() {
@@ -195,57 +211,82 @@ func (dl *DualListener) resumes() *resumeListener {
 
 // screenTCP takes c, a connection the TCP side accepted, if it may be a
 // resume: one from the address of a connection the listener could resume,
-// when fewer than maxResumePeeks are being looked at. It looks at its first
-// bytes on a goroutine of its own and either resumes or hands c to Accept.
+// while fewer than maxResumePeeks connections, and fewer than that
+// address's connections and a few more, are being looked at. It looks at
+// c's first bytes on a goroutine of its own, for resumePeekTimeout or, while
+// a connection from that address waits for its dialer, the handshake's
+// bound, and either resumes or hands c to Accept.
 func (dl *DualListener) screenTCP(c *net.TCPConn) bool {
 	r := dl.resumes()
 	if r == nil {
 		return false
 	}
 	ra, ok := c.RemoteAddr().(*net.TCPAddr)
-	if !ok || !r.hasPeer(ra.AddrPort().Addr()) {
+	if !ok {
 		return false
 	}
+	from := ra.AddrPort().Addr()
 	if dl.peeking.Add(1) > maxResumePeeks {
 		dl.peeking.Add(-1)
 		return false
 	}
+	ok, patient := r.beginPeek(from)
+	if !ok {
+		dl.peeking.Add(-1)
+		return false
+	}
+	bound := resumePeekTimeout
+	if patient {
+		bound = r.handshakeTimeout()
+	}
 	dl.wg.Add(1)
 	go func() {
 		defer dl.wg.Done()
-		defer dl.peeking.Add(-1)
-		if !peekResume(c) {
+		resuming := peekResume(c, dl.done, bound)
+		if resuming {
+			dl.takeTCPResume(r, c)
+		}
+		r.endPeek(from)
+		dl.peeking.Add(-1)
+		if !resuming {
+			// Not a resume: an ordinary TCP client, handed out as any.
 			dialCounts[FallbackPeerTCP].Add(1)
 			dl.hand(newTCPConn(c, FallbackPeerTCP, nil))
-			return
 		}
-		dl.takeTCPResume(r, c)
 	}()
 	return true
 }
 
-// peekResume reports whether c's first bytes, within resumePeekTimeout,
-// open a resume request; it leaves them to be read.
-func peekResume(c *net.TCPConn) bool {
+// peekResume reports whether c's first bytes, within timeout (or until
+// done is closed), open a resume request; it leaves them to be read, and
+// gives up as soon as they differ from resume.TCPMagic.
+func peekResume(c *net.TCPConn, done <-chan struct{}, timeout time.Duration) bool {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return false
 	}
+	c.SetReadDeadline(time.Now().Add(timeout))
+	defer c.SetReadDeadline(time.Time{})
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-done: // the listener closes
+			c.SetReadDeadline(time.Unix(1, 0))
+		case <-stop:
+		}
+	}()
 	var prefix [len(resume.TCPMagic)]byte
 	n := 0
-	c.SetReadDeadline(time.Now().Add(resumePeekTimeout))
-	defer c.SetReadDeadline(time.Time{})
-	// Readable only once the whole prefix has come (or the peer's FIN),
-	// so the wait costs no spin over a partial prefix.
-	rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, len(prefix)) })
-	defer rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1) })
 	rc.Read(func(fd uintptr) bool {
 		m, _, err := unix.Recvfrom(int(fd), prefix[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		if err == unix.EAGAIN || err == nil && m > 0 && m < len(prefix) {
-			return false // wait for the rest
+		if err == unix.EAGAIN {
+			return false
 		}
 		n = max(m, 0)
-		return true
+		// Part of the magic so far: wait for more (the netpoller wakes
+		// this only when more comes).
+		return err != nil || n == 0 || n == len(prefix) || !bytes.Equal(prefix[:n], resume.TCPMagic[:n])
 	})
 	return n == len(prefix) && resume.IsTCPRequest(prefix[:])
 }
@@ -258,11 +299,7 @@ func peekResume(c *net.TCPConn) bool {
 func (dl *DualListener) takeTCPResume(r *resumeListener, c *net.TCPConn) {
 	l := dl.rdma.l
 	remote := c.RemoteAddr()
-	timeout := r.set.handshakeTimeout
-	if timeout <= 0 {
-		timeout = tcpResumeHandshakeTimeout
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.handshakeTimeout())
 	defer cancel()
 	go func() { // Close ends the handshake
 		select {

@@ -34,9 +34,10 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 }
 
 // TestPeekResume: the TCP side of a dual listener tells a resume request
-// from another protocol's first bytes, leaves those bytes to be read, and
-// gives up on a client that sends nothing (a protocol whose server speaks
-// first) or too little once resumePeekTimeout has passed.
+// from another protocol's first bytes, even fewer than the magic's, leaves
+// those bytes to be read, and gives up on a client that sends nothing (a
+// protocol whose server speaks first) or only part of the magic once
+// resumePeekTimeout has passed, or once the listener closes.
 func TestPeekResume(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -45,6 +46,7 @@ func TestPeekResume(t *testing.T) {
 	}{
 		{"a resume request", append(resume.TCPMagic[:], 56), true},
 		{"HTTP", []byte("GET / HTTP/1.1\r\n"), false},
+		{"a short first message", []byte("PING\r\n"), false},
 		{"the magic's start, then silence", resume.TCPMagic[:5], false},
 		{"silence", nil, false},
 	} {
@@ -56,10 +58,10 @@ func TestPeekResume(t *testing.T) {
 				}
 			}
 			start := time.Now()
-			if got := peekResume(s); got != tc.want {
+			if got := peekResume(s, nil, resumePeekTimeout); got != tc.want {
 				t.Fatalf("peekResume = %t, want %t", got, tc.want)
 			}
-			if len(tc.first) < len(resume.TCPMagic) && time.Since(start) < resumePeekTimeout {
+			if partial := bytes.HasPrefix(resume.TCPMagic[:], tc.first); partial && time.Since(start) < resumePeekTimeout {
 				t.Errorf("gave up after %v, before resumePeekTimeout", time.Since(start))
 			}
 			if len(tc.first) == 0 {
@@ -71,5 +73,19 @@ func TestPeekResume(t *testing.T) {
 				t.Fatalf("after the peek, read %q, %v; want %q", got, err, tc.first)
 			}
 		})
+	}
+}
+
+// TestPeekResumeEndsWithTheListener: a look at a silent connection ends
+// when the listener closes, whatever time it had left (here, an hour: a
+// look that missed the close would hang the test).
+func TestPeekResumeEndsWithTheListener(t *testing.T) {
+	_, s := tcpPair(t)
+	done := make(chan struct{})
+	result := make(chan bool, 1)
+	go func() { result <- peekResume(s, done, time.Hour) }()
+	close(done)
+	if <-result {
+		t.Fatal("peekResume took a silent connection for a resume")
 	}
 }

@@ -13,11 +13,15 @@ import (
 // OpError wraps err the way package net does, keeping the conventions that
 // callers compare against directly: a bare io.EOF, net.ErrClosed, and
 // os.ErrDeadlineExceeded placed directly in Err so that Timeout() is true.
+// A ResumeError stays whole: what its attempts met (a socket's deadline
+// among them) is not the call's deadline, nor a close.
 func OpError(op string, src, dst net.Addr, err error) error {
 	if err == nil || err == io.EOF {
 		return err
 	}
+	var re *ResumeError
 	switch {
+	case errors.As(err, &re):
 	case errors.Is(err, ring.ErrClosed):
 		err = net.ErrClosed
 	case errors.Is(err, os.ErrDeadlineExceeded):

@@ -46,6 +46,6 @@
 //	16      8     remote address of the first payload byte (0 for SEND)
 //	24      n     payload
 //
-// A reader refuses a payload longer than 16 MiB or its largest receive
+// A reader refuses a payload longer than 64 KiB or its largest receive
 // region, whichever is larger.
 package tcpqp

@@ -192,7 +192,7 @@ func TestUntrustedPeer(t *testing.T) {
 			b := frameBytes(wr.OpWrite, 0, r.recv.RKey, r.recv.Addr, nil)
 			binary.BigEndian.PutUint32(b[8:], maxFrameFloor+1)
 			return b
-		}, nil, "over the 16777216-byte bound"},
+		}, nil, "over the 65536-byte bound"},
 		{"reserved byte", 2, func(r *rig) []byte {
 			b := frameBytes(wr.OpWriteImm, 0, r.recv.RKey, r.recv.Addr, nil)
 			b[2] = 1

@@ -13,9 +13,11 @@ import (
 // of the peer's writes.
 
 // Bounds on what the peer may queue: a frame's payload, and the frames
-// waiting to land, unless the receive regions are larger.
+// waiting to land, unless the receive regions are larger. No frame of the
+// engine's is larger than the region it lands in, so a peer cannot make
+// us hold more than our own rings for one frame.
 const (
-	maxFrameFloor   = 16 << 20
+	maxFrameFloor   = 64 << 10
 	maxInboundFloor = 4 << 20
 )
 

@@ -32,6 +32,25 @@ func printDeviceDiag() {
 	}
 }
 
+// printNetDiag prints the host's TCP counters and its NICs' queue drops,
+// prefixed "diag-net", after a run where connections failed: a TCP
+// resume's handshake can lose to a full listen queue or a dropped SYN.
+func printNetDiag() {
+	for _, cmd := range [][]string{
+		{"nstat", "-az", "TcpActiveOpens", "TcpPassiveOpens", "TcpAttemptFails", "TcpRetransSegs",
+			"TcpExtListenOverflows", "TcpExtListenDrops", "TcpExtTCPSynRetrans", "TcpExtTCPTimeouts", "TcpExtTCPReqQFullDrop"},
+		{"tc", "-s", "qdisc", "show"},
+	} {
+		out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput()
+		if err != nil {
+			fmt.Printf("diag-net %s: %v\n", cmd[0], err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			fmt.Printf("diag-net %s: %s\n", cmd[0], l)
+		}
+	}
+}
+
 // kernelRDMALines keeps the last kernel log lines about RDMA devices.
 func kernelRDMALines(lines []string) []string {
 	var keep []string

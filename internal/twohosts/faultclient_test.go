@@ -201,6 +201,9 @@ wait:
 			sinceMark.Round(time.Millisecond), sinceLast.Round(time.Millisecond), s.checked.Load(),
 			errors.Is(s.endErr, rnet.ErrPeerGone), transport, s.endErr)
 	}
+	if failed > 0 && os.Getenv("FAULT_TCP_RESUME") == "1" {
+		printNetDiag()
+	}
 	fmt.Printf("all-ended clean=%d failed=%d maxsincemark=%v maxsincelast=%v stalled=%v\n", clean, failed,
 		maxSinceMark.Round(time.Millisecond), maxSinceLast.Round(time.Millisecond), stalled.Round(time.Millisecond))
 	if expect != "end" && !markAt.IsZero() {

@@ -186,8 +186,18 @@ func faultServer() int {
 			closing.Add(1)
 			go func() {
 				defer closing.Done()
+				rc, ok := c.(*rnet.Conn)
+				if !ok {
+					// A dual listener's TCP client: in these tests only a
+					// resume taken for a new connection.
+					fmt.Printf("server-tcp-conn %v: a TCP connection reached Accept\n", c.RemoteAddr())
+					failed.Add(1)
+					c.Close()
+					ended <- struct{}{}
+					return
+				}
 				mtu := 0
-				if info, err := c.(*rnet.Conn).Info(); err == nil {
+				if info, err := rc.Info(); err == nil {
 					mtu = info.PathMTU
 				}
 				n, last, err := echo(c)
@@ -225,6 +235,9 @@ func faultServer() int {
 	// busy guest.
 	if failed.Load() > 0 {
 		printDeviceDiag()
+		if os.Getenv("FAULT_DUAL") == "1" {
+			printNetDiag()
+		}
 	}
 	closing.Wait()
 	fmt.Println("server-released", waitNoQPs())
