@@ -167,21 +167,26 @@ func (r *dialResumer) raceThenTCP(ctx context.Context, paths resumePaths[resumeR
 	}
 	// No RDMA path is left: the last resort.
 	p, err := r.connectTCP(ctx, req)
+	if err == nil {
+		if rdmaErr == nil {
+			// The race still lets go of what it made, which can take
+			// a device in software seconds: the stream goes on
+			// meanwhile. A path it made as it was cancelled is one the
+			// TCP path replaced at the listener.
+			go func() {
+				if res := <-done; res.err == nil {
+					res.p.close()
+				}
+			}()
+		}
+		return p, nil
+	}
 	if rdmaErr == nil {
 		res := <-done // the race ends soon, cancelled
 		if res.err == nil {
-			// Answered as it was cancelled: the TCP path, if any,
-			// replaced it at the listener.
-			if err == nil {
-				res.p.close()
-				return p, nil
-			}
-			return res.p, nil
+			return res.p, nil // answered as it was cancelled
 		}
 		rdmaErr = res.err
-	}
-	if err == nil {
-		return p, nil
 	}
 	return resumedPath{}, tcpAttemptFailed(ctx, rdmaErr, r.dialled, err)
 }

@@ -29,12 +29,12 @@ import (
 // protocol whose server speaks first waits only then.
 
 // resumePeekTimeout bounds the TCP side's look at a connection's first
-// bytes: the dialer writes its request as soon as it has connected. While
-// a connection from the same address waits for its dialer to resume, the
-// bound is the handshake's: a host whose connections all resume at once
-// can be slow to write, and a resume request taken for a new connection
-// would reach the application.
-const resumePeekTimeout = time.Second
+// bytes: the dialer writes its request as soon as it has connected, but a
+// host whose connections all resume at once can be slow to (in the
+// two-host lab, more than 1 s), and a resume request taken for a new
+// connection would reach the application. While a connection from the
+// same address waits for its dialer, the bound is the handshake's.
+const resumePeekTimeout = 3 * time.Second
 
 // maxResumePeeks bounds the connections the TCP side looks at, and the
 // resume handshakes it runs, at once; past it, connections go to Accept

@@ -78,6 +78,39 @@ func (e *Engine) ResumeReady() bool {
 	return e.resume.active && !e.resume.awaitPeer && e.resume.ownDone
 }
 
+// ResumeProgress says, on a resumed queue pair before TakeOver, where the
+// exchange stands, for an error that says what a resume that ran out of
+// time was waiting for.
+func (e *Engine) ResumeProgress() string {
+	r := &e.resume
+	switch {
+	case !r.active:
+		return "no exchange under way"
+	case r.sendOwn && !r.awaitPeer:
+		return "ours not yet sent (" + e.postStall() + "); the peer's arrived"
+	case r.sendOwn:
+		return "ours not yet sent (" + e.postStall() + "); the peer's not arrived"
+	case !r.ownDone && r.awaitPeer:
+		return "ours sent, its send not completed; the peer's not arrived"
+	case !r.ownDone:
+		return "ours sent, its send not completed; the peer's arrived"
+	case r.awaitPeer:
+		return "ours sent; the peer's not arrived"
+	}
+	return "both done"
+}
+
+// postStall says why a post may wait: no send queue entry, or no credit.
+func (e *Engine) postStall() string {
+	switch {
+	case e.sqAvail < 1:
+		return "the send queue is full"
+	case e.sseqNo == e.sseqComp:
+		return "no credit from the peer"
+	}
+	return "not yet stepped"
+}
+
 // postExchange posts this side's exchange as the first DATA message, from
 // the start of the empty send ring, which stays untouched until its send
 // completes (TakeOver waits for that).

@@ -169,7 +169,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 		err = c.eng.Err()
 		pathFailed = isPathFailure(err)
 	case !c.eng.ResumeReady():
-		err = ctx.Err()
+		err = fmt.Errorf("%w: the new path's exchange did not finish: %s", ctx.Err(), c.eng.ResumeProgress())
 	default:
 		err = c.takeOverLocked(oldEng)
 		if err == nil {

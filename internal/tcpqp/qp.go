@@ -212,6 +212,20 @@ func (q *QP) NeedSends(bool) {}
 // PostsInSoftware reports false: a post returns before the frame is sent.
 func (q *QP) PostsInSoftware() bool { return false }
 
+// TrySpin reports false, so that no caller busy-polls this queue pair
+// (stream.SpinSharer): the peer's frames and the sends' completions come
+// from this process's own reader and writer goroutines, which a spinner
+// would keep from the CPU they need. With a hundred connections resumed
+// over TCP, their readers' spins held both CPUs of a lab host and the
+// resumes' exchanges ran out of time (docs/performance.md).
+func (q *QP) TrySpin() bool { return false }
+
+// EndSpin does nothing: TrySpin allows no spin.
+func (q *QP) EndSpin() {}
+
+// SpinWokeOthers reports false: there is no spin.
+func (q *QP) SpinWokeOthers() bool { return false }
+
 // Transport names the path, as package rnet's Conn.Info reports it.
 func (q *QP) Transport() string { return "TCP" }
 

@@ -20,6 +20,7 @@ import (
 var (
 	_ stream.QueuePair      = (*QP)(nil)
 	_ stream.SoftwarePoster = (*QP)(nil)
+	_ stream.SpinSharer     = (*QP)(nil)
 )
 
 // tcpPair returns the two ends of a loopback TCP connection.
@@ -176,6 +177,13 @@ func TestStreamBothWays(t *testing.T) {
 	}
 	if err := cb.Close(); err != nil {
 		t.Errorf("close b: %v", err)
+	}
+	// No call busy-polled a queue pair whose completions its own
+	// goroutines make, though the Settings ask for spins.
+	for name, c := range map[string]*stream.Conn{"a": ca, "b": cb} {
+		if st := c.Stats(); st.Spins != 0 || st.SpinsDeferred == 0 {
+			t.Errorf("%s: %d spins, %d left to others; want none, and some", name, st.Spins, st.SpinsDeferred)
+		}
 	}
 	// Both closed: nothing steps the engines any more.
 	if sa, sb := a.eng.Stats(), b.eng.Stats(); sa.RecvRingGrowths+sb.RecvRingGrowths == 0 {
