@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,81 +112,10 @@ type resumeListener struct {
 	// tcp says the listener is a DualListener's RDMA side, whose TCP side
 	// takes resumes (resume_tcp_linux.go): its replies say so.
 	tcp atomic.Bool
-	// peers counts the connections in the table by their dialer's
-	// address, for the TCP side, which looks for a resume request only on
-	// connections from these.
-	peersMu sync.Mutex
-	peers   map[netip.Addr]int // guarded by peersMu
-	peeking map[netip.Addr]int // guarded by peersMu: connections being looked at, by address
-	waiting map[netip.Addr]int // guarded by peersMu: connections waiting for their dialer, by its address
-}
-
-// waitingFrom counts (delta 1) or uncounts (-1) a connection from the
-// dialer at ip that waits for it to resume.
-func (r *resumeListener) waitingFrom(ip netip.Addr, delta int) {
-	r.peersMu.Lock()
-	defer r.peersMu.Unlock()
-	ip = ip.Unmap()
-	if r.waiting == nil {
-		r.waiting = make(map[netip.Addr]int)
-	}
-	if r.waiting[ip] += delta; r.waiting[ip] <= 0 {
-		delete(r.waiting, ip)
-	}
-}
-
-// morePeeks is how many connections from an address the TCP side looks at
-// at once beyond that address's connections in the table.
-const morePeeks = 8
-
-// beginPeek reports whether the TCP side may look at one more connection
-// from ip: one with a connection in the table, and fewer being looked at
-// than its connections and morePeeks, so that one host cannot take every
-// look for itself; endPeek undoes it. patient says the side should
-// look at it with patience: a connection from ip waits for its dialer to
-// resume.
-func (r *resumeListener) beginPeek(ip netip.Addr) (ok, patient bool) {
-	r.peersMu.Lock()
-	defer r.peersMu.Unlock()
-	ip = ip.Unmap()
-	n := r.peers[ip]
-	if n == 0 || r.peeking[ip] >= n+morePeeks {
-		return false, false
-	}
-	if r.peeking == nil {
-		r.peeking = make(map[netip.Addr]int)
-	}
-	r.peeking[ip]++
-	return true, r.waiting[ip] > 0
-}
-
-func (r *resumeListener) endPeek(ip netip.Addr) {
-	r.peersMu.Lock()
-	defer r.peersMu.Unlock()
-	ip = ip.Unmap()
-	if r.peeking[ip]--; r.peeking[ip] <= 0 {
-		delete(r.peeking, ip)
-	}
-}
-
-// addPeer counts a connection from the dialer at ip.
-func (r *resumeListener) addPeer(ip netip.Addr) {
-	r.peersMu.Lock()
-	defer r.peersMu.Unlock()
-	if r.peers == nil {
-		r.peers = make(map[netip.Addr]int)
-	}
-	r.peers[ip.Unmap()]++
-}
-
-// dropPeer uncounts a connection addPeer counted.
-func (r *resumeListener) dropPeer(ip netip.Addr) {
-	r.peersMu.Lock()
-	defer r.peersMu.Unlock()
-	ip = ip.Unmap()
-	if r.peers[ip]--; r.peers[ip] <= 0 {
-		delete(r.peers, ip)
-	}
+	// peers counts, by their dialer's address, the connections in the
+	// table, those waiting for their dialer, and the TCP side's looks at
+	// new connections (resume_peers.go).
+	peers peerCounts
 }
 
 // hostDevice is one RDMA device of the host and its IP addresses.

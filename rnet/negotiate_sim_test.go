@@ -434,7 +434,7 @@ func TestResumeListenerPeeks(t *testing.T) {
 	for range 2 + morePeeks {
 		r.endPeek(a)
 	}
-	if ok, _ := r.beginPeek(a); ok || len(r.peers) != 0 || len(r.peeking) != 0 || len(r.waiting) != 0 {
-		t.Fatalf("after every connection ended: look %t, peers %v, peeking %v, waiting %v", ok, r.peers, r.peeking, r.waiting)
+	if ok, _ := r.beginPeek(a); ok || len(r.peers.conns) != 0 || len(r.peers.peeking) != 0 || len(r.peers.waiting) != 0 {
+		t.Fatalf("after every connection ended: look %t, peers %v, peeking %v, waiting %v", ok, r.peers.conns, r.peers.peeking, r.peers.waiting)
 	}
 }

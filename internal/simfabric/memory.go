@@ -70,16 +70,11 @@ func (e *Endpoint) Regions() int {
 // local finds the bytes of a local SGE; lkey is checked unless inline.
 func (e *Endpoint) local(s wr.SGE, inline bool) ([]byte, bool) {
 	for i := range e.regions {
-		r := &e.regions[i]
-		if s.Addr < r.addr || s.Addr-r.addr > uint64(len(r.buf)) ||
-			uint64(s.Length) > uint64(len(r.buf))-(s.Addr-r.addr) {
-			continue
+		if r := &e.regions[i]; inline || s.LKey == r.lkey {
+			if b, ok := ring.Span(r.buf, r.addr, s.Addr, s.Length); ok {
+				return b, true
+			}
 		}
-		if !inline && s.LKey != r.lkey {
-			continue
-		}
-		off := s.Addr - r.addr
-		return r.buf[off : off+uint64(s.Length)], true
 	}
 	return nil, false
 }
@@ -87,13 +82,11 @@ func (e *Endpoint) local(s wr.SGE, inline bool) ([]byte, bool) {
 // remote finds the bytes an incoming RDMA WRITE may touch.
 func (e *Endpoint) remote(addr uint64, n uint32, rkey uint32) ([]byte, bool) {
 	for i := range e.regions {
-		r := &e.regions[i]
-		if r.rkey != rkey || !r.remoteWrite || addr < r.addr || addr-r.addr > uint64(len(r.buf)) ||
-			uint64(n) > uint64(len(r.buf))-(addr-r.addr) {
-			continue
+		if r := &e.regions[i]; r.rkey == rkey && r.remoteWrite {
+			if b, ok := ring.Span(r.buf, r.addr, addr, n); ok {
+				return b, true
+			}
 		}
-		off := addr - r.addr
-		return r.buf[off : off+uint64(n)], true
 	}
 	return nil, false
 }
