@@ -36,6 +36,11 @@ type dialResumer struct {
 	// device is the local device of the path in use, which a resume tries
 	// last. Guarded by mu.
 	device string
+	// gen numbers the attempts whose replies may replace agreed: a TCP
+	// attempt starts a new one, so that a cancelled RDMA attempt's late
+	// reply cannot replace the token the listener gave over TCP, which
+	// replaced the RDMA attempt there. Guarded by mu.
+	gen uint64
 }
 
 func newDialResumer(set settings, dialled netip.AddrPort, local netip.Addr, agreed *resumeAgreement, device string) *dialResumer {
@@ -64,10 +69,29 @@ func (r *dialResumer) moved(device string) {
 	r.device = device
 }
 
-func (r *dialResumer) replied(rep resume.Reply) {
+// replied records the listener's reply to an attempt of generation gen,
+// unless a later generation has begun.
+func (r *dialResumer) replied(gen uint64, rep resume.Reply) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.agreed = resumeAgreement{token: rep.Token, lifetime: rep.Lifetime, addrs: rep.Addrs, tcp: rep.TCP}
+	if gen == r.gen {
+		r.agreed = resumeAgreement{token: rep.Token, lifetime: rep.Lifetime, addrs: rep.Addrs, tcp: rep.TCP}
+	}
+}
+
+// generation returns the current generation of attempts; next begins a
+// new one and returns it.
+func (r *dialResumer) generation() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gen
+}
+
+func (r *dialResumer) next() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gen++
+	return r.gen
 }
 
 // resumeRoute is a connection-manager id with a route to one of the
@@ -94,11 +118,11 @@ func (rt resumeRoute) device() string {
 // Resume connects to the listener again for the connection whose path
 // failed (stream.Resumer).
 func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (stream.QueuePair, *ring.Engine, error) {
-	failed := r.pathDevice()
+	failed, gen := r.pathDevice(), r.generation()
 	paths := resumePaths[resumeRoute, resumedPath]{
 		resolve: r.resolve,
 		connect: func(ctx context.Context, to netip.AddrPort, rt resumeRoute) (resumedPath, error) {
-			return r.connect(ctx, to, rt, req)
+			return r.connect(ctx, to, rt, req, gen)
 		},
 		release: resumeRoute.release,
 		drop:    resumedPath.close,
@@ -147,8 +171,8 @@ func (r *dialResumer) raceThenTCP(ctx context.Context, paths resumePaths[resumeR
 		err error
 	}
 	done := make(chan raced, 1)
-	raceCtx, cancelRace := context.WithCancel(ctx)
-	defer cancelRace()
+	raceCtx, cancelRace := context.WithCancelCause(ctx)
+	defer cancelRace(nil)
 	go func() {
 		p, err := paths.race(raceCtx, addrs, budget)
 		done <- raced{p, err}
@@ -163,10 +187,18 @@ func (r *dialResumer) raceThenTCP(ctx context.Context, paths resumePaths[resumeR
 		}
 		rdmaErr = res.err
 	case <-over.C:
-		cancelRace()
+		select {
+		case res := <-done: // it ended as its time did
+			if res.err == nil || ctx.Err() != nil || errors.Is(res.err, errResumeForgotten) {
+				return res.p, res.err
+			}
+			rdmaErr = res.err
+		default:
+			cancelRace(errRDMAShareOver)
+		}
 	}
-	// No RDMA path is left: the last resort.
-	p, err := r.connectTCP(ctx, req)
+	// No RDMA path is left: the last resort, in a generation of its own.
+	p, err := r.connectTCP(ctx, req, r.next())
 	if err == nil {
 		if rdmaErr == nil {
 			// The race still lets go of what it made, which can take
@@ -184,11 +216,29 @@ func (r *dialResumer) raceThenTCP(ctx context.Context, paths resumePaths[resumeR
 	if rdmaErr == nil {
 		res := <-done // the race ends soon, cancelled
 		if res.err == nil {
-			return res.p, nil // answered as it was cancelled
+			// Answered as it was cancelled, and TCP failed: the
+			// listener's reply to it, ignored as of an older
+			// generation, is the one to keep.
+			r.adopt(res.p.reply)
+			return res.p, nil
 		}
 		rdmaErr = res.err
 	}
 	return resumedPath{}, tcpAttemptFailed(ctx, rdmaErr, r.dialled, err)
+}
+
+// errRDMAShareOver ends a race whose share of ResumeTimeout ran out, for
+// the TCP attempt: its error says so rather than that it was cancelled.
+var errRDMAShareOver = errors.New("the RDMA share of ResumeTimeout ran out")
+
+// adopt records rep, the reply of the path taken, whatever its generation.
+func (r *dialResumer) adopt(rep *resume.Reply) {
+	if rep == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.agreed = resumeAgreement{token: rep.Token, lifetime: rep.Lifetime, addrs: rep.Addrs, tcp: rep.TCP}
 }
 
 // resolve finds a route to the listener at to from any local device, as
@@ -224,7 +274,7 @@ func (r *dialResumer) resolve(ctx context.Context, to netip.AddrPort) (resumeRou
 // queue pair and engine configured by req, and returns them once the
 // listener has taken the request. It owns rt: on failure everything is
 // released.
-func (r *dialResumer) connect(ctx context.Context, to netip.AddrPort, rt resumeRoute, req stream.ResumeRequest) (resumedPath, error) {
+func (r *dialResumer) connect(ctx context.Context, to netip.AddrPort, rt resumeRoute, req stream.ResumeRequest, gen uint64) (resumedPath, error) {
 	q, eng, err := setup(rt.id, rt.ch, req.Ring, r.set.transport, false)
 	if err != nil {
 		rt.release()
@@ -269,9 +319,9 @@ func (r *dialResumer) connect(ctx context.Context, to netip.AddrPort, rt resumeR
 		// request for a new connection.
 		return abort(errors.New("the listener there does not know the connection: its reply does not resume it"))
 	}
-	r.replied(rep)
+	r.replied(gen, rep)
 	if err := eng.Establish(ev.Param.PrivateData); err != nil {
 		return abort(err)
 	}
-	return resumedPath{qp: q, eng: eng}, nil
+	return resumedPath{qp: q, eng: eng, reply: &rep}, nil
 }

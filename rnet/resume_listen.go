@@ -22,6 +22,9 @@ import (
 type resumedPath struct {
 	qp  stream.QueuePair
 	eng *ring.Engine
+	// reply is the listener's reply a dialer's path came with (nil at
+	// the listener).
+	reply *resume.Reply
 }
 
 // close releases a path no connection took.

@@ -111,7 +111,7 @@ func tcpAttemptFailed(ctx context.Context, rdmaErr error, dialled netip.AddrPort
 // connectTCP resumes over TCP to the port dialled, from the connection's
 // first local address (the listener looks for resumes only from its
 // connections' addresses).
-func (r *dialResumer) connectTCP(ctx context.Context, req stream.ResumeRequest) (resumedPath, error) {
+func (r *dialResumer) connectTCP(ctx context.Context, req stream.ResumeRequest, gen uint64) (resumedPath, error) {
 	var d net.Dialer
 	if r.local.IsValid() && r.local.Is4() == r.dialled.Addr().Unmap().Is4() {
 		d.LocalAddr = &net.TCPAddr{IP: r.local.AsSlice()}
@@ -172,7 +172,7 @@ func (r *dialResumer) connectTCP(ctx context.Context, req stream.ResumeRequest) 
 	if !ok {
 		return abort(errors.New("the listener there does not know the connection: its reply does not resume it"))
 	}
-	r.replied(rep)
+	r.replied(gen, rep)
 	if err := eng.Establish(reply); err != nil {
 		return abort(err)
 	}
@@ -182,7 +182,7 @@ func (r *dialResumer) connectTCP(ctx context.Context, req stream.ResumeRequest) 
 	if !stopClose() {
 		return abort(context.Cause(ctx)) // it may have set a deadline
 	}
-	return resumedPath{qp: q, eng: eng}, nil
+	return resumedPath{qp: q, eng: eng, reply: &rep}, nil
 }
 
 // handshakeTimeout bounds a resume handshake over TCP.
@@ -194,7 +194,8 @@ func (r *resumeListener) handshakeTimeout() time.Duration {
 }
 
 // takeResumesOverTCP tells the RDMA side's replies that the TCP side takes
-// resumes, once both sides listen.
+// resumes: from the RDMA side's first reply, which may come before the TCP
+// side listens (a dialer tries TCP only as a last resort).
 func (dl *DualListener) takeResumesOverTCP() {
 	if r := dl.resumes(); r != nil {
 		r.tcp.Store(true)

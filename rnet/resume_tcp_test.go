@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -43,16 +44,19 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 // protocol whose server speaks first) or only part of the magic once its
 // bound has passed.
 func TestPeekResume(t *testing.T) {
+	// A case that must end before any bound gets an hour: a look that
+	// waited for it would hang the test.
 	for _, tc := range []struct {
 		name  string
 		first []byte
 		want  bool
+		bound time.Duration
 	}{
-		{"a resume request", append(resume.TCPMagic[:], 56), true},
-		{"HTTP", []byte("GET / HTTP/1.1\r\n"), false},
-		{"a short first message", []byte("PING\r\n"), false},
-		{"the magic's start, then silence", resume.TCPMagic[:5], false},
-		{"silence", nil, false},
+		{"a resume request", append(resume.TCPMagic[:], 56), true, time.Hour},
+		{"HTTP", []byte("GET / HTTP/1.1\r\n"), false, time.Hour},
+		{"a short first message", []byte("PING\r\n"), false, time.Hour},
+		{"the magic's start, then silence", resume.TCPMagic[:5], false, testPeekTimeout},
+		{"silence", nil, false, testPeekTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, s := tcpPair(t)
@@ -62,7 +66,7 @@ func TestPeekResume(t *testing.T) {
 				}
 			}
 			start := time.Now()
-			if got := peekResume(s, nil, testPeekTimeout); got != tc.want {
+			if got := peekResume(s, nil, tc.bound); got != tc.want {
 				t.Fatalf("peekResume = %t, want %t", got, tc.want)
 			}
 			if partial := bytes.HasPrefix(resume.TCPMagic[:], tc.first); partial && time.Since(start) < testPeekTimeout {
@@ -91,5 +95,25 @@ func TestPeekResumeEndsWithTheListener(t *testing.T) {
 	close(done)
 	if <-result {
 		t.Fatal("peekResume took a silent connection for a resume")
+	}
+}
+
+// TestDialResumerGenerations: once a TCP attempt has begun a generation,
+// a cancelled RDMA attempt's late reply does not replace the token the
+// listener gave over TCP; the reply of a path taken is kept whatever its
+// generation.
+func TestDialResumerGenerations(t *testing.T) {
+	r := newDialResumer(settings{}, netip.MustParseAddrPort("10.0.0.2:7471"), netip.Addr{},
+		&resumeAgreement{token: resume.Token{1}}, "")
+	rdma := r.generation()
+	tcp := r.next()
+	r.replied(tcp, resume.Reply{Token: resume.Token{3}, Lifetime: time.Second})
+	r.replied(rdma, resume.Reply{Token: resume.Token{2}, Lifetime: time.Second})
+	if got := r.latest().token; got != (resume.Token{3}) {
+		t.Fatalf("after the late RDMA reply the token is %v, want the TCP reply's", got)
+	}
+	r.adopt(&resume.Reply{Token: resume.Token{2}, Lifetime: time.Second})
+	if got := r.latest().token; got != (resume.Token{2}) {
+		t.Fatalf("after adopting the RDMA path's reply the token is %v, want its", got)
 	}
 }

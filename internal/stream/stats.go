@@ -16,7 +16,8 @@ type Snapshot struct {
 	// HandOffs the times the completion wait passed to another of the
 	// connection's goroutines (a queued call, the pusher); SpinsDeferred
 	// the waits that parked without spinning because another connection
-	// on the same CQ spun, SpinsLeft the spins that ended early because
+	// on the same CQ spun, or because the queue pair allows no spin (a
+	// path resumed over TCP), SpinsLeft the spins that ended early because
 	// their polls woke another connection's waiter (see SpinSharer).
 	CQPolls, Spins, Parks, HandOffs, SpinsDeferred, SpinsLeft uint64
 	SendRingSize, RecvRingSize                                int
