@@ -348,3 +348,51 @@ func TestFrames(t *testing.T) {
 	}
 	r.close()
 }
+
+// TestFloodOfWritesIsBounded: a peer's flood of frames that complete
+// nothing (zero-length RDMA WRITEs), all queued, is landed 256 frames a
+// step, not the whole inbound queue under the caller's lock; the steps
+// after it land the rest, and the frame behind the flood completes.
+func TestFloodOfWritesIsBounded(t *testing.T) {
+	r := newRig(t, 1)
+	defer r.close()
+	const flood, perStep = 1024, 256
+	var b []byte
+	for range flood {
+		b = append(b, frameBytes(wr.OpWrite, 0, r.recv.RKey, r.recv.Addr, nil)...)
+	}
+	b = append(b, frameBytes(wr.OpWriteImm, 7, r.recv.RKey, r.recv.Addr, []byte("end"))...)
+	if _, err := r.peer.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int {
+		r.q.mu.Lock()
+		defer r.q.mu.Unlock()
+		return r.q.inbound.len()
+	}
+	for queued() < flood+1 {
+		if _, err := r.q.Wait(); err != nil { // woken as frames arrive
+			t.Fatal(err)
+		}
+	}
+	out := make([]wr.Completion, 4)
+	for step := 1; ; step++ {
+		before := queued()
+		n, err := r.q.Step(0, nil, nil, out, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if landed := before - queued(); landed > perStep {
+			t.Fatalf("step %d landed %d frames, more than %d", step, landed, perStep)
+		}
+		if n == 1 {
+			if out[0].Imm != 7 || out[0].Status != wr.WCSuccess {
+				t.Fatalf("the last frame's completion: %+v", out[0])
+			}
+			if step <= flood/perStep {
+				t.Errorf("%d frames landed in %d steps", flood+1, step)
+			}
+			return
+		}
+	}
+}

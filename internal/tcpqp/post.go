@@ -116,8 +116,7 @@ func (q *QP) postSendsLocked(sends []wr.Send) error {
 // queued, then those of the frames it lands, then, in the error state and
 // once every frame that arrived before it has landed, the flushes.
 func (q *QP) pollLocked(out []wr.Completion) int {
-	n := 0
-	landed := false
+	n, landed := 0, 0
 	for n < len(out) {
 		switch {
 		case q.cq.len() > 0:
@@ -127,9 +126,17 @@ func (q *QP) pollLocked(out []wr.Completion) int {
 			}
 			out[n] = wc
 			n++
+		case q.inbound.len() > 0 && landed == maxLandedPerPoll:
+			// A flood of frames that complete nothing (RDMA WRITEs)
+			// would keep this loop, under the connection's lock, busy
+			// for the whole inbound queue: the rest waits for the next
+			// step, which Wait does not hold back.
+			signal(q.notify)
+			signal(q.room)
+			return n
 		case q.inbound.len() > 0:
 			q.landLocked(q.inbound.pop())
-			landed = true
+			landed++
 		case q.qpErr && q.late.len()+q.recvQ.len() > 0:
 			for q.late.len() > 0 {
 				q.cq.push(q.late.pop())
@@ -142,11 +149,14 @@ func (q *QP) pollLocked(out []wr.Completion) int {
 			return n
 		}
 	}
-	if landed {
+	if landed > 0 {
 		signal(q.room)
 	}
 	return n
 }
+
+// maxLandedPerPoll bounds the peer's frames one poll lands.
+const maxLandedPerPoll = 256
 
 // landLocked carries out one frame of the peer's: its bytes land in a
 // receive region or a posted receive's buffer, and a completion announces
