@@ -29,6 +29,11 @@ type resumeAgreement struct {
 	tcp      bool // the listener takes resumes over TCP (resume.TCPFlag)
 }
 
+// agreementOf is what a dialer keeps of the listener's reply r.
+func agreementOf(r resume.Reply) resumeAgreement {
+	return resumeAgreement{token: r.Token, lifetime: r.Lifetime, addrs: r.Addrs, tcp: r.TCP}
+}
+
 // errResumeRefused is what a listener tells its HandshakeError hook when it
 // refuses a request that resumes a connection (reject reason 6), before
 // anything is set up for it: wrapped with the table's reason (an unknown
@@ -74,7 +79,8 @@ func readReply(privateData []byte, offered bool) (*resumeAgreement, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
-	return &resumeAgreement{token: r.Token, lifetime: r.Lifetime, addrs: r.Addrs, tcp: r.TCP}, nil
+	a := agreementOf(r)
+	return &a, nil
 }
 
 // acceptReply reads the listener's reply to a request that offered the

@@ -75,7 +75,7 @@ func (r *dialResumer) replied(gen uint64, rep resume.Reply) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if gen == r.gen {
-		r.agreed = resumeAgreement{token: rep.Token, lifetime: rep.Lifetime, addrs: rep.Addrs, tcp: rep.TCP}
+		r.agreed = agreementOf(rep)
 	}
 }
 
@@ -238,7 +238,7 @@ func (r *dialResumer) adopt(rep *resume.Reply) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.agreed = resumeAgreement{token: rep.Token, lifetime: rep.Lifetime, addrs: rep.Addrs, tcp: rep.TCP}
+	r.agreed = agreementOf(*rep)
 }
 
 // resolve finds a route to the listener at to from any local device, as
