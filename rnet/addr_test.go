@@ -57,8 +57,8 @@ func TestAddrIsNetAddr(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	var c *Config
 	s := c.settings()
-	if s.ring.SendBufferSize != 128<<10 || s.ring.RecvBufferSize != 128<<10 || s.ring.SendQueueSize != 384 || s.ring.RecvQueueSize != 384 || s.ring.InlineThreshold != 64 {
-		t.Errorf("nil Config = %+v, want rsocket's defaults", s.ring)
+	if s.ring.SendBufferSize != 128<<10 || s.ring.RecvBufferSize != 128<<10 || s.ring.SendQueueSize != 255 || s.ring.RecvQueueSize != 384 || s.ring.InlineThreshold != 48 {
+		t.Errorf("nil Config = %+v, want rsocket's rings and credit window, and a send queue of 255 entries of 48 inline bytes", s.ring)
 	}
 	if s.busyPoll <= 0 || s.keepAlive <= 0 || s.linger <= 0 || s.handshakeTimeout <= 0 {
 		t.Errorf("nil Config durations = %+v", s)

@@ -35,8 +35,9 @@ type Config struct {
 	// fixed.
 	IdleBufferSize int `json:"idle_buffer_size"`
 	// SendQueueSize is the send queue depth, 4 of which carry control
-	// messages. Default 384; range 16 to 65534, lowered to what the device
-	// allows.
+	// messages. Default 255 (rsocket's is 384: 255 entries fill a power of
+	// two, a quarter of the kernel memory on rxe); range 16 to 65534,
+	// lowered to what the device allows.
 	SendQueueSize int `json:"send_queue_size"`
 	// RecvQueueSize is the credit window: how many messages the peer may
 	// send before Read consumes them. Default 384; range 16 to 65534. On a
@@ -46,8 +47,9 @@ type Config struct {
 	RecvQueueSize int `json:"recv_queue_size"`
 	// InlineThreshold is the largest transfer copied into the work request
 	// itself rather than read by the NIC from the send ring, which cuts
-	// small messages' latency. Default 64 bytes; negative turns it off;
-	// capped at what the device grants.
+	// small messages' latency. Default 48 bytes (rsocket's is 64: with 48 a
+	// send queue entry fits 256 bytes on rxe, not 512); negative turns it
+	// off; capped at what the device grants.
 	InlineThreshold int `json:"inline_threshold"`
 	// BusyPoll is how long a Read or Write that would block spins on the
 	// completion queue before it parks, as rsocket's polling_time: CPU for

@@ -20,7 +20,7 @@ func TestSimInfo(t *testing.T) {
 	}
 	want := ConnInfo{
 		Transport:       "simulated",
-		InlineThreshold: 64,
+		InlineThreshold: 48,
 		SendRingSize:    4096, SendBufferSize: 256 << 10,
 		RecvRingSize: 4096, RecvBufferSize: 64 << 10,
 		SendQueueSize: 64, CreditWindow: 32, RecvQueueSize: 32,
