@@ -73,6 +73,13 @@ var errResumeForgotten = errors.New("the listener no longer knows the connection
 type resumeAttemptError struct {
 	addr netip.AddrPort
 	err  error
+	// What a reader needs to tell a slow listener from a dead wire: the
+	// local device the request left through ("" if it never resolved),
+	// and when, since the resume began, the request went out (or the
+	// route began to resolve, if it never did).
+	dev  string
+	sent bool
+	at   time.Duration
 }
 
 // resumeError is a resume that found no path: every address tried, and why
@@ -103,6 +110,15 @@ func (e *resumeError) Error() string {
 		b.WriteString(a.addr.String())
 		b.WriteString(": ")
 		b.WriteString(a.err.Error())
+		at := a.at.Round(time.Millisecond)
+		switch {
+		case a.sent && a.dev != "":
+			fmt.Fprintf(&b, " (via %s, sent %v into the resume)", a.dev, at)
+		case a.sent && at > 0:
+			fmt.Fprintf(&b, " (sent %v into the resume)", at)
+		case !a.sent && at > 0:
+			fmt.Fprintf(&b, " (resolving from %v into the resume)", at)
+		}
 	}
 	return b.String()
 }
@@ -158,7 +174,8 @@ type resumePaths[R, P any] struct {
 // returns.
 func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, budget time.Duration) (P, error) {
 	var zero P
-	deadline := time.Now().Add(budget)
+	began := time.Now()
+	deadline := began.Add(budget)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	resolveBound := resumeResolveTimeout(budget)
@@ -214,7 +231,9 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			p.release(r.route)
 		}
 	}()
+	resolving := make([]time.Duration, len(addrs))
 	resolve := func(i int) {
+		resolving[i] = time.Since(began)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -296,7 +315,10 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 		return r
 	}
 	fail := func(i int, err error) {
-		e.attempts = append(e.attempts, resumeAttemptError{addrs[i], err})
+		e.attempts = append(e.attempts, resumeAttemptError{addr: addrs[i], err: err, at: resolving[i]})
+	}
+	failSent := func(r resolved, err error) {
+		e.attempts = append(e.attempts, resumeAttemptError{addr: addrs[r.i], err: err, dev: r.dev, sent: true, at: sent.Sub(began)})
 	}
 	timedOut := func() error {
 		return fmt.Errorf("no answer to the resume request in the %v it had", time.Since(sent).Round(time.Millisecond))
@@ -352,11 +374,11 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			}
 			if ctx.Err() != nil {
 				// The request failed as the resume's time ran out.
-				fail(c.i, timedOut())
+				failSent(current, timedOut())
 				e.cause = context.Cause(ctx)
 				return zero, e
 			}
-			fail(c.i, c.err)
+			failSent(current, c.err)
 			if errors.Is(c.err, errResumeForgotten) {
 				e.cause = errResumeForgotten
 				return zero, e
@@ -365,7 +387,7 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			if connecting {
 				// The last address's request takes what is left of the
 				// time; the error names it too.
-				fail(current.i, timedOut())
+				failSent(current, timedOut())
 			}
 			e.cause = context.Cause(ctx)
 			return zero, e

@@ -289,3 +289,23 @@ func TestResumeRaceWaitsForABusyListener(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeErrorSaysWhenAndWhere: each attempt in a failed resume's error
+// names the device its request left through and when it went out, or when
+// its route began to resolve, so that a slow listener reads apart from a
+// dead wire.
+func TestResumeErrorSaysWhenAndWhere(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	e := &resumeError{cause: context.DeadlineExceeded, attempts: []resumeAttemptError{
+		{addr: ap("[fd80::2]:7473"), err: errors.New("no route"), at: 250 * time.Millisecond},
+		{addr: ap("10.81.0.2:7473"), err: errors.New("no answer"), dev: "rxe1", sent: true, at: 12 * time.Millisecond},
+		{addr: ap("10.80.0.2:7473"), err: errors.New("refused"), sent: true},
+	}}
+	want := "rnet: resume failed: context deadline exceeded; tried " +
+		"[fd80::2]:7473: no route (resolving from 250ms into the resume); " +
+		"10.81.0.2:7473: no answer (via rxe1, sent 12ms into the resume); " +
+		"10.80.0.2:7473: refused"
+	if got := e.Error(); got != want {
+		t.Errorf("error\n%s\nwant\n%s", got, want)
+	}
+}

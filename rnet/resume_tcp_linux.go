@@ -99,7 +99,7 @@ func tcpAttemptFailed(ctx context.Context, rdmaErr error, dialled netip.AddrPort
 	err = fmt.Errorf("over TCP: %w", err)
 	var re *resumeError
 	if errors.As(rdmaErr, &re) {
-		re.attempts = append(re.attempts, resumeAttemptError{dialled, err})
+		re.attempts = append(re.attempts, resumeAttemptError{addr: dialled, err: err})
 		if ctx.Err() != nil {
 			re.cause = context.Cause(ctx)
 		}
