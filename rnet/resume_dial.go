@@ -41,6 +41,51 @@ func resumeStep(left time.Duration, untried int, whole time.Duration) time.Durat
 	return max(left/time.Duration(min(max(untried, 1), 2)), min(minResumeStep, whole/2))
 }
 
+// failedDevices are the local devices whose paths failed in use, and when
+// each last did. A resume tries routes through them last (resumePaths'
+// avoid). A new path that failed before it took over does not count: the
+// listener dropped it or its exchange came late, over a wire that worked,
+// and the device of the path that failed in use stays the one to avoid.
+type failedDevices map[string]time.Time
+
+// note records that the path in use through dev failed at now ("" is no
+// device: a TCP path, or none known).
+func (f failedDevices) note(dev string, now time.Time) failedDevices {
+	if dev == "" {
+		return f
+	}
+	if f == nil {
+		f = make(failedDevices)
+	}
+	f[dev] = now
+	return f
+}
+
+// recent returns the devices that failed within memory of now, and
+// forgets the others.
+func (f failedDevices) recent(now time.Time, memory time.Duration) map[string]bool {
+	out := make(map[string]bool, len(f))
+	for dev, at := range f {
+		if now.Sub(at) < memory {
+			out[dev] = true
+		} else {
+			delete(f, dev)
+		}
+	}
+	return out
+}
+
+// failedDeviceMemory is how long a device whose path failed is tried last:
+// the window in which the stream counts a connection's resumes against
+// MaxResumes, four resumes' time, so that a device whose link came back is
+// tried first again soon after.
+func failedDeviceMemory(resumeTimeout time.Duration) time.Duration {
+	if resumeTimeout <= 0 {
+		resumeTimeout = defaultResumeTimeout
+	}
+	return 4 * resumeTimeout
+}
+
 // resumeCandidates are the addresses a resume tries, in order: the
 // listener's other addresses from its latest reply, which it lists other
 // devices first, then the address dialled, each once.

@@ -33,9 +33,11 @@ type dialResumer struct {
 	// since the listener takes either token until one is committed.
 	// Guarded by mu.
 	agreed resumeAgreement
-	// device is the local device of the path in use, which a resume tries
-	// last. Guarded by mu.
+	// device is the local device of the path in use. Guarded by mu.
 	device string
+	// failed are the devices whose paths failed in use, which a resume
+	// tries last for a while. Guarded by mu.
+	failed failedDevices
 	// gen numbers the attempts whose replies may replace agreed: a TCP
 	// attempt starts a new one, so that a cancelled RDMA attempt's late
 	// reply cannot replace the token the listener gave over TCP, which
@@ -57,10 +59,16 @@ func (r *dialResumer) latest() resumeAgreement {
 	return r.agreed
 }
 
-func (r *dialResumer) pathDevice() string {
+// pathFailed records the failure that req reports and returns the devices
+// a resume now tries last.
+func (r *dialResumer) pathFailed(req stream.ResumeRequest) map[string]bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.device
+	now := time.Now()
+	if req.NewPathErr == nil {
+		r.failed = r.failed.note(r.device, now)
+	}
+	return r.failed.recent(now, failedDeviceMemory(r.set.resumeTimeout))
 }
 
 func (r *dialResumer) moved(device string) {
@@ -118,7 +126,7 @@ func (rt resumeRoute) device() string {
 // Resume connects to the listener again for the connection whose path
 // failed (stream.Resumer).
 func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (stream.QueuePair, *ring.Engine, error) {
-	failed, gen := r.pathDevice(), r.generation()
+	failed, gen := r.pathFailed(req), r.generation()
 	paths := resumePaths[resumeRoute, resumedPath]{
 		resolve: r.resolve,
 		connect: func(ctx context.Context, to netip.AddrPort, rt resumeRoute) (resumedPath, error) {
@@ -126,7 +134,7 @@ func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (str
 		},
 		release: resumeRoute.release,
 		drop:    resumedPath.close,
-		avoid:   func(rt resumeRoute) bool { return failed != "" && rt.device() == failed },
+		avoid:   func(rt resumeRoute) bool { return failed[rt.device()] },
 		device:  resumeRoute.device,
 	}
 	// A Resume called again after a new path failed has less than the

@@ -309,3 +309,30 @@ func TestResumeErrorSaysWhenAndWhere(t *testing.T) {
 		t.Errorf("error\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestFailedDevices: a resume tries last the devices whose paths failed in
+// use within the memory, not the device of a new path that failed before
+// it took over, and forgets a failure once the memory has passed.
+func TestFailedDevices(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	memory := failedDeviceMemory(5 * time.Second)
+	if memory != 20*time.Second {
+		t.Fatalf("memory %v, want 4 resume times", memory)
+	}
+	var f failedDevices
+	f = f.note("", t0) // a TCP path has no device
+	f = f.note("rxe0", t0)
+	if got := f.recent(t0.Add(time.Second), memory); !got["rxe0"] || len(got) != 1 {
+		t.Fatalf("after rxe0 failed: %v", got)
+	}
+	f = f.note("rxe1", t0.Add(10*time.Second))
+	if got := f.recent(t0.Add(15*time.Second), memory); !got["rxe0"] || !got["rxe1"] {
+		t.Fatalf("after both failed: %v", got)
+	}
+	if got := f.recent(t0.Add(25*time.Second), memory); got["rxe0"] || !got["rxe1"] {
+		t.Fatalf("rxe0's failure is %v old, rxe1's 15s: %v", 25*time.Second, got)
+	}
+	if _, ok := f["rxe0"]; ok {
+		t.Errorf("rxe0 is remembered past the memory")
+	}
+}

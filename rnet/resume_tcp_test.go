@@ -4,6 +4,7 @@ package rnet
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rnet-dev/rnet/internal/resume"
+	"github.com/rnet-dev/rnet/internal/stream"
 )
 
 // testPeekTimeout is the tests' bound on a look, shorter than
@@ -115,5 +117,25 @@ func TestDialResumerGenerations(t *testing.T) {
 	r.adopt(&resume.Reply{Token: resume.Token{2}, Lifetime: time.Second})
 	if got := r.latest().token; got != (resume.Token{2}) {
 		t.Fatalf("after adopting the RDMA path's reply the token is %v, want its", got)
+	}
+}
+
+// TestDialResumerFailedDevices: a resume tries last the device of the path
+// that failed in use, and still that one, not the new path's, when it is
+// called again because a new path failed before it took over.
+func TestDialResumerFailedDevices(t *testing.T) {
+	r := newDialResumer(settings{resumeTimeout: 5 * time.Second}, netip.MustParseAddrPort("10.0.0.2:7471"), netip.Addr{},
+		&resumeAgreement{token: resume.Token{1}}, "rxe0")
+	if got := r.pathFailed(stream.ResumeRequest{}); len(got) != 1 || !got["rxe0"] {
+		t.Fatalf("the first resume tries last %v, want rxe0", got)
+	}
+	r.moved("rxe1")
+	again := stream.ResumeRequest{NewPathErr: errors.New("the new path failed before it took over")}
+	if got := r.pathFailed(again); len(got) != 1 || !got["rxe0"] {
+		t.Fatalf("called again after the new path on rxe1 failed, it tries last %v, want rxe0 only", got)
+	}
+	r.moved("rxe1")
+	if got := r.pathFailed(stream.ResumeRequest{}); len(got) != 2 || !got["rxe0"] || !got["rxe1"] {
+		t.Fatalf("once rxe1's path failed in use too, it tries last %v, want both", got)
 	}
 }

@@ -34,6 +34,9 @@ type ResumeRequest struct {
 	Ring ring.Config
 	// Cause is why the old path failed.
 	Cause error
+	// NewPathErr, when Resume is called again within one resume, is why
+	// the new path the last call returned failed before it took over.
+	NewPathErr error
 }
 
 // Resumer moves a connection whose queue pair failed onto a new one, to the same

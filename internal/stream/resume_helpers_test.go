@@ -50,10 +50,16 @@ type testResumer struct {
 	wrapNew func(QueuePair) QueuePair
 	calls   atomic.Int32
 	forgets atomic.Int32
+	// newPathErrs are the NewPathErr of each call, in order.
+	newPathErrsMu sync.Mutex
+	newPathErrs   []error
 }
 
 func (r *testResumer) Resume(ctx context.Context, req ResumeRequest) (QueuePair, *ring.Engine, error) {
 	r.calls.Add(1)
+	r.newPathErrsMu.Lock()
+	r.newPathErrs = append(r.newPathErrs, req.NewPathErr)
+	r.newPathErrsMu.Unlock()
 	select {
 	case r.entered <- req:
 	default:

@@ -117,6 +117,12 @@ func TestResumeRetriesAfterNewPathFails(t *testing.T) {
 	if n := rc.ra.calls.Load(); n != 2 {
 		t.Errorf("the dialer's Resume called %d times, want 2", n)
 	}
+	rc.ra.newPathErrsMu.Lock()
+	errs := rc.ra.newPathErrs
+	rc.ra.newPathErrsMu.Unlock()
+	if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], removed) {
+		t.Errorf("the dialer's Resume calls were told the new path failed with %v; want nil, then %v", errs, removed)
+	}
 	if n := resumesOf(rc.a); n != 1 {
 		t.Errorf("the dialer resumed %d times, want 1", n)
 	}
@@ -191,6 +197,12 @@ func TestResumeRetriesAfterNewEngineFails(t *testing.T) {
 	ba.wait(t)
 	if n := rc.ra.calls.Load(); n != 2 {
 		t.Errorf("the dialer's Resume called %d times, want 2", n)
+	}
+	rc.ra.newPathErrsMu.Lock()
+	errs := rc.ra.newPathErrs
+	rc.ra.newPathErrsMu.Unlock()
+	if len(errs) != 2 || errs[0] != nil || errs[1] == nil {
+		t.Errorf("the dialer's Resume calls were told the new path failed with %v; want nil, then the new engine's error", errs)
 	}
 	if n := resumesOf(rc.a); n != 1 {
 		t.Errorf("the dialer resumed %d times, want 1", n)

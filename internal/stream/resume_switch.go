@@ -43,6 +43,7 @@ func (c *Conn) resumeRun(ctx context.Context, cancel context.CancelFunc, req Res
 	defer stop()
 	var lastPathErr error
 	for {
+		req.NewPathErr = lastPathErr
 		qp, eng, err := c.set.Resumer.Resume(ctx, req)
 		if err != nil {
 			if lastPathErr != nil {
