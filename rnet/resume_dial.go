@@ -134,6 +134,10 @@ type resumeError struct {
 	// cause ends the resume before every address failed: the listener's
 	// refusal (errResumeForgotten) or the resume's time running out.
 	cause error
+	// untried are the addresses the resume had when it ended and never
+	// sent a request to, each with where it stood ("still resolving",
+	// "held back: through rxe0, whose path failed").
+	untried []string
 }
 
 func (e *resumeError) Error() string {
@@ -145,6 +149,7 @@ func (e *resumeError) Error() string {
 	}
 	if len(e.attempts) == 0 {
 		b.WriteString(": no address tried")
+		e.writeUntried(&b)
 		return b.String()
 	}
 	b.WriteString("; tried ")
@@ -165,7 +170,15 @@ func (e *resumeError) Error() string {
 			fmt.Fprintf(&b, " (resolving from %v into the resume)", at)
 		}
 	}
+	e.writeUntried(&b)
 	return b.String()
+}
+
+func (e *resumeError) writeUntried(b *strings.Builder) {
+	if len(e.untried) > 0 {
+		b.WriteString("; not tried: ")
+		b.WriteString(strings.Join(e.untried, ", "))
+	}
 }
 
 func (e *resumeError) Unwrap() []error {
@@ -308,6 +321,38 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 		}()
 	}
 	next, pending := 0, 0
+	// ended lists, in e, the addresses never sent a request and why.
+	ended := func() *resumeError {
+		done := make(map[int]bool, len(e.attempts))
+		for _, a := range e.attempts {
+			for i, x := range addrs {
+				if x == a.addr {
+					done[i] = true
+				}
+			}
+		}
+		for _, r := range ready {
+			done[r.i] = true
+			e.untried = append(e.untried, fmt.Sprintf("%v (its route was ready)", addrs[r.i]))
+		}
+		for _, r := range held {
+			done[r.i] = true
+			e.untried = append(e.untried, fmt.Sprintf("%v (held back: through %s, whose path failed)", addrs[r.i], r.dev))
+		}
+		if connecting {
+			done[current.i] = true
+		}
+		for i, a := range addrs {
+			if !done[i] {
+				state := "still resolving"
+				if i >= next {
+					state = "not yet resolving"
+				}
+				e.untried = append(e.untried, fmt.Sprintf("%v (%s)", a, state))
+			}
+		}
+		return e
+	}
 	// reconsider gives up on a request that has waited its step, for a
 	// ready route through another device (any ready route once it has
 	// waited half as long again: one device may reach several of the
@@ -421,12 +466,12 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 				// The request failed as the resume's time ran out.
 				failSent(current, timedOut())
 				e.cause = context.Cause(ctx)
-				return zero, e
+				return zero, ended()
 			}
 			failSent(current, c.err)
 			if errors.Is(c.err, errResumeForgotten) {
 				e.cause = errResumeForgotten
-				return zero, e
+				return zero, ended()
 			}
 		case <-ctx.Done():
 			if connecting {
@@ -435,8 +480,8 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 				failSent(current, timedOut())
 			}
 			e.cause = context.Cause(ctx)
-			return zero, e
+			return zero, ended()
 		}
 	}
-	return zero, e
+	return zero, ended()
 }

@@ -308,6 +308,11 @@ func TestResumeErrorSaysWhenAndWhere(t *testing.T) {
 	if got := e.Error(); got != want {
 		t.Errorf("error\n%s\nwant\n%s", got, want)
 	}
+	e.untried = []string{"[fd81::2]:7473 (held back: through rxe1, whose path failed)", "10.81.0.2:7473 (still resolving)"}
+	want += "; not tried: [fd81::2]:7473 (held back: through rxe1, whose path failed), 10.81.0.2:7473 (still resolving)"
+	if got := e.Error(); got != want {
+		t.Errorf("error\n%s\nwant\n%s", got, want)
+	}
 }
 
 // TestFailedDevices: a resume tries last the devices whose paths failed in
