@@ -27,11 +27,15 @@ type resumeAgreement struct {
 	lifetime time.Duration
 	addrs    []netip.AddrPort
 	tcp      bool // the listener takes resumes over TCP (resume.TCPFlag)
+	// reached is the address the reply came from, which the reply leaves
+	// out of addrs: the one dialled, or the one a resume reached.
+	reached netip.AddrPort
 }
 
-// agreementOf is what a dialer keeps of the listener's reply r.
-func agreementOf(r resume.Reply) resumeAgreement {
-	return resumeAgreement{token: r.Token, lifetime: r.Lifetime, addrs: r.Addrs, tcp: r.TCP}
+// agreementOf is what a dialer keeps of the listener's reply r, which came
+// from the address reached.
+func agreementOf(r resume.Reply, reached netip.AddrPort) resumeAgreement {
+	return resumeAgreement{token: r.Token, lifetime: r.Lifetime, addrs: r.Addrs, tcp: r.TCP, reached: reached}
 }
 
 // errResumeRefused is what a listener tells its HandshakeError hook when it
@@ -79,7 +83,7 @@ func readReply(privateData []byte, offered bool) (*resumeAgreement, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
-	a := agreementOf(r)
+	a := agreementOf(r, netip.AddrPort{}) // the dialer knows where it dialled
 	return &a, nil
 }
 

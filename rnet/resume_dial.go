@@ -88,10 +88,11 @@ func failedDeviceMemory(resumeTimeout time.Duration) time.Duration {
 
 // resumeCandidates are the addresses a resume tries, in order: the
 // listener's other addresses from its latest reply, which it lists other
-// devices first, then the address dialled, each once.
-func resumeCandidates(replied []netip.AddrPort, dialled netip.AddrPort) []netip.AddrPort {
-	out := make([]netip.AddrPort, 0, len(replied)+1)
-	for _, a := range append(replied[:len(replied):len(replied)], dialled) {
+// devices first, then the address that reply came from (which it leaves
+// out), then the address dialled, each once.
+func resumeCandidates(replied []netip.AddrPort, reached, dialled netip.AddrPort) []netip.AddrPort {
+	out := make([]netip.AddrPort, 0, len(replied)+2)
+	for _, a := range append(replied[:len(replied):len(replied)], reached, dialled) {
 		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 		if a.IsValid() && !contains(out, a) {
 			out = append(out, a)

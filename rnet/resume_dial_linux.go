@@ -46,7 +46,11 @@ type dialResumer struct {
 }
 
 func newDialResumer(set settings, dialled netip.AddrPort, local netip.Addr, agreed *resumeAgreement, device string) *dialResumer {
-	return &dialResumer{set: set, dialled: dialled, local: local, agreed: *agreed, device: device}
+	r := &dialResumer{set: set, dialled: dialled, local: local, agreed: *agreed, device: device}
+	if !r.agreed.reached.IsValid() {
+		r.agreed.reached = dialled
+	}
+	return r
 }
 
 // Forget does nothing: the dialer holds only the token, which is worth
@@ -77,13 +81,13 @@ func (r *dialResumer) moved(device string) {
 	r.device = device
 }
 
-// replied records the listener's reply to an attempt of generation gen,
-// unless a later generation has begun.
-func (r *dialResumer) replied(gen uint64, rep resume.Reply) {
+// replied records the listener's reply from to to an attempt of
+// generation gen, unless a later generation has begun.
+func (r *dialResumer) replied(gen uint64, rep resume.Reply, to netip.AddrPort) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if gen == r.gen {
-		r.agreed = agreementOf(rep)
+		r.agreed = agreementOf(rep, to)
 	}
 }
 
@@ -146,7 +150,8 @@ func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (str
 	if overTCP {
 		budget -= tcpResumeShare(budget)
 	}
-	addrs := resumeCandidates(r.latest().addrs, r.dialled)
+	latest := r.latest()
+	addrs := resumeCandidates(latest.addrs, latest.reached, r.dialled)
 	if hook := testHookResumeCandidates.Load(); hook != nil {
 		addrs = (*hook)(addrs)
 	}
@@ -227,7 +232,7 @@ func (r *dialResumer) raceThenTCP(ctx context.Context, paths resumePaths[resumeR
 			// Answered as it was cancelled, and TCP failed: the
 			// listener's reply to it, ignored as of an older
 			// generation, is the one to keep.
-			r.adopt(res.p.reply)
+			r.adopt(res.p)
 			return res.p, nil
 		}
 		rdmaErr = res.err
@@ -239,14 +244,14 @@ func (r *dialResumer) raceThenTCP(ctx context.Context, paths resumePaths[resumeR
 // the TCP attempt: its error says so rather than that it was cancelled.
 var errRDMAShareOver = errors.New("the RDMA share of ResumeTimeout ran out")
 
-// adopt records rep, the reply of the path taken, whatever its generation.
-func (r *dialResumer) adopt(rep *resume.Reply) {
-	if rep == nil {
+// adopt records the reply of p, the path taken, whatever its generation.
+func (r *dialResumer) adopt(p resumedPath) {
+	if p.reply == nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.agreed = agreementOf(*rep)
+	r.agreed = agreementOf(*p.reply, p.to)
 }
 
 // resolve finds a route to the listener at to from any local device, as
@@ -327,9 +332,9 @@ func (r *dialResumer) connect(ctx context.Context, to netip.AddrPort, rt resumeR
 		// request for a new connection.
 		return abort(errors.New("the listener there does not know the connection: its reply does not resume it"))
 	}
-	r.replied(gen, rep)
+	r.replied(gen, rep, to)
 	if err := eng.Establish(ev.Param.PrivateData); err != nil {
 		return abort(err)
 	}
-	return resumedPath{qp: q, eng: eng, reply: &rep}, nil
+	return resumedPath{qp: q, eng: eng, reply: &rep, to: to}, nil
 }

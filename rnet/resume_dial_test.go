@@ -14,12 +14,18 @@ import (
 
 func TestResumeCandidates(t *testing.T) {
 	ap := netip.MustParseAddrPort
-	got := resumeCandidates([]netip.AddrPort{ap("10.1.0.2:7471"), ap("[fd00::2]:7471"), ap("10.0.0.2:7471")}, ap("[::ffff:10.0.0.2]:7471"))
+	got := resumeCandidates([]netip.AddrPort{ap("10.1.0.2:7471"), ap("[fd00::2]:7471"), ap("10.0.0.2:7471")}, ap("[::ffff:10.0.0.2]:7471"), ap("[::ffff:10.0.0.2]:7471"))
 	if s := fmtAddrs(got); s != "[10.1.0.2:7471 [fd00::2]:7471 10.0.0.2:7471]" {
 		t.Errorf("candidates %s: want the reply's, then the one dialled, each once", s)
 	}
-	if s := fmtAddrs(resumeCandidates(nil, ap("10.0.0.2:7471"))); s != "[10.0.0.2:7471]" {
+	if s := fmtAddrs(resumeCandidates(nil, ap("10.0.0.2:7471"), ap("10.0.0.2:7471"))); s != "[10.0.0.2:7471]" {
 		t.Errorf("without reply addresses: %s", s)
+	}
+	// After a resume through 10.1.0.2, whose reply leaves it out, it
+	// comes after the reply's and before the one dialled.
+	got = resumeCandidates([]netip.AddrPort{ap("[fd00::2]:7471"), ap("[fd01::2]:7471")}, ap("10.1.0.2:7471"), ap("10.0.0.2:7471"))
+	if s := fmtAddrs(got); s != "[[fd00::2]:7471 [fd01::2]:7471 10.1.0.2:7471 10.0.0.2:7471]" {
+		t.Errorf("candidates after a resume %s: want the reply's, the one it reached, then the one dialled", s)
 	}
 }
 

@@ -22,9 +22,10 @@ import (
 type resumedPath struct {
 	qp  stream.QueuePair
 	eng *ring.Engine
-	// reply is the listener's reply a dialer's path came with (nil at
-	// the listener).
+	// reply is the listener's reply a dialer's path came with, from the
+	// address to (nil and zero at the listener).
 	reply *resume.Reply
+	to    netip.AddrPort
 }
 
 // close releases a path no connection took.

@@ -172,7 +172,7 @@ func (r *dialResumer) connectTCP(ctx context.Context, req stream.ResumeRequest, 
 	if !ok {
 		return abort(errors.New("the listener there does not know the connection: its reply does not resume it"))
 	}
-	r.replied(gen, rep)
+	r.replied(gen, rep, r.dialled)
 	if err := eng.Establish(reply); err != nil {
 		return abort(err)
 	}

@@ -109,14 +109,14 @@ func TestDialResumerGenerations(t *testing.T) {
 		&resumeAgreement{token: resume.Token{1}}, "")
 	rdma := r.generation()
 	tcp := r.next()
-	r.replied(tcp, resume.Reply{Token: resume.Token{3}, Lifetime: time.Second})
-	r.replied(rdma, resume.Reply{Token: resume.Token{2}, Lifetime: time.Second})
+	r.replied(tcp, resume.Reply{Token: resume.Token{3}, Lifetime: time.Second}, r.dialled)
+	r.replied(rdma, resume.Reply{Token: resume.Token{2}, Lifetime: time.Second}, netip.MustParseAddrPort("10.1.0.2:7471"))
 	if got := r.latest().token; got != (resume.Token{3}) {
 		t.Fatalf("after the late RDMA reply the token is %v, want the TCP reply's", got)
 	}
-	r.adopt(&resume.Reply{Token: resume.Token{2}, Lifetime: time.Second})
-	if got := r.latest().token; got != (resume.Token{2}) {
-		t.Fatalf("after adopting the RDMA path's reply the token is %v, want its", got)
+	r.adopt(resumedPath{reply: &resume.Reply{Token: resume.Token{2}, Lifetime: time.Second}, to: netip.MustParseAddrPort("10.1.0.2:7471")})
+	if got := r.latest(); got.token != (resume.Token{2}) || got.reached != netip.MustParseAddrPort("10.1.0.2:7471") {
+		t.Fatalf("after adopting the RDMA path's reply the token is %v from %v, want its, from 10.1.0.2:7471", got.token, got.reached)
 	}
 }
 
@@ -126,6 +126,9 @@ func TestDialResumerGenerations(t *testing.T) {
 func TestDialResumerFailedDevices(t *testing.T) {
 	r := newDialResumer(settings{resumeTimeout: 5 * time.Second}, netip.MustParseAddrPort("10.0.0.2:7471"), netip.Addr{},
 		&resumeAgreement{token: resume.Token{1}}, "rxe0")
+	if r.latest().reached != r.dialled {
+		t.Errorf("the dial's reply came from %v, want the address dialled", r.latest().reached)
+	}
 	if got := r.pathFailed(stream.ResumeRequest{}); len(got) != 1 || !got["rxe0"] {
 		t.Fatalf("the first resume tries last %v, want rxe0", got)
 	}
