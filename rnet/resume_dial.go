@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,16 +62,23 @@ func (f failedDevices) note(dev string, now time.Time) failedDevices {
 	return f
 }
 
-// recent returns the devices that failed within memory of now, and
-// forgets the others.
-func (f failedDevices) recent(now time.Time, memory time.Duration) map[string]bool {
-	out := make(map[string]bool, len(f))
+// recent ranks the devices that failed within memory of now, 1 for the
+// one that failed last, and forgets the others. A resume tries the routes
+// through them in that order: the device that failed last is the one
+// last known to work, after the others had failed.
+func (f failedDevices) recent(now time.Time, memory time.Duration) map[string]int {
+	devs := make([]string, 0, len(f))
 	for dev, at := range f {
 		if now.Sub(at) < memory {
-			out[dev] = true
+			devs = append(devs, dev)
 		} else {
 			delete(f, dev)
 		}
+	}
+	slices.SortFunc(devs, func(a, b string) int { return f[b].Compare(f[a]) })
+	out := make(map[string]int, len(devs))
+	for i, dev := range devs {
+		out[dev] = i + 1
 	}
 	return out
 }
@@ -198,7 +206,7 @@ func (e *resumeError) Unwrap() []error {
 // local device), connect sends the resume request on it and returns the
 // established path (releasing the route itself if it fails), release
 // frees a route never connected, and drop closes a path that connected
-// once the resume had ended otherwise. avoid, if set, reports a route
+// once the resume had ended otherwise. avoid, if set, ranks a route
 // that leaves through the local device whose path failed; device, if
 // set, names the local device a route leaves through.
 type resumePaths[R, P any] struct {
@@ -206,7 +214,7 @@ type resumePaths[R, P any] struct {
 	connect func(ctx context.Context, to netip.AddrPort, route R) (P, error)
 	release func(R)
 	drop    func(P)
-	avoid   func(R) bool
+	avoid   func(R) int
 	device  func(R) string
 }
 
@@ -245,7 +253,7 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 		// Read off the route as it resolved, before a connect owns it:
 		// its local device (if known), and whether that is the failed one.
 		dev    string
-		failed bool
+		failed int
 	}
 	type connected struct {
 		i    int
@@ -374,7 +382,7 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			}
 		}
 		lastChance := deadline.Add(-minResumeStep)
-		heldNext := len(held) > 0 && len(ready) == 0 && !current.failed && next == len(addrs) && pending == 0
+		heldNext := len(held) > 0 && len(ready) == 0 && current.failed == 0 && next == len(addrs) && pending == 0
 		if heldNext && !now.Before(lastChance) {
 			unanswered = current.dev
 			giveUp()
@@ -442,9 +450,13 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			switch {
 			case r.err != nil:
 				fail(r.i, r.err)
-			case p.avoid != nil && p.avoid(r.route):
-				r.failed = true
-				held = append(held, r)
+			case p.avoid != nil && p.avoid(r.route) > 0:
+				r.failed = p.avoid(r.route)
+				k := len(held)
+				for k > 0 && held[k-1].failed > r.failed {
+					k--
+				}
+				held = slices.Insert(held, k, r)
 			default:
 				ready = append(ready, r)
 				reconsider()

@@ -64,8 +64,8 @@ func (r *dialResumer) latest() resumeAgreement {
 }
 
 // pathFailed records the failure that req reports and returns the devices
-// a resume now tries last.
-func (r *dialResumer) pathFailed(req stream.ResumeRequest) map[string]bool {
+// a resume now tries last, ranked (see failedDevices.recent).
+func (r *dialResumer) pathFailed(req stream.ResumeRequest) map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
@@ -138,7 +138,7 @@ func (r *dialResumer) Resume(ctx context.Context, req stream.ResumeRequest) (str
 		},
 		release: resumeRoute.release,
 		drop:    resumedPath.close,
-		avoid:   func(rt resumeRoute) bool { return failed[rt.device()] },
+		avoid:   func(rt resumeRoute) int { return failed[rt.device()] },
 		device:  resumeRoute.device,
 	}
 	// A Resume called again after a new path failed has less than the

@@ -42,6 +42,9 @@ type fakePaths struct {
 	// avoid holds the addresses whose routes leave through the failed
 	// device.
 	avoid map[netip.AddrPort]bool
+	// rank, if it has an address, ranks its route among the avoided ones
+	// (1 first); an avoided address without one ranks 1.
+	rank map[netip.AddrPort]int
 	// devices, if not nil, names the local device of each address's
 	// route.
 	devices map[netip.AddrPort]string
@@ -110,7 +113,12 @@ func (f *fakePaths) paths(t *testing.T) resumePaths[netip.AddrPort, string] {
 			f.mu.Unlock()
 		},
 		drop:  func(string) { t.Error("a path connected after the race ended") },
-		avoid: func(route netip.AddrPort) bool { return f.avoid[route] },
+		avoid: func(route netip.AddrPort) int {
+			if !f.avoid[route] {
+				return 0
+			}
+			return max(f.rank[route], 1)
+		},
 	}
 	if f.devices != nil {
 		p.device = func(route netip.AddrPort) string { return f.devices[route] }
@@ -333,17 +341,37 @@ func TestFailedDevices(t *testing.T) {
 	var f failedDevices
 	f = f.note("", t0) // a TCP path has no device
 	f = f.note("rxe0", t0)
-	if got := f.recent(t0.Add(time.Second), memory); !got["rxe0"] || len(got) != 1 {
+	if got := f.recent(t0.Add(time.Second), memory); got["rxe0"] != 1 || len(got) != 1 {
 		t.Fatalf("after rxe0 failed: %v", got)
 	}
 	f = f.note("rxe1", t0.Add(10*time.Second))
-	if got := f.recent(t0.Add(15*time.Second), memory); !got["rxe0"] || !got["rxe1"] {
-		t.Fatalf("after both failed: %v", got)
+	if got := f.recent(t0.Add(15*time.Second), memory); got["rxe1"] != 1 || got["rxe0"] != 2 {
+		t.Fatalf("after both failed, rxe1 last: %v, want rxe1 first (it worked after rxe0 had failed)", got)
 	}
-	if got := f.recent(t0.Add(25*time.Second), memory); got["rxe0"] || !got["rxe1"] {
+	if got := f.recent(t0.Add(25*time.Second), memory); got["rxe0"] != 0 || got["rxe1"] != 1 {
 		t.Fatalf("rxe0's failure is %v old, rxe1's 15s: %v", 25*time.Second, got)
 	}
 	if _, ok := f["rxe0"]; ok {
 		t.Errorf("rxe0 is remembered past the memory")
+	}
+}
+
+// TestResumeRaceHeldByRank: when every route leaves through a device whose
+// path failed, the route of the device that failed last goes first, though
+// it resolved after the other.
+func TestResumeRaceHeldByRank(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	a, b := ap("10.0.0.2:1"), ap("10.1.0.2:1")
+	f := &fakePaths{behave: map[netip.AddrPort]string{a: "refuse", b: "ok"},
+		avoid: map[netip.AddrPort]bool{a: true, b: true}, rank: map[netip.AddrPort]int{a: 2, b: 1}}
+	path, err := f.paths(t).race(context.Background(), []netip.AddrPort{a, b}, time.Minute)
+	if err != nil || path != "path to 10.1.0.2:1" {
+		t.Fatalf("race gave %q, %v; want the path to 10.1.0.2:1", path, err)
+	}
+	if s := fmtAddrs(f.connected); s != "[10.1.0.2:1]" {
+		t.Errorf("connected %s, want only the route through the device that failed last", s)
+	}
+	if n := f.routes.Load(); n != 0 {
+		t.Errorf("%d routes neither connected nor released", n)
 	}
 }

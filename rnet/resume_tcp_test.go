@@ -129,16 +129,16 @@ func TestDialResumerFailedDevices(t *testing.T) {
 	if r.latest().reached != r.dialled {
 		t.Errorf("the dial's reply came from %v, want the address dialled", r.latest().reached)
 	}
-	if got := r.pathFailed(stream.ResumeRequest{}); len(got) != 1 || !got["rxe0"] {
+	if got := r.pathFailed(stream.ResumeRequest{}); len(got) != 1 || got["rxe0"] != 1 {
 		t.Fatalf("the first resume tries last %v, want rxe0", got)
 	}
 	r.moved("rxe1")
 	again := stream.ResumeRequest{NewPathErr: errors.New("the new path failed before it took over")}
-	if got := r.pathFailed(again); len(got) != 1 || !got["rxe0"] {
+	if got := r.pathFailed(again); len(got) != 1 || got["rxe0"] != 1 {
 		t.Fatalf("called again after the new path on rxe1 failed, it tries last %v, want rxe0 only", got)
 	}
 	r.moved("rxe1")
-	if got := r.pathFailed(stream.ResumeRequest{}); len(got) != 2 || !got["rxe0"] || !got["rxe1"] {
+	if got := r.pathFailed(stream.ResumeRequest{}); len(got) != 2 || got["rxe1"] != 1 || got["rxe0"] != 2 {
 		t.Fatalf("once rxe1's path failed in use too, it tries last %v, want both", got)
 	}
 }
