@@ -129,8 +129,9 @@ type resumeAttemptError struct {
 	err  error
 	// What a reader needs to tell a slow listener from a dead wire: the
 	// local device the request left through ("" if it never resolved),
-	// and when, since the resume began, the request went out (or the
-	// route began to resolve, if it never did).
+	// and when, since the resume began, its path began to be set up (or
+	// the route began to resolve, if it never did): the request goes out
+	// once the queue pair is made.
 	dev  string
 	sent bool
 	at   time.Duration
@@ -172,9 +173,9 @@ func (e *resumeError) Error() string {
 		at := a.at.Round(time.Millisecond)
 		switch {
 		case a.sent && a.dev != "":
-			fmt.Fprintf(&b, " (via %s, sent %v into the resume)", a.dev, at)
+			fmt.Fprintf(&b, " (via %s, set up from %v into the resume)", a.dev, at)
 		case a.sent && at > 0:
-			fmt.Fprintf(&b, " (sent %v into the resume)", at)
+			fmt.Fprintf(&b, " (set up from %v into the resume)", at)
 		case !a.sent && at > 0:
 			fmt.Fprintf(&b, " (resolving from %v into the resume)", at)
 		}

@@ -288,6 +288,7 @@ func (r *dialResumer) resolve(ctx context.Context, to netip.AddrPort) (resumeRou
 // listener has taken the request. It owns rt: on failure everything is
 // released.
 func (r *dialResumer) connect(ctx context.Context, to netip.AddrPort, rt resumeRoute, req stream.ResumeRequest, gen uint64) (resumedPath, error) {
+	begun := time.Now()
 	q, eng, err := setup(rt.id, rt.ch, req.Ring, r.set.transport, false)
 	if err != nil {
 		rt.release()
@@ -314,9 +315,11 @@ func (r *dialResumer) connect(ctx context.Context, to netip.AddrPort, rt resumeR
 	if err := rt.id.Connect(p); err != nil {
 		return abort(err)
 	}
+	out := time.Now()
 	ev, err := rt.id.Await(ctx, cm.EventEstablished)
 	if err != nil {
-		err = explainReject(err)
+		// Whether the time went to our own setup or to the answer.
+		err = fmt.Errorf("%w (the request went out after %v of setup)", explainReject(err), out.Sub(begun).Round(time.Millisecond))
 		var pe *peerRejectError
 		if errors.As(err, &pe) && pe.reason.code == rejectResumeRefused {
 			err = fmt.Errorf("%w: %w", errResumeForgotten, err)

@@ -112,7 +112,7 @@ func (f *fakePaths) paths(t *testing.T) resumePaths[netip.AddrPort, string] {
 			f.released = append(f.released, route)
 			f.mu.Unlock()
 		},
-		drop:  func(string) { t.Error("a path connected after the race ended") },
+		drop: func(string) { t.Error("a path connected after the race ended") },
 		avoid: func(route netip.AddrPort) int {
 			if !f.avoid[route] {
 				return 0
@@ -317,7 +317,7 @@ func TestResumeErrorSaysWhenAndWhere(t *testing.T) {
 	}}
 	want := "rnet: resume failed: context deadline exceeded; tried " +
 		"[fd80::2]:7473: no route (resolving from 250ms into the resume); " +
-		"10.81.0.2:7473: no answer (via rxe1, sent 12ms into the resume); " +
+		"10.81.0.2:7473: no answer (via rxe1, set up from 12ms into the resume); " +
 		"10.80.0.2:7473: refused"
 	if got := e.Error(); got != want {
 		t.Errorf("error\n%s\nwant\n%s", got, want)
