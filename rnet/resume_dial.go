@@ -497,5 +497,9 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			return zero, ended()
 		}
 	}
+	if ctx.Err() != nil {
+		// The last failure came with the resume's end, which caused it.
+		e.cause = context.Cause(ctx)
+	}
 	return zero, ended()
 }
