@@ -223,7 +223,7 @@ type resumePaths[R, P any] struct {
 // routes are resolved staggered, resumeStagger apart, or the next at once
 // when one fails or leaves through the failed device; the resume requests
 // go out one at a time, on each route in the order the routes resolved,
-// those through the failed device (avoid) last, once no other address can
+// those through a failed device (avoid) last, in avoid's rank, once no other address can
 // give a route: its neighbour cache answers at once for the addresses of a
 // wire that is now dead. One at a time because a listener takes a second
 // request with the same token as replacing the first (resume.Table.Begin):
@@ -347,7 +347,11 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 		}
 		for _, r := range held {
 			done[r.i] = true
-			e.untried = append(e.untried, fmt.Sprintf("%v (held back: through %s, whose path failed)", addrs[r.i], r.dev))
+			dev := r.dev
+			if dev == "" {
+				dev = "a device"
+			}
+			e.untried = append(e.untried, fmt.Sprintf("%v (held back: through %s, whose path failed)", addrs[r.i], dev))
 		}
 		if connecting {
 			done[current.i] = true
