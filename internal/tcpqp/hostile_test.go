@@ -396,3 +396,47 @@ func TestFloodOfWritesIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// A queue pair destroyed while its peer still sends closes only after the
+// peer's FIN: closing with the peer's frames unread would reset the
+// connection, and the peer's kernel would drop the frames it had from us
+// and had not yet read, though their sends had completed here. Each round
+// races the peer's last frame against the destroy.
+func TestDestroyWaitsForThePeersFIN(t *testing.T) {
+	for round := range 50 {
+		r := newRig(t, 2)
+		copy(r.send.Buf, "the last words")
+		last := wr.Send{ID: 7, Op: wr.OpWrite, Signaled: true, NumSGE: 1, RemoteAddr: 64, RKey: 5,
+			SGE: [2]wr.SGE{{Addr: r.send.Addr, Length: 14, LKey: r.send.LKey}}}
+		if _, err := r.q.Step(0, nil, []wr.Send{last}, nil, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.poll(1); got[0].ID != 7 || got[0].Status != wr.WCSuccess {
+			t.Fatalf("round %d: completion %+v, want the write's", round, got[0])
+		}
+		// The frame is in the peer's socket, unread. The queue pair goes
+		// away while the peer sends a frame of its own.
+		r.q.Disconnect()
+		r.q.Shutdown()
+		destroyed := make(chan error, 1)
+		go func() { destroyed <- r.q.Destroy() }()
+		if _, err := r.peer.Write(frameBytes(wr.OpWrite, 0, r.recv.RKey, r.recv.Addr, []byte("late"))); err != nil {
+			t.Fatalf("round %d: the peer's write: %v", round, err)
+		}
+		r.peer.CloseWrite()
+		if err := <-destroyed; err != nil {
+			t.Fatalf("round %d: Destroy: %v", round, err)
+		}
+		wire, err := io.ReadAll(r.peer)
+		if err != nil {
+			t.Fatalf("round %d: the peer read %d bytes, then %v: its unread frames were dropped", round, len(wire), err)
+		}
+		if want := frameBytes(wr.OpWrite, 0, 5, 64, []byte("the last words")); !bytes.Equal(wire, want) {
+			t.Fatalf("round %d: the peer read\n% x\nwant\n% x", round, wire, want)
+		}
+		r.peer.Close()
+		if left := procstat.WaitNoNewGoroutines(r.before); len(left) > 0 {
+			t.Fatalf("%d goroutines left:\n%s", len(left), strings.Join(left, "\n\n"))
+		}
+	}
+}

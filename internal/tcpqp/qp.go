@@ -54,6 +54,7 @@ type QP struct {
 	stopOnce   sync.Once
 	done       chan struct{} // closed by Destroy: the goroutines end
 	eventsDone chan struct{} // closed when the event goroutine has ended
+	readerDone chan struct{} // closed when the reader has ended
 	wg         sync.WaitGroup
 
 	// mu guards everything below. It is held only briefly, never across
@@ -110,6 +111,7 @@ func New(c *net.TCPConn, opts Options) *QP {
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		eventsDone:  make(chan struct{}),
+		readerDone:  make(chan struct{}),
 	}
 	q.mem.init()
 	if q.laddr == nil {
@@ -331,7 +333,12 @@ func (q *QP) Shutdown() {
 }
 
 // Destroy closes the socket, waits for every goroutine of the queue pair
-// to end and forgets its regions. A second call returns an error.
+// to end and forgets its regions. A second call returns an error. Once
+// started, it closes only after the peer's FIN, or closeDrainBound after
+// sending ours: a socket closed with the peer's bytes unread resets the
+// connection, and the peer's kernel then drops what it had received from
+// us and not yet read, frames whose sends had completed here. Meanwhile
+// the reader drops what it reads.
 func (q *QP) Destroy() error {
 	q.mu.Lock()
 	if q.destroyed {
@@ -339,9 +346,18 @@ func (q *QP) Destroy() error {
 		return errDestroyed
 	}
 	q.destroyed, q.stopped = true, true
-	q.enterErrorLocked()
+	q.enterErrorLocked() // the writer sends our FIN
+	started := q.started
 	q.mu.Unlock()
 	q.stopOnce.Do(func() { close(q.stop) })
+	if started {
+		drain := time.NewTimer(closeDrainBound)
+		select {
+		case <-q.readerDone:
+		case <-drain.C:
+		}
+		drain.Stop()
+	}
 	close(q.done)
 	err := q.conn.Close()
 	q.wg.Wait()
@@ -359,6 +375,11 @@ func (q *QP) Destroy() error {
 	}
 	return err
 }
+
+// closeDrainBound is the longest Destroy waits for the peer's FIN: an rnet
+// peer sends it as soon as it reads ours; a peer that has gone silent
+// costs the Close this much.
+const closeDrainBound = time.Second
 
 // enterErrorLocked moves the queue pair to the error state: every send not
 // yet written completes with WCWRFlushErr, and the writer stops. These

@@ -62,6 +62,7 @@ func (q *QP) parseHeader(h *[headerSize]byte, maxFrame int) (frame, int, error) 
 // peer still sending does not block before it sees our FIN.
 func (q *QP) reader() {
 	defer q.wg.Done()
+	defer close(q.readerDone)
 	br := bufio.NewReaderSize(q.conn, readBufSize)
 	var h [headerSize]byte
 	for {
