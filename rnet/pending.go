@@ -79,10 +79,6 @@ type pendingSlot struct {
 	heir      *pendingSlot  // the request the slot passes to on release
 	abandoned bool          // released before the slot was its own
 	released  bool
-
-	// resume marks a resume's handshake, which holds no slot (see
-	// forResume): set once, before the slot is shared.
-	resume bool
 }
 
 // lineSlotsPerSlot bounds the line of requests waiting for a slot, with
@@ -137,19 +133,6 @@ func (p *pendingHandshakes) take() (*pendingSlot, error) {
 	p.armLocked()
 	p.mu.Unlock()
 	return s, nil
-}
-
-// forResume returns a hold for a resume's handshake, which takes no slot:
-// its request carried a token the listener's table took, which only the
-// connection's dialer has, and a newer one replaces it there, so such
-// handshakes are bounded by the connections the table holds, whose memory
-// the listener pinned once already. Taking slots, a hundred resumes at
-// once after a wire cut waited in line behind each other for dialers busy
-// with the same resumes.
-func (p *pendingHandshakes) forResume() *pendingSlot {
-	s := &pendingSlot{p: p, ready: make(chan struct{}), own: true, resume: true}
-	close(s.ready)
-	return s
 }
 
 // evictForLocked evicts the handshake that has waited longest for its RTU,
@@ -273,9 +256,6 @@ func (s *pendingSlot) wait(done <-chan struct{}) bool {
 // replied records that the reply went out: from now on the handshake may
 // be evicted, by calling cancel.
 func (s *pendingSlot) replied(cancel func()) {
-	if s.resume {
-		return // a resume's handshake is never evicted, nor evicts
-	}
 	p := s.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -296,9 +276,6 @@ func (s *pendingSlot) replied(cancel func()) {
 // down. It returns false if it was evicted first: the caller then drops
 // the connection, since its slot is promised to another.
 func (s *pendingSlot) established(rtu bool) bool {
-	if s.resume {
-		return true
-	}
 	p := s.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -318,9 +295,6 @@ func (s *pendingSlot) established(rtu bool) bool {
 // release gives the slot back, or on to the request that evicted this one.
 // Call it once the handshake's resources are released or handed to a Conn.
 func (s *pendingSlot) release() {
-	if s.resume {
-		return
-	}
 	p := s.p
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -498,38 +498,3 @@ func TestPendingLineTakesStaleSlots(t *testing.T) {
 		t.Fatalf("inUse = %d, want 0", n)
 	}
 }
-
-// TestPendingResumesTakeNoSlot: a resume's handshake goes ahead with every
-// slot taken, takes none, is never evicted however long its dialer takes,
-// and leaves the slots as they were.
-func TestPendingResumesTakeNoSlot(t *testing.T) {
-	p := newPendingHandshakes(1, 1, time.Nanosecond)
-	held := mustTake(t, p)
-	r := p.forResume()
-	if !isOwn(r) {
-		t.Fatal("a resume waits for a slot")
-	}
-	c := new(counter)
-	r.replied(c.cancel)
-	// Stale at once (staleAfter 1ns): a new request would evict it if it
-	// could be evicted, and would wait for the one slot if it held it.
-	s, err := p.take()
-	if err != nil {
-		t.Fatalf("take with a resume in progress: %v", err)
-	}
-	if isOwn(s) || c.n.Load() != 0 {
-		t.Fatalf("a new request took the resume's hold (own %v, evictions %d)", isOwn(s), c.n.Load())
-	}
-	if !r.established(true) {
-		t.Fatal("the resume's handshake was evicted")
-	}
-	r.release()
-	if n := p.inUse(); n != 1 {
-		t.Fatalf("inUse = %d after the resume, want the one slot held", n)
-	}
-	held.release()
-	if !isOwn(s) {
-		t.Fatal("the slot did not pass to the request in line")
-	}
-	s.release()
-}

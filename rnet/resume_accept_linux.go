@@ -13,11 +13,10 @@ import (
 )
 
 // startResume takes a resume request whose token the table took (attempt)
-// into a handshake of its own, which neither counts against the backlog
-// (the connection it resumes was accepted long ago) nor takes a pending
-// slot (see pendingHandshakes.forResume). Any failure before the RTU
-// aborts the attempt in the table; the connection stays suspended, both
-// tokens valid.
+// into a pending-handshake slot, as a new connection's request, though it
+// does not count against the backlog: the connection it resumes was
+// accepted long ago. Any failure before the RTU aborts the attempt in the
+// table; the connection stays suspended, both tokens valid.
 func (a *acceptor) startResume(ev cm.Event, attempt resume.Attempt[*resumeEntry]) {
 	fail := func(err error) {
 		a.resume.table.Abort(attempt)
@@ -27,7 +26,11 @@ func (a *acceptor) startResume(ev cm.Event, attempt resume.Attempt[*resumeEntry]
 		fail(err)
 		return
 	}
-	slot := a.pending.forResume()
+	slot, err := a.pending.take()
+	if err != nil {
+		fail(err)
+		return
+	}
 	ch, ok := a.handOver(ev)
 	if !ok {
 		a.resume.table.Abort(attempt)
