@@ -75,7 +75,12 @@ func (f failedDevices) recent(now time.Time, memory time.Duration) map[string]in
 			delete(f, dev)
 		}
 	}
-	slices.SortFunc(devs, func(a, b string) int { return f[b].Compare(f[a]) })
+	slices.SortFunc(devs, func(a, b string) int {
+		if c := f[b].Compare(f[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
 	out := make(map[string]int, len(devs))
 	for i, dev := range devs {
 		out[dev] = i + 1
@@ -207,9 +212,10 @@ func (e *resumeError) Unwrap() []error {
 // local device), connect sends the resume request on it and returns the
 // established path (releasing the route itself if it fails), release
 // frees a route never connected, and drop closes a path that connected
-// once the resume had ended otherwise. avoid, if set, ranks a route
-// that leaves through the local device whose path failed; device, if
-// set, names the local device a route leaves through.
+// once the resume had ended otherwise. avoid, if set, ranks a route that
+// leaves through a local device whose path failed (1 goes first; 0: the
+// route is not held back); device, if set, names the local device a
+// route leaves through.
 type resumePaths[R, P any] struct {
 	resolve func(ctx context.Context, to netip.AddrPort) (R, error)
 	connect func(ctx context.Context, to netip.AddrPort, route R) (P, error)
@@ -387,7 +393,18 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			}
 		}
 		lastChance := deadline.Add(-minResumeStep)
-		heldNext := len(held) > 0 && len(ready) == 0 && current.failed == 0 && next == len(addrs) && pending == 0
+		heldNext := len(held) > 0 && len(ready) == 0 && next == len(addrs) && pending == 0
+		if heldNext && current.failed > 0 && p.device != nil && held[0].dev != current.dev {
+			// A request through one failed device gives way to a held
+			// route through another, as it would to a ready one: the
+			// device that failed last may be dead still, an older one
+			// back. Never to its own device's: that second request
+			// would replace the first at the listener.
+			unanswered = current.dev
+			giveUp()
+			return
+		}
+		heldNext = heldNext && current.failed == 0
 		if heldNext && !now.Before(lastChance) {
 			unanswered = current.dev
 			giveUp()

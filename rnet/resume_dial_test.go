@@ -381,3 +381,24 @@ func TestResumeRaceHeldByRank(t *testing.T) {
 		t.Errorf("%d routes neither connected nor released", n)
 	}
 }
+
+// TestResumeRaceHeldGivesWay: a request through the device that failed
+// last, unanswered for its step, gives way to a route through a device
+// that failed before it.
+func TestResumeRaceHeldGivesWay(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	a, b := ap("10.0.0.2:1"), ap("10.1.0.2:1")
+	f := &fakePaths{behave: map[netip.AddrPort]string{a: "silent", b: "ok"},
+		avoid: map[netip.AddrPort]bool{a: true, b: true}, rank: map[netip.AddrPort]int{a: 1, b: 2},
+		devices: map[netip.AddrPort]string{a: "rxe1", b: "rxe0"}}
+	path, err := f.paths(t).race(context.Background(), []netip.AddrPort{a, b}, 3*time.Second)
+	if err != nil || path != "path to 10.1.0.2:1" {
+		t.Fatalf("race gave %q, %v; want the path to 10.1.0.2:1", path, err)
+	}
+	if s := fmtAddrs(f.connected); s != "[10.0.0.2:1 10.1.0.2:1]" {
+		t.Errorf("connected %s, want the device that failed last first, then the other", s)
+	}
+	if n := f.routes.Load(); n != 0 {
+		t.Errorf("%d routes neither connected nor released", n)
+	}
+}
