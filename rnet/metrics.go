@@ -22,7 +22,8 @@ type Gauges struct {
 	// entry for every pair that has had any (zero now or not), sorted.
 	Connections []OpenConnections `json:"connections"`
 	// PendingHandshakes are the connection requests the process's
-	// listeners are setting up or waiting on the dialer to confirm.
+	// listeners are setting up or waiting on the dialer to confirm, each
+	// in a slot of ListenConfig.MaxPendingHandshakes (resumes take none).
 	PendingHandshakes int64 `json:"pending_handshakes"`
 	// QueuePairs, MemoryRegions and PinnedBytes are the queue pairs and
 	// registered memory regions the process holds on its devices, and
@@ -141,8 +142,8 @@ type ListenerMetrics struct {
 type ListenerGauges struct {
 	// PendingHandshakes are the connection requests it is setting up or
 	// waiting on the dialer to confirm (see
-	// ListenConfig.MaxPendingHandshakes); Backlog the established
-	// connections waiting for Accept.
+	// ListenConfig.MaxPendingHandshakes; resumes take no slot and are not
+	// counted); Backlog the established connections waiting for Accept.
 	PendingHandshakes int64 `json:"pending_handshakes"`
 	Backlog           int64 `json:"backlog"`
 }
@@ -158,7 +159,9 @@ type ListenerGauges struct {
 // resume a connection whose token the listener does not know: wrong,
 // replayed or expired, or a listener that resumes none). A handshake that failed after
 // the listener replied is "timeout" (the dialer did not confirm within
-// Config.HandshakeTimeout), "evicted" (a newer request took its slot) or
+// Config.HandshakeTimeout), "evicted" (a newer request took its slot; for a
+// resume, before or after the reply, a newer request for the same
+// connection replaced it) or
 // "aborted" (the dialer went away, or the connection manager failed).
 type ListenerCounters struct {
 	// Accepted are the connections Accept returned.

@@ -185,6 +185,11 @@ func (f handshakeFailure) String() string { return handshakeFailureNames[f] }
 // handshakeFailureOf classifies err, why a request was refused (with a
 // reject) or dropped after the reply.
 func handshakeFailureOf(err error, refused bool) handshakeFailure {
+	if refused && errors.Is(err, errResumeReplaced) {
+		// A resume request whose dialer sent a newer one: not a refusal
+		// of the listener's, though the reject says only "resources".
+		return failEvicted
+	}
 	if refused {
 		if f, ok := refusalOf(rejectReasonOf(err).code); ok {
 			return f
@@ -194,7 +199,7 @@ func handshakeFailureOf(err error, refused bool) handshakeFailure {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return failTimeout
-	case errors.Is(err, errEvicted):
+	case errors.Is(err, errEvicted), errors.Is(err, errResumeReplaced):
 		return failEvicted
 	}
 	return failAborted

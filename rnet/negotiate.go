@@ -126,6 +126,8 @@ type resumeListener struct {
 	// table, those waiting for their dialer, and the TCP side's looks at
 	// new connections (resume_peers.go).
 	peers peerCounts
+	// handshakes counts the resume handshakes alive (resume_handshake.go).
+	handshakes atomic.Int64
 }
 
 // hostDevice is one RDMA device of the host and its IP addresses.

@@ -13,45 +13,52 @@ import (
 )
 
 // startResume takes a resume request whose token the table took (attempt)
-// into a pending-handshake slot, as a new connection's request, though it
-// does not count against the backlog: the connection it resumes was
-// accepted long ago. Any failure before the RTU aborts the attempt in the
-// table; the connection stays suspended, both tokens valid.
+// into a handshake on its connection (see resume_handshake.go): it takes
+// no pending-handshake slot and does not count against the backlog, since
+// the connection it resumes was accepted long ago. Any failure before the
+// RTU aborts the attempt in the table; the connection stays suspended,
+// both tokens valid.
 func (a *acceptor) startResume(ev cm.Event, attempt resume.Attempt[*resumeEntry]) {
+	// The table took this request's token in place of the older's: the
+	// handshake under way, if any, ends whatever becomes of this one.
+	hs := attempt.Value.claim(a.ctx)
 	fail := func(err error) {
 		a.resume.table.Abort(attempt)
+		hs.release()
 		a.refuse(ev.ID, err)
 	}
 	if _, err := ring.DecodeConnData(ev.Param.PrivateData); err != nil {
 		fail(err)
 		return
 	}
-	slot, err := a.pending.take()
-	if err != nil {
-		fail(err)
+	if !a.resume.takeHandshake() {
+		fail(errHandshakesBusy)
 		return
 	}
 	ch, ok := a.handOver(ev)
 	if !ok {
 		a.resume.table.Abort(attempt)
-		slot.release()
+		hs.release()
+		a.resume.handshakes.Add(-1)
 		a.l.requestEnded()
 		return
 	}
 	a.wg.Add(1)
-	go a.handshakeResume(ev, ch, slot, attempt)
+	go a.handshakeResume(ev, ch, hs, attempt)
 }
 
-// handshakeResume accepts a resume request, whose id is alone on ch, in
-// the pending slot it was given: it waits for the connection's Resume call
-// (telling the connection that its path failed, if it had not seen it),
-// builds the new queue pair and engine from it, replies with a new token,
-// and once the dialer's RTU has come commits the resume in the table and
-// hands the path over.
-func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, slot *pendingSlot, attempt resume.Attempt[*resumeEntry]) {
+// handshakeResume accepts a resume request, whose id is alone on ch, once
+// no other handshake of its connection holds a path (hs): it waits for the
+// connection's Resume call (telling the connection that its path failed,
+// if it had not seen it), builds the new queue pair and engine from it,
+// replies with a new token, and once the dialer's RTU has come commits the
+// resume in the table and hands the path over. A newer request for the
+// connection ends it at any step.
+func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, hs *resumeHandshake, attempt resume.Attempt[*resumeEntry]) {
 	defer a.wg.Done()
 	defer a.l.requestEnded()
-	defer slot.release()
+	defer a.resume.handshakes.Add(-1)
+	defer hs.release()
 	committed := false
 	defer func() {
 		if !committed {
@@ -59,8 +66,11 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, slot *pendi
 		}
 	}()
 	id := ev.ID
-	if !slot.wait(a.ctx.Done()) {
-		a.reject(id, net.ErrClosed) // Listener.Close
+	if err := hs.acquire(); err != nil {
+		if a.ctx.Err() != nil {
+			err = net.ErrClosed // Listener.Close
+		}
+		a.reject(id, err)
 		id.Close()
 		ch.Close()
 		return
@@ -68,9 +78,9 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, slot *pendi
 	remote := netAddr(id.RemoteAddr())
 	bound := func() (context.Context, context.CancelFunc) {
 		if a.set.handshakeTimeout > 0 {
-			return context.WithTimeout(a.ctx, a.set.handshakeTimeout)
+			return context.WithTimeout(hs.ctx, a.set.handshakeTimeout)
 		}
-		return context.WithCancel(a.ctx)
+		return context.WithCancel(hs.ctx)
 	}
 	ctx, cancel := bound()
 	w, err := attempt.Value.await(ctx, fmt.Errorf("rnet: the dialer resumed the connection from %v", remote))
@@ -117,6 +127,10 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, slot *pendi
 		Addrs:    replyAddrs(a.resume.devices, id.LocalAddr().Addr(), q.device),
 		TCP:      a.resume.tcp.Load(),
 	})
+	if err == nil {
+		// Replaced while it built: the dialer has moved on.
+		err = hs.err()
+	}
 	if err != nil {
 		a.reject(id, err)
 		path.close()
@@ -129,10 +143,9 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, slot *pendi
 	}
 	ctx, cancel = bound()
 	defer cancel()
-	slot.replied(cancel)
 	_, err = id.Await(ctx, cm.EventEstablished)
-	if !slot.established(err == nil) {
-		err = errEvicted
+	if replaced := hs.err(); err != nil && replaced != nil {
+		err = replaced
 	}
 	var newPath resume.Path
 	if err == nil {
@@ -146,7 +159,6 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, slot *pendi
 		return
 	}
 	committed = true
-	slot.release()
 	if !attempt.Value.hand(w, path, newPath) {
 		a.dropped(id, errResumeEnded)
 		path.close()

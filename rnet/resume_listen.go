@@ -58,10 +58,19 @@ type resumeEntry struct {
 	wait  *resumeWait
 	asked chan struct{}
 	ended bool
+	// handshake is the latest resume request's handshake, nil once it has
+	// ended (see resume_handshake.go).
+	handshake *resumeHandshake
+
+	// building holds one token, taken by the resume handshake allowed to
+	// build a path for the connection.
+	building chan struct{}
 }
 
 func newResumeEntry(r *resumeListener) *resumeEntry {
-	return &resumeEntry{r: r, asked: make(chan struct{})}
+	e := &resumeEntry{r: r, asked: make(chan struct{}), building: make(chan struct{}, 1)}
+	e.building <- struct{}{}
+	return e
 }
 
 // handedOut records the connection once it is handed out: a resume

@@ -403,7 +403,8 @@ type ListenConfig struct {
 	// and at least 16: with the default Config, 102 for a listener on a
 	// RoCE or InfiniBand address, 26 on an iWARP one or on every device
 	// (an iWARP connection starts with its whole receive ring). Range 1
-	// to 65535.
+	// to 65535. A resume's handshake (Config.Resume) takes no slot: it is
+	// bounded per connection, one at a time, a newer request ending it.
 	MaxPendingHandshakes int
 	// HandshakeError, if set, is told of every connection request the
 	// Listener refused or dropped before Accept could return it: remote is
