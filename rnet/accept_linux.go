@@ -16,6 +16,17 @@ import (
 	"github.com/rnet-dev/rnet/internal/verbs"
 )
 
+// kernelListenBacklog is the listening id's backlog in the kernel, the
+// connection requests it queues for the acceptor to read: as many as the
+// kernel allows (net.rdma_ucm.max_backlog caps it, 1024 by default). The
+// acceptor reads each at once and applies the listener's own bounds
+// (Backlog, MaxPendingHandshakes), refusing with a reason the dialer reads.
+// A request past the kernel's backlog is instead dropped without a word,
+// so that its dialer's connection manager sends it again, about 4 s later:
+// with Backlog there, a burst of requests that came while the acceptor was
+// not running (a hundred resumes after a wire cut, say) lost that long.
+const kernelListenBacklog = maxBacklog
+
 // listen binds a listening id to laddr and starts its acceptor.
 func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPending int, handshakeError func(net.Addr, error)) (*Listener, error) {
 	addr := netAddr(laddr)
@@ -39,7 +50,7 @@ func listen(set settings, network string, laddr netip.AddrPort, backlog, maxPend
 		ch.Close()
 		return fail(err)
 	}
-	if err := id.Listen(backlog); err != nil {
+	if err := id.Listen(kernelListenBacklog); err != nil {
 		id.Close()
 		ch.Close()
 		return fail(err)

@@ -118,13 +118,11 @@ func TestRXEResumeWithEveryPendingSlotTaken(t *testing.T) {
 	pair := rdmatest.Require(t)
 	warmUp(t, pair)
 	gor0, fds0, res0 := procstat.GoroutineIDs(), countFDs(t), procstat.Resources(t)
-	// With the default ResumeTimeout (5 s), whose keepalive is 1.7 s, one
-	// resume in four or five under this flood got no answer: its request
-	// never reached the listener's acceptor, which read the flood's
-	// meanwhile, and the connection manager resends a request only after
-	// about 4.3 s (not explained; docs/performance.md). With 20 s, none
-	// in 24.
-	cfg := &Config{Resume: true, ResumeTimeout: 20 * time.Second}
+	// Backlog 1 once also sized the kernel's queue of requests for the
+	// acceptor (rdma_listen), which then dropped the resume's request now
+	// and then, as the flood's filled it, for a resend 4 s later: at the
+	// default ResumeTimeout one resume in five failed.
+	cfg := &Config{Resume: true}
 	lc := &ListenConfig{Config: cfg, MaxPendingHandshakes: 1, Backlog: 1}
 	ln, err := lc.Listen(t.Context(), "rdma", net.JoinHostPort(pair.Server.String(), "0"))
 	if err != nil {

@@ -477,9 +477,9 @@ func (lc *ListenConfig) limits() (backlog, pending int) {
 	return min(backlog, maxBacklog), min(max(lc.MaxPendingHandshakes, 0), maxBacklog)
 }
 
-// maxBacklog caps ListenConfig.Backlog: it sizes channels made up front,
-// and the kernel caps a listen backlog far lower anyway. It caps
-// MaxPendingHandshakes alike.
+// maxBacklog caps ListenConfig.Backlog: it sizes channels made up front.
+// It caps MaxPendingHandshakes alike, and is what a listening id asks of
+// the kernel, which caps it far lower (kernelListenBacklog).
 const maxBacklog = 65535
 
 func ipWithZone(b net.IP, zone string) netip.Addr {
