@@ -2,7 +2,9 @@ package twohosts
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,6 +32,36 @@ func printDeviceDiag() {
 			fmt.Printf("diag-device %s: %s\n", cmd[0], l)
 		}
 	}
+	for _, l := range cmCounterLines() {
+		fmt.Printf("diag-device cm: %s\n", l)
+	}
+}
+
+// cmCounterLines reads the connection manager's counts of the messages
+// each port sent, sent again and received twice (REQ, REP, RTU and the
+// rest), those not zero, a line per port and kind: a handshake message
+// lost on the wire waits for its resend, about 4 s later.
+func cmCounterLines() []string {
+	var out []string
+	ports, _ := filepath.Glob("/sys/class/infiniband/*/ports/*/cm_tx_msgs")
+	for _, p := range ports {
+		port := filepath.Dir(p)
+		for _, kind := range []string{"cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs", "cm_rx_duplicates"} {
+			files, _ := filepath.Glob(filepath.Join(port, kind, "*"))
+			var counts []string
+			for _, f := range files {
+				b, err := os.ReadFile(f)
+				if v := strings.TrimSpace(string(b)); err == nil && v != "0" {
+					counts = append(counts, filepath.Base(f)+"="+v)
+				}
+			}
+			if len(counts) > 0 {
+				dev := filepath.Base(filepath.Dir(filepath.Dir(port))) + "/" + filepath.Base(port)
+				out = append(out, dev+" "+kind+" "+strings.Join(counts, " "))
+			}
+		}
+	}
+	return out
 }
 
 // printNetDiag prints the host's TCP counters and its NICs' queue drops,

@@ -204,11 +204,8 @@ wait:
 	if failed > 0 && os.Getenv("FAULT_TCP_RESUME") == "1" {
 		printNetDiag()
 	}
-	fmt.Printf("all-ended clean=%d failed=%d maxsincemark=%v maxsincelast=%v stalled=%v\n", clean, failed,
-		maxSinceMark.Round(time.Millisecond), maxSinceLast.Round(time.Millisecond), stalled.Round(time.Millisecond))
-	if expect != "end" && !markAt.IsZero() {
-		reportOutages(streams, markAt, map[string]string{"resume": "resumed", "survive": "recovered"}[expect])
-	}
+	// The diagnoses go before the line the host tests wait for, which
+	// ends a failing test's reading of this output.
 	unexpected := false
 	for _, s := range streams {
 		if s.endErr != nil && (expect != "end" || !errors.Is(s.endErr, rnet.ErrPeerGone)) {
@@ -218,6 +215,11 @@ wait:
 	}
 	if unexpected {
 		printDeviceDiag()
+	}
+	fmt.Printf("all-ended clean=%d failed=%d maxsincemark=%v maxsincelast=%v stalled=%v\n", clean, failed,
+		maxSinceMark.Round(time.Millisecond), maxSinceLast.Round(time.Millisecond), stalled.Round(time.Millisecond))
+	if expect != "end" && !markAt.IsZero() {
+		reportOutages(streams, markAt, map[string]string{"resume": "resumed", "survive": "recovered"}[expect])
 	}
 
 	for _, s := range streams {

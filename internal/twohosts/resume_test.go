@@ -91,6 +91,11 @@ func finishResumed(t *testing.T, ctx context.Context, s streams, fault string) {
 				t.Error(l)
 			}
 		}
+		// The server's diagnoses come once the client's connections
+		// have closed.
+		waitCtx, waitCancel := context.WithTimeout(ctx, time.Minute)
+		s.server.WaitFor(waitCtx, "server-done ")
+		waitCancel()
 		logDiag(t, s.client, s.server)
 		t.Fatalf("client: %s", line)
 	}

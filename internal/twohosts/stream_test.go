@@ -238,6 +238,12 @@ func faultServer() int {
 		if os.Getenv("FAULT_DUAL") == "1" {
 			printNetDiag()
 		}
+	} else if os.Getenv("FAULT_RESUME") == "1" {
+		// The dialer's resumes may have failed where this side saw clean
+		// ends: whether this side's handshake messages were resent tells.
+		for _, l := range cmCounterLines() {
+			fmt.Printf("diag-device cm: %s\n", l)
+		}
 	}
 	closing.Wait()
 	fmt.Println("server-released", waitNoQPs())
