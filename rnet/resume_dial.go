@@ -42,6 +42,20 @@ func resumeStep(left time.Duration, untried int, whole time.Duration) time.Durat
 	return max(left/time.Duration(min(max(untried, 1), 2)), min(minResumeStep, whole/2))
 }
 
+// resumeExchangeWait is how long a dialer's new path waits for the
+// listener's exchange, with left of the resume's time to go: half of it,
+// so that a second request has the other half; all of it (0) when that
+// half would be less than minResumeStep. The listener sends its exchange
+// once our RTU has come; a lost RTU is sent again only when the listener's
+// connection manager resends its reply, some 4 s later, past most resumes'
+// time, while a new request replaces the stuck handshake at once.
+func resumeExchangeWait(left time.Duration) time.Duration {
+	if left < 2*minResumeStep {
+		return 0
+	}
+	return left / 2
+}
+
 // failedDevices are the local devices whose paths failed in use, and when
 // each last did. A resume tries routes through them last (resumePaths'
 // avoid). A new path that failed before it took over does not count: the

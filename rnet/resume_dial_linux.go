@@ -57,6 +57,12 @@ func newDialResumer(set settings, dialled netip.AddrPort, local netip.Addr, agre
 // nothing once the listener has forgotten the connection.
 func (r *dialResumer) Forget() {}
 
+// ExchangeWait bounds a new path's wait for the listener's exchange
+// (stream.ExchangeWaiter; see resumeExchangeWait).
+func (r *dialResumer) ExchangeWait(left time.Duration) time.Duration {
+	return resumeExchangeWait(left)
+}
+
 func (r *dialResumer) latest() resumeAgreement {
 	r.mu.Lock()
 	defer r.mu.Unlock()

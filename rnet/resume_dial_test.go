@@ -402,3 +402,19 @@ func TestResumeRaceHeldGivesWay(t *testing.T) {
 		t.Errorf("%d routes neither connected nor released", n)
 	}
 }
+
+// A dialer's new path waits for the listener's exchange half of what is
+// left of the resume, so that a second request has the other half, and
+// all of it once that half would be shorter than a request's least step.
+func TestResumeExchangeWait(t *testing.T) {
+	for _, c := range []struct{ left, want time.Duration }{
+		{5 * time.Second, 2500 * time.Millisecond},
+		{2 * minResumeStep, minResumeStep},
+		{2*minResumeStep - time.Millisecond, 0},
+		{0, 0},
+	} {
+		if got := resumeExchangeWait(c.left); got != c.want {
+			t.Errorf("resumeExchangeWait(%v) = %v, want %v", c.left, got, c.want)
+		}
+	}
+}

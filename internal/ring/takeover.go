@@ -78,6 +78,12 @@ func (e *Engine) ResumeReady() bool {
 	return e.resume.active && !e.resume.awaitPeer && e.resume.ownDone
 }
 
+// ExchangeAwaitsPeer reports that this side's exchange has been sent and
+// acknowledged and the peer's has not arrived.
+func (e *Engine) ExchangeAwaitsPeer() bool {
+	return e.resume.active && e.resume.ownDone && e.resume.awaitPeer
+}
+
 // ResumeProgress says, on a resumed queue pair before TakeOver, where the
 // exchange stands, for an error that says what a resume that ran out of
 // time was waiting for.

@@ -53,6 +53,22 @@ type Resumer interface {
 	Forget()
 }
 
+// ExchangeWaiter is a Resumer that bounds how long a new path waits for
+// the peer's exchange: past that the path counts as failed (ErrExchangeLate)
+// and Resume is called again. The dialer's is one: a lost RTU leaves the
+// listener waiting for it, silent, until its connection manager resends
+// the reply some 4 s later, while a new request replaces that handshake at
+// once.
+type ExchangeWaiter interface {
+	// ExchangeWait is the bound for a new path established with left of
+	// the resume's time to go; 0 waits for all of it.
+	ExchangeWait(left time.Duration) time.Duration
+}
+
+// ErrExchangeLate is the NewPathErr of a new path whose peer's exchange
+// did not come within its ExchangeWaiter's bound.
+var ErrExchangeLate = errors.New("the peer's exchange did not come in time on the new path")
+
 // DefaultResumeTimeout bounds a resume when Settings.ResumeTimeout is not
 // positive: a dialer's few attempts, well within the listener's token
 // lifetime (resume.DefaultLifetime).

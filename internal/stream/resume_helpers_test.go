@@ -48,8 +48,14 @@ type testResumer struct {
 	entered chan ResumeRequest
 	// wrapNew, if not nil, wraps each new queue pair Resume returns.
 	wrapNew func(QueuePair) QueuePair
-	calls   atomic.Int32
-	forgets atomic.Int32
+	// silentFirst keeps the first new path this side meets from its
+	// connection, as a listener whose RTU was lost does, until the other
+	// side's next Resume meets this one again; it then releases it.
+	silentFirst atomic.Bool
+	// exchangeWait is the ExchangeWait this side's resumer asks for.
+	exchangeWait time.Duration
+	calls        atomic.Int32
+	forgets      atomic.Int32
 	// newPathErrs are the NewPathErr of each call, in order.
 	newPathErrsMu sync.Mutex
 	newPathErrs   []error
@@ -72,6 +78,12 @@ func (r *testResumer) Resume(ctx context.Context, req ResumeRequest) (QueuePair,
 		}
 	}
 	qp, eng, err := r.meet.arrive(ctx, r.side, req)
+	if err == nil && r.silentFirst.Swap(false) {
+		silent := qp
+		qp, eng, err = r.meet.arrive(ctx, r.side, req)
+		silent.Disconnect() // never started: nothing listens for its events
+		silent.Destroy()
+	}
 	if err == nil && r.wrapNew != nil {
 		qp = r.wrapNew(qp)
 	}
@@ -79,6 +91,8 @@ func (r *testResumer) Resume(ctx context.Context, req ResumeRequest) (QueuePair,
 }
 
 func (r *testResumer) Forget() { r.forgets.Add(1) }
+
+func (r *testResumer) ExchangeWait(time.Duration) time.Duration { return r.exchangeWait }
 
 // waitEntered waits until Resume has begun.
 func (r *testResumer) waitEntered(t testing.TB) ResumeRequest {

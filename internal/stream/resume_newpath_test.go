@@ -208,3 +208,37 @@ func TestResumeRetriesAfterNewEngineFails(t *testing.T) {
 		t.Errorf("the dialer resumed %d times, want 1", n)
 	}
 }
+
+// A new path whose peer stays silent (a listener still waiting for an RTU
+// that was lost) counts as failed once the dialer's ExchangeWait has
+// passed: the dialer asks for another path at once, well within
+// ResumeTimeout, and the stream goes on there with every byte once.
+func TestResumeRetriesWhenTheExchangeIsLate(t *testing.T) {
+	rc := resumePipe(t, func(s *Settings) { s.ResumeTimeout = 3 * time.Second })
+	defer rc.close()
+	rc.ra.exchangeWait = 50 * time.Millisecond
+	rc.rb.silentFirst.Store(true)
+	const total = 100 << 10
+	ab := startChecked(rc.a, rc.b, total, 18, total/2)
+	ba := startChecked(rc.b, rc.a, total, 19, total/2)
+	gate(t, ab, ba)
+	failIdle(rc.a)
+	pass(ab, ba)
+	ab.wait(t)
+	ba.wait(t)
+	if n := rc.ra.calls.Load(); n != 2 {
+		t.Errorf("the dialer's Resume called %d times, want 2", n)
+	}
+	rc.ra.newPathErrsMu.Lock()
+	errs := rc.ra.newPathErrs
+	rc.ra.newPathErrsMu.Unlock()
+	if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], ErrExchangeLate) {
+		t.Errorf("the dialer's Resume calls were told the new path failed with %v; want nil, then %v", errs, ErrExchangeLate)
+	}
+	if n := rc.rb.calls.Load(); n != 1 {
+		t.Errorf("the listener's Resume called %d times, want 1 (its silent path never took over)", n)
+	}
+	if a, b := resumesOf(rc.a), resumesOf(rc.b); a != 1 || b != 1 {
+		t.Errorf("resumes: dialer %d, listener %d; want 1 each", a, b)
+	}
+}

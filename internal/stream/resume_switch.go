@@ -141,6 +141,11 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 	c.mu.Unlock()
 	qp.Start(pathEvents{c: c, path: path})
 	old.Shutdown()
+	late := c.boundExchange(ctx)
+	if late.wait > 0 {
+		// The loop below sees the bound pass: the timer wakes its wait.
+		defer time.AfterFunc(late.wait, c.kick).Stop()
+	}
 
 	done := func() bool {
 		return c.eng.ResumeReady() || c.fatal != nil || c.eng.Err() != nil || c.closing || ctx.Err() != nil || c.newPathErr != nil
@@ -148,6 +153,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 	for {
 		c.mu.Lock()
 		c.driveLocked()
+		late.checkLocked(c)
 		ok := done()
 		c.mu.Unlock()
 		if ok {
@@ -248,6 +254,41 @@ func (c *Conn) backToSuspended(old QueuePair, oldEng *ring.Engine) {
 	if destroy {
 		failed.Destroy()
 	}
+}
+
+// exchangeBound is when a switch's new path counts as failed for want of
+// the peer's exchange (ExchangeWaiter).
+type exchangeBound struct {
+	wait time.Duration // 0: no bound
+	at   time.Time
+}
+
+// boundExchange returns the Resumer's bound on the switch's wait for the
+// peer's exchange, which begins now.
+func (c *Conn) boundExchange(ctx context.Context) exchangeBound {
+	w, ok := c.set.Resumer.(ExchangeWaiter)
+	deadline, hasDeadline := ctx.Deadline()
+	if !ok || !hasDeadline {
+		return exchangeBound{}
+	}
+	wait := w.ExchangeWait(time.Until(deadline))
+	if wait <= 0 {
+		return exchangeBound{}
+	}
+	return exchangeBound{wait: wait, at: time.Now().Add(wait)}
+}
+
+// checkLocked fails the new path, as a path fails, once the bound has
+// passed with this side's exchange acknowledged and the peer's not come:
+// the peer's queue pair took ours, so the wire works, and the peer is
+// waiting for something else (the RTU). An exchange not yet acknowledged
+// says the wire is slow or losing frames, which a new request over it
+// would not mend, so the path keeps its chance until that changes.
+func (b exchangeBound) checkLocked(c *Conn) {
+	if b.wait <= 0 || c.newPathErr != nil || !c.eng.ExchangeAwaitsPeer() || time.Now().Before(b.at) {
+		return
+	}
+	c.newPathErr = fmt.Errorf("%w: waited %v (%s)", ErrExchangeLate, b.wait, c.eng.ResumeProgress())
 }
 
 // newPathFailedLocked ends the switch under way with err, a transport
