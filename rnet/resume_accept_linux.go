@@ -19,6 +19,7 @@ import (
 // RTU aborts the attempt in the table; the connection stays suspended,
 // both tokens valid.
 func (a *acceptor) startResume(ev cm.Event, attempt resume.Attempt[*resumeEntry]) {
+	steps := startResumeSteps()
 	// The table took this request's token in place of the older's: the
 	// handshake under way, if any, ends whatever becomes of this one.
 	hs := attempt.Value.claim(a.ctx)
@@ -44,7 +45,7 @@ func (a *acceptor) startResume(ev cm.Event, attempt resume.Attempt[*resumeEntry]
 		return
 	}
 	a.wg.Add(1)
-	go a.handshakeResume(ev, ch, hs, attempt)
+	go a.handshakeResume(ev, ch, hs, attempt, steps)
 }
 
 // handshakeResume accepts a resume request, whose id is alone on ch, once
@@ -54,7 +55,7 @@ func (a *acceptor) startResume(ev cm.Event, attempt resume.Attempt[*resumeEntry]
 // replies with a new token, and once the dialer's RTU has come commits the
 // resume in the table and hands the path over. A newer request for the
 // connection ends it at any step.
-func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, hs *resumeHandshake, attempt resume.Attempt[*resumeEntry]) {
+func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, hs *resumeHandshake, attempt resume.Attempt[*resumeEntry], steps *resumeSteps) {
 	defer a.wg.Done()
 	defer a.l.requestEnded()
 	defer a.resume.handshakes.Add(-1)
@@ -70,11 +71,12 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, hs *resumeH
 		if a.ctx.Err() != nil {
 			err = net.ErrClosed // Listener.Close
 		}
-		a.reject(id, err)
+		a.reject(id, steps.wrap(err))
 		id.Close()
 		ch.Close()
 		return
 	}
+	steps.mark("path free")
 	remote := netAddr(id.RemoteAddr())
 	bound := func() (context.Context, context.CancelFunc) {
 		if a.set.handshakeTimeout > 0 {
@@ -86,33 +88,35 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, hs *resumeH
 	w, err := attempt.Value.await(ctx, fmt.Errorf("rnet: the dialer resumed the connection from %v", remote))
 	cancel()
 	if err != nil {
-		a.reject(id, err)
+		a.reject(id, steps.wrap(err))
 		id.Close()
 		ch.Close()
 		return
 	}
+	steps.mark("Resume call")
 	q, eng, err := setup(id, ch, w.req.Ring, a.set.transport, true)
 	if err != nil {
-		a.reject(id, err)
+		a.reject(id, steps.wrap(err))
 		id.Close()
 		ch.Close()
 		return
 	}
+	steps.mark("queue pair built")
 	path := resumedPath{qp: q, eng: eng}
 	// The exchange goes first on the new queue pair: before Establish,
 	// which lets the engine send.
 	if err := eng.BeginResume(w.req.Own); err != nil {
-		a.reject(id, err)
+		a.reject(id, steps.wrap(err))
 		path.close()
 		return
 	}
 	if err := eng.Establish(ev.Param.PrivateData); err != nil {
-		a.reject(id, err)
+		a.reject(id, steps.wrap(err))
 		path.close()
 		return
 	}
 	if err := postInitialRecvs(q, eng); err != nil {
-		a.reject(id, err)
+		a.reject(id, steps.wrap(err))
 		path.close()
 		return
 	}
@@ -132,15 +136,16 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, hs *resumeH
 		err = hs.err()
 	}
 	if err != nil {
-		a.reject(id, err)
+		a.reject(id, steps.wrap(err))
 		path.close()
 		return
 	}
 	if err := id.Accept(p); err != nil {
-		a.dropped(id, err)
+		a.dropped(id, steps.wrap(err))
 		path.close()
 		return
 	}
+	steps.mark("replied")
 	ctx, cancel = bound()
 	defer cancel()
 	_, err = id.Await(ctx, cm.EventEstablished)
@@ -149,18 +154,19 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, hs *resumeH
 	}
 	var newPath resume.Path
 	if err == nil {
+		steps.mark("RTU")
 		// Fails if a newer request with the token replaced this one, or
 		// the connection ended or expired meanwhile.
 		newPath, err = a.resume.table.Commit(attempt)
 	}
 	if err != nil {
-		a.dropped(id, err)
+		a.dropped(id, steps.wrap(err))
 		path.close()
 		return
 	}
 	committed = true
 	if !attempt.Value.hand(w, path, newPath) {
-		a.dropped(id, errResumeEnded)
+		a.dropped(id, steps.wrap(errResumeEnded))
 		path.close()
 	}
 }
