@@ -68,9 +68,10 @@ const sweepLimit = 4
 // can be presented, printed or not. Every method takes one mutex for a
 // constant amount of work: a map lookup, a token drawn on success, and at
 // most sweepLimit expired connections forgotten. A wrong token costs a
-// SHA-256 of 16 bytes outside the lock and one lookup, and stores nothing.
+// SHA-256 of 16 bytes outside the lock, one lookup and a look through the
+// last retiredMemory tokens the table stopped taking, and stores nothing.
 // The table never holds more than MaxEntries connections and 2 tokens for
-// each. It is safe for concurrent use.
+// each, and those retiredMemory digests. It is safe for concurrent use.
 type Table[V comparable] struct {
 	maxEntries int
 	lifetime   time.Duration
@@ -83,7 +84,31 @@ type Table[V comparable] struct {
 	byValue   map[V]*entry[V]
 	suspended list.List // *entry[V] whose path failed, by deadline, earliest first
 	attempts  uint64    // the last Attempt's id
+	// retired are the digests of the tokens refused most recently, each
+	// with when and why, in a ring (next is the slot to write): so that
+	// a refusal can say a token was valid until then, which tells a
+	// dialer that came late from a forged or garbled token.
+	retired [retiredMemory]retiredToken
+	next    int
 }
+
+// retiredMemory is how many refused tokens a table remembers.
+const retiredMemory = 64
+
+// retiredToken is a token the table stopped taking.
+type retiredToken struct {
+	digest tokenDigest
+	at     time.Time
+	why    string
+}
+
+// Why a token was retired.
+const (
+	retiredEnded    = "its connection ended"
+	retiredExpired  = "its connection waited longer than the lifetime"
+	retiredReplaced = "a resume that presented the connection's other token replaced it"
+	retiredUsed     = "a resume with it completed"
+)
 
 // entry is one connection. Its fields are guarded by the Table's mu.
 type entry[V comparable] struct {
@@ -206,7 +231,7 @@ func (t *Table[V]) Forget(v V) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e := t.byValue[v]; e != nil {
-		t.removeLocked(e)
+		t.removeLocked(e, retiredEnded)
 	}
 }
 
@@ -225,10 +250,10 @@ func (t *Table[V]) Begin(presented Token) (Attempt[V], error) {
 	e := t.byToken[d]
 	if e == nil || !e.holds(d) {
 		t.sweepLocked(now)
-		return Attempt[V]{}, ErrUnknownToken
+		return Attempt[V]{}, t.unknownLocked(d, now)
 	}
 	if e.expired(now) {
-		t.removeLocked(e)
+		t.removeLocked(e, retiredExpired)
 		t.sweepLocked(now)
 		return Attempt[V]{}, ErrExpired
 	}
@@ -241,6 +266,7 @@ func (t *Table[V]) Begin(presented Token) (Attempt[V], error) {
 	for _, old := range e.tokens[:e.ntokens] {
 		if old != d {
 			delete(t.byToken, old)
+			t.retireLocked(old, now, retiredReplaced)
 		}
 	}
 	e.tokens, e.ntokens = [2]tokenDigest{d, td}, 2
@@ -266,11 +292,13 @@ func (t *Table[V]) Commit(a Attempt[V]) (Path, error) {
 	if e == nil || t.byValue[e.value] != e || e.attempt != a.id {
 		return 0, ErrUnknownToken
 	}
-	if e.expired(t.now()) {
-		t.removeLocked(e)
+	now := t.now()
+	if e.expired(now) {
+		t.removeLocked(e, retiredExpired)
 		return 0, ErrExpired
 	}
 	delete(t.byToken, a.presented)
+	t.retireLocked(a.presented, now, retiredUsed)
 	e.tokens, e.ntokens = [2]tokenDigest{a.Token.digest()}, 1
 	e.attempt = 0
 	e.path++
@@ -317,9 +345,11 @@ func (t *Table[V]) suspendLocked(e *entry[V], now time.Time) {
 	e.suspended = t.suspended.PushBack(e)
 }
 
-func (t *Table[V]) removeLocked(e *entry[V]) {
+func (t *Table[V]) removeLocked(e *entry[V], why string) {
+	now := t.now()
 	for _, d := range e.tokens[:e.ntokens] {
 		delete(t.byToken, d)
+		t.retireLocked(d, now, why)
 	}
 	if e.suspended != nil {
 		t.suspended.Remove(e.suspended)
@@ -328,6 +358,38 @@ func (t *Table[V]) removeLocked(e *entry[V]) {
 	delete(t.byValue, e.value)
 	e.attempt = 0
 }
+
+// retireLocked remembers that the token of digest d stopped being taken
+// at now, and why.
+func (t *Table[V]) retireLocked(d tokenDigest, now time.Time, why string) {
+	t.retired[t.next] = retiredToken{digest: d, at: now, why: why}
+	t.next = (t.next + 1) % retiredMemory
+}
+
+// unknownLocked is the error for a token of digest d that names no
+// connection: ErrUnknownToken, saying when and why the table stopped
+// taking it if it was one of the last retiredMemory it did.
+func (t *Table[V]) unknownLocked(d tokenDigest, now time.Time) error {
+	for i := range retiredMemory {
+		r := &t.retired[(t.next+retiredMemory-1-i)%retiredMemory]
+		if !r.at.IsZero() && r.digest == d {
+			return &RetiredError{Ago: now.Sub(r.at), Why: r.why}
+		}
+	}
+	return ErrUnknownToken
+}
+
+// RetiredError is ErrUnknownToken for a token the table took until lately.
+type RetiredError struct {
+	Ago time.Duration // how long ago it stopped taking it
+	Why string
+}
+
+func (e *RetiredError) Error() string {
+	return ErrUnknownToken.Error() + ": it was valid until " + e.Ago.Round(time.Millisecond).String() + " ago, when " + e.Why
+}
+
+func (e *RetiredError) Is(target error) bool { return target == ErrUnknownToken }
 
 // sweepLocked forgets up to sweepLimit connections whose lifetime has run
 // out, earliest first.
@@ -341,7 +403,7 @@ func (t *Table[V]) sweepLocked(now time.Time) {
 		if !e.expired(now) {
 			return
 		}
-		t.removeLocked(e)
+		t.removeLocked(e, retiredExpired)
 	}
 }
 
