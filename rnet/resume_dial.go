@@ -27,6 +27,14 @@ func resumeResolveTimeout(resumeTimeout time.Duration) time.Duration {
 	return max(resumeTimeout/2, minResumeTimeout/2)
 }
 
+// heldGrace is how long, once every address has begun resolving, a route
+// through a failed device waits for the resolutions still under way before
+// its request goes: when every device has failed, the neighbour cache of
+// a dead wire's IPv6 address answers only at the resolve bound, half the
+// resume's time, and a route through another device after that long is
+// less likely than the held one to help.
+const heldGrace = time.Second
+
 // minResumeStep is the least a resume request waits for its answer, unless
 // the resume's whole time is shorter.
 const minResumeStep = time.Second
@@ -244,8 +252,8 @@ type resumePaths[R, P any] struct {
 // when one fails or leaves through the failed device; the resume requests
 // go out one at a time, on each route in the order the routes resolved,
 // those through a failed device (avoid) last, in avoid's rank, once no other address can
-// give a route: its neighbour cache answers at once for the addresses of a
-// wire that is now dead. One at a time because a listener takes a second
+// give a route (or heldGrace after the last began resolving): its neighbour
+// cache answers at once for the addresses of a wire that is now dead. One at a time because a listener takes a second
 // request with the same token as replacing the first (resume.Table.Begin):
 // two in flight could leave the dialer on the path the listener dropped,
 // holding a token the listener forgot. Routes go on resolving while a
@@ -320,7 +328,9 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 		}
 	}()
 	resolving := make([]time.Duration, len(addrs))
+	var lastStart time.Time // when the last address began resolving
 	resolve := func(i int) {
+		lastStart = time.Now()
 		resolving[i] = time.Since(began)
 		wg.Add(1)
 		go func() {
@@ -351,6 +361,12 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 		}()
 	}
 	next, pending := 0, 0
+	// heldMayGo: no route is ready, and the held routes have waited for
+	// every address's resolution to end, or heldGrace once all began.
+	heldMayGo := func() bool {
+		return len(held) > 0 && len(ready) == 0 && next == len(addrs) &&
+			(pending == 0 || time.Since(lastStart) >= heldGrace)
+	}
 	// ended lists, in e, the addresses never sent a request and why.
 	ended := func() *resumeError {
 		done := make(map[int]bool, len(e.attempts))
@@ -407,7 +423,7 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			}
 		}
 		lastChance := deadline.Add(-minResumeStep)
-		heldNext := len(held) > 0 && len(ready) == 0 && next == len(addrs) && pending == 0
+		heldNext := heldMayGo()
 		if heldNext && current.failed > 0 && p.device != nil && held[0].dev != current.dev {
 			// A request through one failed device gives way to a held
 			// route through another, as it would to a ready one: the
@@ -465,7 +481,7 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 			switch {
 			case len(ready) > 0:
 				connect(nextReady())
-			case len(held) > 0 && next == len(addrs) && pending == 0:
+			case heldMayGo():
 				connect(held[0])
 				held = held[1:]
 			}
@@ -476,7 +492,11 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 				resolve(next)
 				next++
 				pending++
-				stagger.Reset(resumeStagger)
+				if next < len(addrs) {
+					stagger.Reset(resumeStagger)
+				} else {
+					stagger.Reset(heldGrace) // heldMayGo may change then
+				}
 			}
 		case r := <-results:
 			pending--

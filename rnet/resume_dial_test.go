@@ -39,6 +39,10 @@ type fakePaths struct {
 
 	// onDead, if not nil, is called when a dead address starts resolving.
 	onDead func()
+	// deadEnded says a dead address's resolution has returned; connectedEarly
+	// lists the connects made before that.
+	deadEnded      atomic.Bool
+	connectedEarly []netip.AddrPort
 	// avoid holds the addresses whose routes leave through the failed
 	// device.
 	avoid map[netip.AddrPort]bool
@@ -67,6 +71,7 @@ func (f *fakePaths) paths(t *testing.T) resumePaths[netip.AddrPort, string] {
 					f.onDead()
 				}
 				<-ctx.Done()
+				f.deadEnded.Store(true)
 				return netip.AddrPort{}, ctx.Err()
 			case "noroute":
 				return netip.AddrPort{}, errors.New("no route to host")
@@ -83,6 +88,9 @@ func (f *fakePaths) paths(t *testing.T) resumePaths[netip.AddrPort, string] {
 			f.connecting++
 			f.overlap = max(f.overlap, f.connecting)
 			f.connected = append(f.connected, to)
+			if !f.deadEnded.Load() {
+				f.connectedEarly = append(f.connectedEarly, to)
+			}
 			f.mu.Unlock()
 			defer func() {
 				f.mu.Lock()
@@ -397,6 +405,30 @@ func TestResumeRaceHeldGivesWay(t *testing.T) {
 	}
 	if s := fmtAddrs(f.connected); s != "[10.0.0.2:1 10.1.0.2:1]" {
 		t.Errorf("connected %s, want the device that failed last first, then the other", s)
+	}
+	if n := f.routes.Load(); n != 0 {
+		t.Errorf("%d routes neither connected nor released", n)
+	}
+}
+
+// TestResumeRaceHeldDoesNotWaitForADeadResolve: when every route that
+// resolved leaves through a failed device, a resolution that hangs (a dead
+// wire's IPv6 address) holds their requests back only heldGrace, not until
+// its bound, half the resume's time.
+func TestResumeRaceHeldDoesNotWaitForADeadResolve(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	dead, held := ap("[fd00::2]:1"), ap("10.1.0.2:1")
+	f := &fakePaths{behave: map[netip.AddrPort]string{dead: "dead", held: "ok"},
+		avoid: map[netip.AddrPort]bool{held: true}}
+	path, err := f.paths(t).race(context.Background(), []netip.AddrPort{dead, held}, time.Minute)
+	if err != nil || path != "path to 10.1.0.2:1" {
+		t.Fatalf("race gave %q, %v; want the path to 10.1.0.2:1", path, err)
+	}
+	f.mu.Lock()
+	early := fmtAddrs(f.connectedEarly)
+	f.mu.Unlock()
+	if early != "[10.1.0.2:1]" {
+		t.Errorf("connected before the dead address's resolution ended: %s; want the held route", early)
 	}
 	if n := f.routes.Load(); n != 0 {
 		t.Errorf("%d routes neither connected nor released", n)
