@@ -78,7 +78,8 @@ type Config struct {
 	KeepAlive time.Duration `json:"keep_alive_ns"`
 	// Linger bounds how long Close waits for written data to reach the
 	// peer; past it Close drops the rest, the peer sees ErrPeerGone and
-	// Close returns ErrAborted. Default 10 s; negative drops unsent data at
+	// Close returns ErrAborted. With Resume, a path that fails meanwhile
+	// is resumed within it. Default 10 s; negative drops unsent data at
 	// once, as TCP's SetLinger(0).
 	Linger time.Duration `json:"linger_ns"`
 	// HandshakeTimeout bounds the waits of a connection's handshake on

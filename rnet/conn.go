@@ -168,7 +168,9 @@ func (h *Conn) CloseRead() error {
 // Close sends what was written (waiting up to Config.Linger for the peer's
 // credits), tells the peer with rsocket's DISCONNECT, and releases the queue
 // pair, the rings and the connection's goroutines. Blocked Reads and Writes
-// return net.ErrClosed.
+// return net.ErrClosed. On a connection that resumes (Config.Resume), a path
+// that fails before then, or has failed, is resumed within the same Linger,
+// so that what was written and the end of the stream still reach the peer.
 func (h *Conn) Close() error {
 	h.cleanup.Stop()
 	err := h.conn.Close()

@@ -69,25 +69,10 @@ func (c *Conn) close() error {
 	if c.path == pathUp {
 		gone = c.peerGoneLocked() // a failed completion no tick has seen yet
 	}
-	resuming := c.resumeDone
-	if c.resumeCancel != nil {
-		c.resumeCancel()
-	}
 	c.mu.Unlock()
 	c.tellPeerGone(gone)
 	c.readDL.Stop()
 	c.writeDL.Stop()
-	if resuming != nil {
-		// The resume ends at once; a connection it left between paths
-		// sends nothing more.
-		<-resuming
-		c.mu.Lock()
-		if c.path != pathUp {
-			c.path = pathUp
-			c.failLocked(errClosedWhileResuming)
-		}
-		c.mu.Unlock()
-	}
 	defer c.forget()
 
 	lingered := make(chan struct{})
@@ -96,11 +81,17 @@ func (c *Conn) close() error {
 		c.kick()
 	})
 	defer linger.Stop()
+	if lingerFor <= 0 {
+		c.endResume()
+	}
 	// First the data already written, like a TCP FIN after the send
-	// buffer drains.
+	// buffer drains. A resume under way, or one a path failure starts
+	// meanwhile, goes on within Linger: what was written, and the end of
+	// the stream, still reach the peer, as TCP retransmits after close.
 	sent := c.closeWait(lingered, func() bool {
-		return c.eng.Flushed() || c.eng.Finished() || c.transportDown || c.fatal != nil
+		return c.transportDown || c.fatal != nil || c.path == pathUp && (c.eng.Flushed() || c.eng.Finished())
 	})
+	c.endResume()
 	c.mu.Lock()
 	var closeErr error
 	switch {
@@ -144,6 +135,27 @@ func (c *Conn) close() error {
 		closeErr = errors.Join(closeErr, err)
 	}
 	return c.opError("close", closeErr)
+}
+
+// endResume ends the connection's resumes: none starts from now on, and
+// one under way ends at once; a connection it left between paths sends
+// nothing more.
+func (c *Conn) endResume() {
+	c.mu.Lock()
+	c.resumeAbandoned = true
+	resuming, cancel := c.resumeDone, c.resumeCancel
+	c.mu.Unlock()
+	if resuming == nil {
+		return
+	}
+	cancel()
+	<-resuming
+	c.mu.Lock()
+	if c.path != pathUp {
+		c.path = pathUp
+		c.failLocked(errClosedWhileResuming)
+	}
+	c.mu.Unlock()
 }
 
 // releaseQP destroys the queue pair, which releases the rings' memory and

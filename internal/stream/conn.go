@@ -71,8 +71,15 @@ type Conn struct {
 	resumeKind   ResumeCause
 	resumeCause  error
 	resumeFailed bool
-	oldEng       *ring.Engine
-	newPathErr   error // a transport event of the new path, while switching
+	// resumeAbandoned: Close ends the connection's resumes (see
+	// endResume); until then a closing connection still resumes.
+	resumeAbandoned bool
+	oldEng          *ring.Engine
+	newPathErr      error // a transport event of the new path, while switching
+	// newPathLate says newPathErr is the new path's disconnect, which
+	// came once both exchanges were done: the switch takes over and
+	// delivers it again.
+	newPathLate  bool
 	forgetting   bool
 	retiredQPs   []QueuePair
 	resumeStats  ResumeStats

@@ -158,10 +158,11 @@ func (c *Conn) PathFailed(cause error) {
 
 // resumableLocked reports whether a failure with err (nil: not the
 // engine's) would resume: a Resumer is set, the path is up, nothing local
-// ended the connection (Close, a fatal error), the peer sent no
+// ended the connection (Close past its wait for the bytes written, a fatal
+// error), the peer sent no
 // DISCONNECT, the stream is not over, and err, if any, is the path's.
 func (c *Conn) resumableLocked(err error) bool {
-	if c.set.Resumer == nil || c.path != pathUp || c.closing || c.fatal != nil || c.resumeFailed {
+	if c.set.Resumer == nil || c.path != pathUp || c.resumeAbandoned || c.fatal != nil || c.resumeFailed {
 		return false
 	}
 	return c.streamResumableLocked(err)

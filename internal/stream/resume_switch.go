@@ -61,10 +61,10 @@ func (c *Conn) resumeRun(ctx context.Context, cancel context.CancelFunc, req Res
 }
 
 // giveUp fails a connection whose resume failed with err, unless Close
-// has begun (it then releases everything itself).
+// has ended its resumes (it then releases everything itself).
 func (c *Conn) giveUp(err error) {
 	c.mu.Lock()
-	if c.closing {
+	if c.resumeAbandoned {
 		c.mu.Unlock()
 		return
 	}
@@ -118,7 +118,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 	// pair, and it is the one that waits on the new.
 	c.takeWait()
 	c.mu.Lock()
-	if c.closing {
+	if c.resumeAbandoned {
 		c.mu.Unlock()
 		c.handOffWait()
 		qp.Shutdown()
@@ -141,19 +141,19 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 	c.mu.Unlock()
 	qp.Start(pathEvents{c: c, path: path})
 	old.Shutdown()
-	late := c.boundExchange(ctx)
-	if late.wait > 0 {
+	bound := c.boundExchange(ctx)
+	if bound.wait > 0 {
 		// The loop below sees the bound pass: the timer wakes its wait.
-		defer time.AfterFunc(late.wait, c.kick).Stop()
+		defer time.AfterFunc(bound.wait, c.kick).Stop()
 	}
 
 	done := func() bool {
-		return c.eng.ResumeReady() || c.fatal != nil || c.eng.Err() != nil || c.closing || ctx.Err() != nil || c.newPathErr != nil
+		return c.eng.ResumeReady() || c.fatal != nil || c.eng.Err() != nil || c.resumeAbandoned || ctx.Err() != nil || c.newPathErr != nil
 	}
 	for {
 		c.mu.Lock()
 		c.driveLocked()
-		late.checkLocked(c)
+		bound.checkLocked(c)
 		ok := done()
 		c.mu.Unlock()
 		if ok {
@@ -166,9 +166,14 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 	oldEng := c.oldEng
 	var err error
 	pathFailed := false // the new path failed as a path does, before the take-over
+	// The new path's disconnect that came once both exchanges were done
+	// is the new path's, not the switch's: the switch takes over, and the
+	// disconnect is delivered again to the path now in use (what arrived
+	// before it, such as the peer's DISCONNECT, counts).
+	var late bool
 	switch {
-	case c.closing:
-	case c.newPathErr != nil:
+	case c.resumeAbandoned:
+	case c.newPathErr != nil && !(c.newPathLate && c.eng.Err() == nil && c.fatal == nil):
 		err, pathFailed = c.newPathErr, true
 	case c.fatal != nil:
 		err = c.fatal
@@ -178,6 +183,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 	case !c.eng.ResumeReady():
 		err = fmt.Errorf("%w: the new path's exchange did not finish: %s", ctx.Err(), c.eng.ResumeProgress())
 	default:
+		late = c.newPathErr != nil
 		err = c.takeOverLocked(oldEng)
 		if err == nil {
 			err = c.moveHeldWritesLocked()
@@ -187,8 +193,8 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 		c.backToSuspended(old, oldEng)
 		return err
 	}
-	closing := c.closing
-	resumed := !closing && err == nil
+	abandoned := c.resumeAbandoned
+	resumed := !abandoned && err == nil
 	var failed *ResumeError
 	kind, took, resent := c.resumeKind, time.Since(c.resumeStart), c.resumeStats.BytesResent
 	switch {
@@ -202,11 +208,11 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 		c.keepaliveSendsDone = c.eng.Stats().SendCompletions
 		c.driveLocked() // what the peer lacks goes again
 		c.wakeAllLocked()
-	case !closing:
+	case !abandoned:
 		failed = c.failResumeLocked(err)
 	}
 	c.oldEng = nil
-	c.newPathErr = nil
+	c.newPathErr, c.newPathLate = nil, false
 	// A loan of the old engine's ring memory keeps it mapped.
 	destroyOld := c.lends == 0
 	if !destroyOld {
@@ -222,7 +228,10 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 		if f := c.set.Resumed; f != nil {
 			f(c, kind, took, resent)
 		}
-	case !closing:
+		if late {
+			c.transportDisconnected(path)
+		}
+	case !abandoned:
 		c.reportResumeFailed(failed)
 	}
 	return nil
@@ -240,7 +249,7 @@ func (c *Conn) backToSuspended(old QueuePair, oldEng *ring.Engine) {
 	c.qp, c.eng = old, oldEng
 	c.kickTo.Store(&old)
 	c.oldEng = nil
-	c.newPathErr = nil
+	c.newPathErr, c.newPathLate = nil, false
 	c.path = pathSuspended
 	// A loan of the new engine's ring memory keeps it mapped.
 	destroy := c.lends == 0

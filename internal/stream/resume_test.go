@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -233,12 +234,12 @@ func TestResumeGivesUp(t *testing.T) {
 	goroutinesBack(t, base)
 }
 
-// Close while the connection waits for a new path returns at once (its
-// Linger does not apply: nothing can go out), ends the resume, tells the
+// Close while the connection waits for a new path that does not come
+// waits for it no longer than its Linger, then ends the resume, tells the
 // resumer to forget once, and leaves no goroutine behind.
 func TestResumeCloseWhileSuspended(t *testing.T) {
 	base := runtime.NumGoroutine()
-	rc := resumePipe(t, func(s *Settings) { s.Linger = time.Hour })
+	rc := resumePipe(t, func(s *Settings) { s.Linger = 50 * time.Millisecond })
 	rc.ra.hold = make(chan struct{})
 	rc.rb.hold = rc.ra.hold
 	if _, err := rc.a.Write(make([]byte, 10<<10)); err != nil {
@@ -260,7 +261,7 @@ func TestResumeCloseWhileSuspended(t *testing.T) {
 			t.Fatalf("Close = %v", err)
 		}
 	case <-time.After(conntest.Timeout(t)):
-		t.Fatal("Close while suspended does not return")
+		t.Fatal("Close while suspended does not return after its Linger")
 	}
 	errorIs(t, "a Read blocked across Close", <-read, net.ErrClosed)
 	if n := rc.ra.forgets.Load(); n != 1 {
@@ -271,6 +272,47 @@ func TestResumeCloseWhileSuspended(t *testing.T) {
 	if n := rc.ra.forgets.Load(); n != 1 {
 		t.Errorf("Forget called %d times after a second Close, want once", n)
 	}
+	goroutinesBack(t, base)
+}
+
+// Close while the connection waits for a new path lingers: once the path
+// comes, the bytes written before Close and the end of the stream reach
+// the peer, which reads every byte and then io.EOF, as after a TCP close
+// whose FIN was retransmitted.
+func TestResumeCloseLingersThroughTheResume(t *testing.T) {
+	base := runtime.NumGoroutine()
+	rc := resumePipe(t, nil)
+	rc.ra.hold = make(chan struct{}) // the dialer finds no path until released
+	const total = 12 << 10
+	buf := make([]byte, total)
+	for i := range buf {
+		buf[i] = conntest.Pattern(uint64(i), 20)
+	}
+	if _, err := rc.b.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	failIdle(rc.b)
+	rc.rb.waitEntered(t)
+	closed := make(chan error, 1)
+	go func() { closed <- rc.b.Close() }()
+	rc.ra.waitEntered(t) // the dialer heard of it too, and waits for a path
+	close(rc.ra.hold)
+	got, err := io.ReadAll(rc.a)
+	if err != nil || !bytes.Equal(got, buf) {
+		t.Fatalf("ReadAll across the resume of a closed peer: %d bytes, %v; want all %d and io.EOF", len(got), err, total)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+	case <-time.After(conntest.Timeout(t)):
+		t.Fatal("Close does not return once the resume has delivered its bytes")
+	}
+	if a, b := resumesOf(rc.a), resumesOf(rc.b); a != 1 || b != 1 {
+		t.Errorf("resumes: dialer %d, listener %d; want 1 each", a, b)
+	}
+	rc.a.Close()
 	goroutinesBack(t, base)
 }
 
