@@ -106,20 +106,7 @@ func TestResumeRetriesAfterNewPathFails(t *testing.T) {
 		}
 		return failingStartQP{q, removed}
 	}
-	const total = 100 << 10
-	ab := startChecked(rc.a, rc.b, total, 13, total/2)
-	ba := startChecked(rc.b, rc.a, total, 14, total/2)
-	gate(t, ab, ba)
-	failIdle(rc.a)
-	pass(ab, ba)
-	ab.wait(t)
-	ba.wait(t)
-	if n := rc.ra.calls.Load(); n != 2 {
-		t.Errorf("the dialer's Resume called %d times, want 2", n)
-	}
-	rc.ra.newPathErrsMu.Lock()
-	errs := rc.ra.newPathErrs
-	rc.ra.newPathErrsMu.Unlock()
+	errs := streamAcrossANewPathFailure(t, rc, 13)
 	if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], removed) {
 		t.Errorf("the dialer's Resume calls were told the new path failed with %v; want nil, then %v", errs, removed)
 	}
@@ -187,20 +174,7 @@ func TestResumeRetriesAfterNewEngineFails(t *testing.T) {
 		}
 		return failingPathQP{q.(*simqp.QP)}
 	}
-	const total = 100 << 10
-	ab := startChecked(rc.a, rc.b, total, 16, total/2)
-	ba := startChecked(rc.b, rc.a, total, 17, total/2)
-	gate(t, ab, ba)
-	failIdle(rc.a)
-	pass(ab, ba)
-	ab.wait(t)
-	ba.wait(t)
-	if n := rc.ra.calls.Load(); n != 2 {
-		t.Errorf("the dialer's Resume called %d times, want 2", n)
-	}
-	rc.ra.newPathErrsMu.Lock()
-	errs := rc.ra.newPathErrs
-	rc.ra.newPathErrsMu.Unlock()
+	errs := streamAcrossANewPathFailure(t, rc, 16)
 	if len(errs) != 2 || errs[0] != nil || errs[1] == nil {
 		t.Errorf("the dialer's Resume calls were told the new path failed with %v; want nil, then the new engine's error", errs)
 	}
@@ -218,20 +192,7 @@ func TestResumeRetriesWhenTheExchangeIsLate(t *testing.T) {
 	defer rc.close()
 	rc.ra.exchangeWait = 50 * time.Millisecond
 	rc.rb.silentFirst.Store(true)
-	const total = 100 << 10
-	ab := startChecked(rc.a, rc.b, total, 18, total/2)
-	ba := startChecked(rc.b, rc.a, total, 19, total/2)
-	gate(t, ab, ba)
-	failIdle(rc.a)
-	pass(ab, ba)
-	ab.wait(t)
-	ba.wait(t)
-	if n := rc.ra.calls.Load(); n != 2 {
-		t.Errorf("the dialer's Resume called %d times, want 2", n)
-	}
-	rc.ra.newPathErrsMu.Lock()
-	errs := rc.ra.newPathErrs
-	rc.ra.newPathErrsMu.Unlock()
+	errs := streamAcrossANewPathFailure(t, rc, 18)
 	if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], ErrExchangeLate) {
 		t.Errorf("the dialer's Resume calls were told the new path failed with %v; want nil, then %v", errs, ErrExchangeLate)
 	}
@@ -241,4 +202,26 @@ func TestResumeRetriesWhenTheExchangeIsLate(t *testing.T) {
 	if a, b := resumesOf(rc.a), resumesOf(rc.b); a != 1 || b != 1 {
 		t.Errorf("resumes: dialer %d, listener %d; want 1 each", a, b)
 	}
+}
+
+// streamAcrossANewPathFailure streams checked bytes each way across a
+// failure of the dialer's path, whose first new path fails (as the caller
+// arranged), and returns what the dialer's Resume calls, two of them, were
+// told of the new path.
+func streamAcrossANewPathFailure(t *testing.T, rc *resumeConns, salt uint64) []error {
+	t.Helper()
+	const total = 100 << 10
+	ab := startChecked(rc.a, rc.b, total, salt, total/2)
+	ba := startChecked(rc.b, rc.a, total, salt+1, total/2)
+	gate(t, ab, ba)
+	failIdle(rc.a)
+	pass(ab, ba)
+	ab.wait(t)
+	ba.wait(t)
+	if n := rc.ra.calls.Load(); n != 2 {
+		t.Errorf("the dialer's Resume called %d times, want 2", n)
+	}
+	rc.ra.newPathErrsMu.Lock()
+	defer rc.ra.newPathErrsMu.Unlock()
+	return append([]error(nil), rc.ra.newPathErrs...)
 }
