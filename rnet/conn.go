@@ -169,8 +169,9 @@ func (h *Conn) CloseRead() error {
 // credits), tells the peer with rsocket's DISCONNECT, and releases the queue
 // pair, the rings and the connection's goroutines. Blocked Reads and Writes
 // return net.ErrClosed. On a connection that resumes (Config.Resume), a path
-// that fails before then, or has failed, is resumed within the same Linger,
-// so that what was written and the end of the stream still reach the peer.
+// that fails before the bytes written are acknowledged, or has failed, is
+// resumed within the same Linger, so that they and the end of the stream
+// still reach the peer; past Linger Close returns ErrAborted.
 func (h *Conn) Close() error {
 	h.cleanup.Stop()
 	err := h.conn.Close()

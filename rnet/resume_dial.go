@@ -497,6 +497,10 @@ func (p resumePaths[R, P]) race(ctx context.Context, addrs []netip.AddrPort, bud
 				} else {
 					stagger.Reset(heldGrace) // heldMayGo may change then
 				}
+			} else {
+				// heldGrace has passed: a request in flight may now give
+				// way to a held route.
+				reconsider()
 			}
 		case r := <-results:
 			pending--

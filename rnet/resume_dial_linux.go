@@ -58,8 +58,16 @@ func newDialResumer(set settings, dialled netip.AddrPort, local netip.Addr, agre
 func (r *dialResumer) Forget() {}
 
 // ExchangeWait bounds a new path's wait for the listener's exchange
-// (stream.ExchangeWaiter; see resumeExchangeWait).
+// (stream.ExchangeWaiter; see resumeExchangeWait), on RDMA only: over TCP
+// our send completes once the local socket took it, which says nothing of
+// the listener, and there is no RTU to lose.
 func (r *dialResumer) ExchangeWait(left time.Duration) time.Duration {
+	r.mu.Lock()
+	overTCP := r.device == ""
+	r.mu.Unlock()
+	if overTCP {
+		return 0
+	}
 	return resumeExchangeWait(left)
 }
 

@@ -81,8 +81,9 @@ func (c *Conn) close() error {
 		c.kick()
 	})
 	defer linger.Stop()
+	abandoned := false
 	if lingerFor <= 0 {
-		c.endResume()
+		abandoned = c.endResume()
 	}
 	// First the data already written, like a TCP FIN after the send
 	// buffer drains. A resume under way, or one a path failure starts
@@ -91,9 +92,14 @@ func (c *Conn) close() error {
 	sent := c.closeWait(lingered, func() bool {
 		return c.transportDown || c.fatal != nil || c.path == pathUp && (c.eng.Flushed() || c.eng.Finished())
 	})
-	c.endResume()
+	abandoned = c.endResume() || abandoned
 	c.mu.Lock()
 	var closeErr error
+	if abandoned {
+		// As when Linger drops unsent bytes: the peer may lack some of
+		// what was written, and sees the connection torn down.
+		closeErr = fmt.Errorf("%w: the path had failed and no new path came within Linger (%v)", ring.ErrAborted, lingerFor)
+	}
 	switch {
 	case c.transportDown || c.fatal != nil || c.eng.Err() != nil || c.eng.PeerDisconnected():
 		// Nothing more can go out, or the peer is already gone.
@@ -139,23 +145,25 @@ func (c *Conn) close() error {
 
 // endResume ends the connection's resumes: none starts from now on, and
 // one under way ends at once; a connection it left between paths sends
-// nothing more.
-func (c *Conn) endResume() {
+// nothing more, and endResume reports that it left one so.
+func (c *Conn) endResume() (abandoned bool) {
 	c.mu.Lock()
 	c.resumeAbandoned = true
 	resuming, cancel := c.resumeDone, c.resumeCancel
 	c.mu.Unlock()
 	if resuming == nil {
-		return
+		return false
 	}
 	cancel()
 	<-resuming
 	c.mu.Lock()
-	if c.path != pathUp {
-		c.path = pathUp
-		c.failLocked(errClosedWhileResuming)
+	defer c.mu.Unlock()
+	if c.path == pathUp {
+		return false
 	}
-	c.mu.Unlock()
+	c.path = pathUp
+	c.failLocked(errClosedWhileResuming)
+	return true
 }
 
 // releaseQP destroys the queue pair, which releases the rings' memory and

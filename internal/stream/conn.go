@@ -76,14 +76,14 @@ type Conn struct {
 	resumeAbandoned bool
 	oldEng          *ring.Engine
 	newPathErr      error // a transport event of the new path, while switching
-	// newPathLate says newPathErr is the new path's disconnect, which
-	// came once both exchanges were done: the switch takes over and
+	// newPathDisconnected says newPathErr is the new path's disconnect:
+	// if both exchanges were done before it, the switch takes over and
 	// delivers it again.
-	newPathLate  bool
-	forgetting   bool
-	retiredQPs   []QueuePair
-	resumeStats  ResumeStats
-	resumeStarts []time.Time // when the resumes within MaxResumes' window started
+	newPathDisconnected bool
+	forgetting          bool
+	retiredQPs          []QueuePair
+	resumeStats         ResumeStats
+	resumeStarts        []time.Time // when the resumes within MaxResumes' window started
 	// Writes while the path is down (see holdWriteLocked): heldWrites
 	// waits for the engine that takes over, up to heldRoom bytes, and
 	// closeWriteLater says a CloseWrite came meanwhile; writeShut says

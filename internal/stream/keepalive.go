@@ -191,9 +191,9 @@ func (c *Conn) transportDisconnected(path uint64) {
 	if c.path == pathSwitching {
 		// What arrived before the disconnect counts: both exchanges may
 		// be done, with the peer's bytes and its DISCONNECT behind them
-		// (a peer that closed as soon as it had resumed).
-		c.driveLocked()
-		c.newPathLate = c.newPathErr == nil && c.eng.ResumeReady() && c.eng.Err() == nil
+		// (a peer that closed as soon as it had resumed); switchTo
+		// decides once it has polled everything.
+		c.newPathDisconnected = c.newPathErr == nil
 		c.newPathFailedLocked(fmt.Errorf("%w: the connection manager reported the new path gone", ring.ErrPeerGone))
 		c.mu.Unlock()
 		return

@@ -147,13 +147,15 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 		defer time.AfterFunc(bound.wait, c.kick).Stop()
 	}
 
+	// done also sees the bound pass, after whichever step polled the
+	// completion it waited for.
 	done := func() bool {
+		bound.checkLocked(c)
 		return c.eng.ResumeReady() || c.fatal != nil || c.eng.Err() != nil || c.resumeAbandoned || ctx.Err() != nil || c.newPathErr != nil
 	}
 	for {
 		c.mu.Lock()
 		c.driveLocked()
-		bound.checkLocked(c)
 		ok := done()
 		c.mu.Unlock()
 		if ok {
@@ -170,10 +172,17 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 	// is the new path's, not the switch's: the switch takes over, and the
 	// disconnect is delivered again to the path now in use (what arrived
 	// before it, such as the peer's DISCONNECT, counts).
+	if c.newPathDisconnected {
+		// The peer's queue pair sends nothing more: everything it sent
+		// is in our completion queue, to be polled now.
+		c.qp.CollectAll()
+		c.driveLocked()
+	}
+	exchanged := c.eng.ResumeReady() && c.eng.Err() == nil && c.fatal == nil
 	var late bool
 	switch {
 	case c.resumeAbandoned:
-	case c.newPathErr != nil && !(c.newPathLate && c.eng.Err() == nil && c.fatal == nil):
+	case c.newPathErr != nil && !(c.newPathDisconnected && exchanged):
 		err, pathFailed = c.newPathErr, true
 	case c.fatal != nil:
 		err = c.fatal
@@ -212,7 +221,7 @@ func (c *Conn) switchTo(ctx context.Context, qp QueuePair, eng *ring.Engine) (re
 		failed = c.failResumeLocked(err)
 	}
 	c.oldEng = nil
-	c.newPathErr, c.newPathLate = nil, false
+	c.newPathErr, c.newPathDisconnected = nil, false
 	// A loan of the old engine's ring memory keeps it mapped.
 	destroyOld := c.lends == 0
 	if !destroyOld {
@@ -249,7 +258,7 @@ func (c *Conn) backToSuspended(old QueuePair, oldEng *ring.Engine) {
 	c.qp, c.eng = old, oldEng
 	c.kickTo.Store(&old)
 	c.oldEng = nil
-	c.newPathErr, c.newPathLate = nil, false
+	c.newPathErr, c.newPathDisconnected = nil, false
 	c.path = pathSuspended
 	// A loan of the new engine's ring memory keeps it mapped.
 	destroy := c.lends == 0

@@ -136,7 +136,9 @@ func (c *Conn) finishStepLocked(mode stepMode) (moved bool) {
 // the peer's messages wake it, and the completion of a send it has no use
 // for must not.
 func (c *Conn) updateSendsNeededLocked() {
-	need := c.closing || c.writing.Load() || c.eng.Blocked()
+	// A switch to a new path waits for its own exchange's completion too,
+	// which moves nothing Blocked looks at.
+	need := c.closing || c.writing.Load() || c.eng.Blocked() || c.path == pathSwitching
 	if need != c.sendsNeeded {
 		c.sendsNeeded = need
 		c.qp.NeedSends(need)
