@@ -52,8 +52,11 @@ type testResumer struct {
 	// connection, as a listener whose RTU was lost does, until the other
 	// side's next Resume meets this one again; it then releases it.
 	silentFirst atomic.Bool
-	// exchangeWait is the ExchangeWait this side's resumer asks for.
+	// exchangeWait is the ExchangeWait this side's resumer asks for on
+	// the first new path; the later ones wait for all of the time, so that
+	// a slow machine cannot fail them too.
 	exchangeWait time.Duration
+	waitAsked    atomic.Bool
 	calls        atomic.Int32
 	forgets      atomic.Int32
 	// newPathErrs are the NewPathErr of each call, in order.
@@ -92,7 +95,12 @@ func (r *testResumer) Resume(ctx context.Context, req ResumeRequest) (QueuePair,
 
 func (r *testResumer) Forget() { r.forgets.Add(1) }
 
-func (r *testResumer) ExchangeWait(time.Duration) time.Duration { return r.exchangeWait }
+func (r *testResumer) ExchangeWait(time.Duration) time.Duration {
+	if r.waitAsked.Swap(true) {
+		return 0
+	}
+	return r.exchangeWait
+}
 
 // waitEntered waits until Resume has begun.
 func (r *testResumer) waitEntered(t testing.TB) ResumeRequest {

@@ -188,7 +188,7 @@ func TestResumeRetriesAfterNewEngineFails(t *testing.T) {
 // passed: the dialer asks for another path at once, well within
 // ResumeTimeout, and the stream goes on there with every byte once.
 func TestResumeRetriesWhenTheExchangeIsLate(t *testing.T) {
-	rc := resumePipe(t, func(s *Settings) { s.ResumeTimeout = 3 * time.Second })
+	rc := resumePipe(t, nil)
 	defer rc.close()
 	rc.ra.exchangeWait = 50 * time.Millisecond
 	rc.rb.silentFirst.Store(true)
