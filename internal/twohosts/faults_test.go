@@ -62,7 +62,7 @@ func faultEnv(extra ...string) []string {
 	return append([]string{"FAULT_KEEPALIVE=" + faultKeepAlive.String(), "FAULT_PORT=" + strconv.Itoa(faultPort),
 		"FAULT_SERVER_STACKS=" + os.Getenv("FAULT_SERVER_STACKS"), "FAULT_ACK_TIMEOUT=" + os.Getenv("FAULT_ACK_TIMEOUT"),
 		"FAULT_CONFIG=" + os.Getenv("FAULT_CONFIG"),
-		"FAULT_DIAG_AFTER=" + os.Getenv("FAULT_DIAG_AFTER"),
+		"FAULT_DIAG_AFTER=" + os.Getenv("FAULT_DIAG_AFTER"), "FAULT_LOG_INFO=" + os.Getenv("FAULT_LOG_INFO"),
 		"FAULT_PROFILE=" + os.Getenv("FAULT_PROFILE"), "FAULT_PROFILE_FOR=" + os.Getenv("FAULT_PROFILE_FOR")}, extra...)
 }
 

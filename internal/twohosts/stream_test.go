@@ -111,12 +111,17 @@ func envInt(name string, def int) int {
 
 // faultLogger is the roles' Logger in the resume tests: warnings (a
 // refused resume request and why, a failed dial) on stdout, prefixed
-// "diag-log"; nil otherwise.
+// "diag-log"; nil otherwise. FAULT_LOG_INFO=1 adds each resume that
+// completed, with how long it took and what it sent again.
 func faultLogger() *slog.Logger {
 	if os.Getenv("FAULT_RESUME") != "1" {
 		return nil
 	}
-	return slog.New(slog.NewTextHandler(prefixWriter{"diag-log "}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := slog.LevelWarn
+	if os.Getenv("FAULT_LOG_INFO") == "1" {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(prefixWriter{"diag-log "}, &slog.HandlerOptions{Level: level}))
 }
 
 // prefixWriter writes each record to stdout after its prefix.
