@@ -106,7 +106,8 @@ type Config struct {
 	// device takes 4.096 µs × 2^n, rnet the smallest n giving at least
 	// this; at most 2h26m (n = 31). Default 33.5 ms on Soft-RoCE (rxe),
 	// where the timer is the only recovery and 7 retries mean without
-	// limit; elsewhere the connection manager's, since adapters recover
+	// limit (134 ms on a queue pair that a resume built, see Resume);
+	// elsewhere the connection manager's, since adapters recover
 	// from loss themselves and give up after AckTimeout × (RetryCount+1),
 	// so that one as short would fail connections across a switch failover
 	// (docs/performance.md). Negative: the connection manager's everywhere.
@@ -158,8 +159,9 @@ type Config struct {
 	// without it, gets an ordinary connection, though a dialer's default
 	// RetryCount is then 6 all the same. A failed path is seen when the
 	// transport's retries run out (on rxe about 7 × AckTimeout, a quarter
-	// second by default), on a device's or port's event, or when the
-	// keepalive finds the peer gone. What it costs: each side keeps sent
+	// second by default, a second on a path that a resume built), on a
+	// device's or port's event, or when the keepalive finds the peer
+	// gone. What it costs: each side keeps sent
 	// bytes in its send ring until the peer's credit updates show them
 	// received, not only until they left, so a stream needs a
 	// larger SendBufferSize for the same rate (docs/performance.md), and
@@ -286,6 +288,13 @@ type transportSettings struct {
 	rnrRetryCount uint8
 	trafficClass  uint8 // the TOS byte Config.TrafficClass asks for
 	setTraffic    bool  // Config.TrafficClass asks for one; else the connection manager's
+	resumedPath   bool  // for a queue pair a resume builds (forResumedPath)
+}
+
+// forResumedPath is t for a queue pair that a resume builds, at either end.
+func (t transportSettings) forResumedPath() transportSettings {
+	t.resumedPath = true
+	return t
 }
 
 // shareRecvs reports whether a connection may take its receives from its
@@ -295,13 +304,24 @@ type transportSettings struct {
 func (t transportSettings) shareRecvs() bool { return t.rnrRetryCount == cm.MaxRetryCount }
 
 // softRoCEAckTimeout is Config.AckTimeout's default exponent on Soft-RoCE:
-// 33.5 ms.
-const softRoCEAckTimeout = 13
+// 33.5 ms. softRoCEResumedAckTimeout is its default on a queue pair that a
+// resume built, 134 ms: with a resuming connection's 6 retries such a path
+// bears about a second of silence rather than a quarter, since the wire it
+// moved to now carries the failed one's streams too and both hosts are at
+// their busiest, and a path that fails then costs its stream a second
+// resume (docs/performance.md).
+const (
+	softRoCEAckTimeout        = 13
+	softRoCEResumedAckTimeout = 15
+)
 
 // ackTimeoutOn is the exponent to give a queue pair on a device (on
 // Soft-RoCE or not), or 0 to leave the timeout to the connection manager.
 func (t transportSettings) ackTimeoutOn(softRoCE bool) uint8 {
 	if t.ackTimeout == 0 && !t.ackTimeoutCM && softRoCE {
+		if t.resumedPath {
+			return softRoCEResumedAckTimeout
+		}
 		return softRoCEAckTimeout
 	}
 	return t.ackTimeout

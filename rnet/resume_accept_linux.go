@@ -94,7 +94,7 @@ func (a *acceptor) handshakeResume(ev cm.Event, ch *cm.EventChannel, hs *resumeH
 		return
 	}
 	steps.mark("Resume call")
-	q, eng, err := setup(id, ch, w.req.Ring, a.set.transport, true)
+	q, eng, err := setup(id, ch, w.req.Ring, a.set.transport.forResumedPath(), true)
 	if err != nil {
 		a.reject(id, steps.wrap(err))
 		id.Close()

@@ -85,6 +85,23 @@ func testResumeAfterQueuePairError(t *testing.T, pair rdmatest.Pair) {
 	}
 	c, s := dialResume(t, ln, pair.Client, pair.Server, cfg)
 	const total, at = 8 << 20, 1 << 20
+	// On Soft-RoCE a path a resume built bears a second of silence, the
+	// first path a quarter (Config.AckTimeout): each end's queue pair says.
+	ackTimeouts := func(when string, exp uint8) {
+		for _, end := range []struct {
+			name string
+			conn *Conn
+		}{{"dialer", c}, {"listener", s}} {
+			info, err := end.conn.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := ackTimeoutUnit << exp; onSoftRoCE(t, end.conn) && info.AckTimeout != want {
+				t.Errorf("%s: the %s's queue pair has an ACK timeout of %v, want %v", when, end.name, info.AckTimeout, want)
+			}
+		}
+	}
+	ackTimeouts("before any resume", softRoCEAckTimeout)
 	before := ReadMetrics().Counters
 	for _, victim := range []struct {
 		name string
@@ -116,6 +133,7 @@ func testResumeAfterQueuePairError(t *testing.T, pair rdmatest.Pair) {
 		if resumes(c) != c0+1 || resumes(s) != s0+1 {
 			t.Errorf("want one more resume at each end: dialer %+v, listener %+v", cs, ss)
 		}
+		ackTimeouts("after the "+victim.name+"'s queue pair failed", softRoCEResumedAckTimeout)
 	}
 	// Both ends resumed twice, and the process's metrics counted the four.
 	for _, end := range []*Conn{c, s} {

@@ -303,7 +303,7 @@ func (r *dialResumer) resolve(ctx context.Context, to netip.AddrPort) (resumeRou
 // released.
 func (r *dialResumer) connect(ctx context.Context, to netip.AddrPort, rt resumeRoute, req stream.ResumeRequest, gen uint64) (resumedPath, error) {
 	begun := time.Now()
-	q, eng, err := setup(rt.id, rt.ch, req.Ring, r.set.transport, false)
+	q, eng, err := setup(rt.id, rt.ch, req.Ring, r.set.transport.forResumedPath(), false)
 	if err != nil {
 		rt.release()
 		return resumedPath{}, err
