@@ -178,6 +178,9 @@ type Config struct {
 	// with an error that lists each address tried and why. A listener
 	// keeps the connection, waiting for its dialer, twice as long (at
 	// least 10 s). Only with Resume. Default 5 s; range 100 ms to 1 min.
+	// Raise it where many connections may resume at once on a busy host:
+	// each builds a queue pair and waits for the listener's answer, and in
+	// the two-host lab the slowest of a hundred took up to 10 s.
 	ResumeTimeout time.Duration `json:"resume_timeout_ns"`
 }
 

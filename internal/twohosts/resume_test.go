@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +20,19 @@ import (
 // from host A to an echo server listening on every address of host B, over
 // two wires, each with an rxe device on both hosts. The streams run on
 // wire 0, the address A dials; the listener's reply names wire 1's too.
+
+// crowdedResumeTimeout is Config.ResumeTimeout in the tests where a
+// hundred connections resume onto the other wire at once: on two emulated
+// CPUs a host, the slowest of them has taken up to 9.6 s from the failure
+// to the take-over (docs/performance.md), so at the default 5 s some of
+// the hundred give up every few runs. FAULT_RESUME_TIMEOUT sets another
+// (FAULT_RESUME_TIMEOUT=5s tries the default).
+func crowdedResumeTimeout() string {
+	if v := os.Getenv("FAULT_RESUME_TIMEOUT"); v != "" {
+		return "FAULT_RESUME_TIMEOUT=" + v
+	}
+	return "FAULT_RESUME_TIMEOUT=" + (15 * time.Second).String()
+}
 
 // resumePort is the resume tests' port, apart from the other fault tests'
 // so that a server of theirs still ending cannot answer.
@@ -42,12 +54,6 @@ func resumeLab(t *testing.T) *hostlab.Lab {
 func startResumeStreams(t *testing.T, ctx context.Context, l *hostlab.Lab, expect string, env ...string) streams {
 	t.Helper()
 	env = append([]string{"FAULT_RESUME=1", "FAULT_PORT=" + strconv.Itoa(resumePort), pacedRate()}, env...)
-	if v := os.Getenv("FAULT_RESUME_TIMEOUT"); v != "" && !slices.ContainsFunc(env, func(e string) bool {
-		return strings.HasPrefix(e, "FAULT_RESUME_TIMEOUT=")
-	}) {
-		// A run that tries another ResumeTimeout, where the test sets none.
-		env = append(env, "FAULT_RESUME_TIMEOUT="+v)
-	}
 	var s streams
 	s.server = startRole(t, l.B, "fault-server", faultEnv(append([]string{"FAULT_LISTEN_HOST=0.0.0.0",
 		"FAULT_SERVER_CONNS=" + strconv.Itoa(faultConns+2)}, env...)...)...)
@@ -126,11 +132,10 @@ func finishResumed(t *testing.T, ctx context.Context, s streams, fault string) {
 // after Close.
 func TestRXEResumeAfterWireCut(t *testing.T) {
 	needLab(t)
-	needResumeFix(t)
 	l := resumeLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	s := startResumeStreams(t, ctx, l, "resume")
+	s := startResumeStreams(t, ctx, l, "resume", crowdedResumeTimeout())
 	if err := l.Wire(0).Cut(); err != nil {
 		t.Fatal(err)
 	}
@@ -144,13 +149,12 @@ func TestRXEResumeAfterWireCut(t *testing.T) {
 // as after a cut.
 func TestRXEResumeAfterDeviceRemoval(t *testing.T) {
 	needLab(t)
-	needResumeFix(t)
 	l := resumeLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	dev := l.B.Device(0)
 	netdev := rxeNetdev(t, ctx, l.B, dev)
-	s := startResumeStreams(t, ctx, l, "resume")
+	s := startResumeStreams(t, ctx, l, "resume", crowdedResumeTimeout())
 	// The mark comes first: the delete returns only once B's process has
 	// let go of the device, after its connections saw it go.
 	markFault(t, s)
@@ -178,11 +182,10 @@ func TestRXEResumeAfterDeviceRemoval(t *testing.T) {
 // and in order; both hosts release everything after Close.
 func TestRXEResumeOverTCP(t *testing.T) {
 	needLab(t)
-	needResumeFix(t)
 	l := resumeLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	s := startResumeStreams(t, ctx, l, "resume", "FAULT_DUAL=1", "FAULT_TCP_RESUME=1")
+	s := startResumeStreams(t, ctx, l, "resume", crowdedResumeTimeout(), "FAULT_DUAL=1", "FAULT_TCP_RESUME=1")
 	for i := range l.Wires() {
 		if err := l.Wire(i).CutRoCE(); err != nil {
 			t.Fatal(err)
@@ -242,7 +245,6 @@ const resumeGiveUpTimeout = 3 * time.Second
 // dialled, and B's releases every queue pair once its ends give up too.
 func TestRXEResumeGivesUp(t *testing.T) {
 	needLab(t)
-	needResumeFix(t)
 	l := resumeLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -320,19 +322,5 @@ func waitNoQPs() string {
 			return fmt.Sprintf("leak qps=%d", n)
 		}
 		time.Sleep(50 * time.Millisecond) // between readings of a real condition
-	}
-}
-
-// needResumeFix skips the two-wire resume tests unless RNET_RESUME_HOSTS=1:
-// they do not pass yet. After a cut, 100 resumes at once (with their
-// queue pairs built, their regions registered and the failed ones
-// destroyed) keep both emulated hosts' two CPUs busy for seconds; some
-// listeners' answers come after the dialer's ResumeTimeout, and 2 to 50
-// of the 100 streams fail. Over TCP, the doomed RDMA attempts take half
-// of ResumeTimeout, and only the last runs passed (docs/performance.md).
-func needResumeFix(t *testing.T) {
-	t.Helper()
-	if os.Getenv("RNET_RESUME_HOSTS") != "1" {
-		t.Skip("resuming across two wires does not pass yet; RNET_RESUME_HOSTS=1 runs it")
 	}
 }
