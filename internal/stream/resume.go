@@ -281,10 +281,12 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 		Ring:  cfg,
 		Cause: cause,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	// The deadline counts from resumeStart, which the error's time is
+	// measured from: one that gave up says it had its whole timeout.
+	c.resumeStart = time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), c.resumeStart.Add(timeout))
 	c.resumeCancel = cancel
 	c.resumeDone = make(chan struct{})
-	c.resumeStart = time.Now()
 	c.resumeKind = kind
 	c.resumeCause = cause
 	go c.resumeRun(ctx, cancel, req, c.resumeDone)

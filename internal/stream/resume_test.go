@@ -200,11 +200,12 @@ func TestResumeReadDeadlineWhileSuspended(t *testing.T) {
 
 // A resume that finds no path within ResumeTimeout fails the connection
 // with an error that wraps the path's failure and says what the resume
-// met; the resumer is told to forget the connection, once, and Close
-// leaves no goroutine behind.
+// met and how long it had, its whole ResumeTimeout; the resumer is told to
+// forget the connection, once, and Close leaves no goroutine behind.
 func TestResumeGivesUp(t *testing.T) {
 	base := runtime.NumGoroutine()
-	rc := resumePipe(t, func(s *Settings) { s.ResumeTimeout = 50 * time.Millisecond })
+	const timeout = 50 * time.Millisecond
+	rc := resumePipe(t, func(s *Settings) { s.ResumeTimeout = timeout })
 	rc.ra.hold = make(chan struct{}) // never a path
 	rc.rb.hold = rc.ra.hold
 	failIdle(rc.a)
@@ -219,6 +220,9 @@ func TestResumeGivesUp(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "test resumer: no path") {
 		t.Errorf("Read = %v: want what the resumer met", err)
+	}
+	if re.Took < timeout {
+		t.Errorf("the resume gave up after %v, before its ResumeTimeout of %v", re.Took, timeout)
 	}
 	if _, err := rc.a.Write([]byte("x")); !errors.As(err, &re) {
 		t.Fatalf("Write = %v, want the ResumeError", err)
