@@ -154,7 +154,7 @@ endif
 # The two-host resume tests of a hundred streams, which skip themselves under -race: the
 # race detector's cost in the hosts' roles overloads the two emulated CPUs of each
 # (internal/twohosts/resume_test.go, needNoRace).
-CROWDED_RESUME_TESTS = ^TestRXEResume(AfterWireCut|AfterDeviceRemoval|OverTCP)$$
+CROWDED_RESUME_TESTS = ^TestRXEResume(AfterWireCut|AfterDeviceRemoval|OverTCP|GivesUp)$$
 
 # make test-hosts: the two-host tier (docs/lab.md, "Two hosts"). Its tests boot host A and
 # host B (internal/hostlab), two guests of one CPU each joined by a virtual wire, and run
