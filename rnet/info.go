@@ -10,7 +10,10 @@ import (
 
 // ConnInfo is what a connection runs with: where its queue pair sends, the
 // settings the device and the connection manager put in effect, and its
-// rings now. Conn.Info returns it.
+// rings now. Conn.Info returns it. While a connection resumes (Config.Resume)
+// its failed path has given its device back, and the fields the device
+// reports (port, path MTU, GID, remote queue pair, ACK timeout, retries)
+// are zero.
 type ConnInfo struct {
 	// Transport is "RoCE", "InfiniBand" or "iWARP"; "TCP" for a
 	// connection resumed over TCP (Dialer.TCPFallback), whose device

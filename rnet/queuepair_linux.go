@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/rnet-dev/rnet/internal/cm"
@@ -32,7 +33,14 @@ type verbsQP struct {
 	pd       *verbs.PD
 	member   *pollgroup.Member // the poll group's place for this queue pair
 	qp       *verbs.QP
-	mrs      []*verbs.MR // send, recv, target at setup; then as rings move
+	// regionsMu guards mrs and left: a resume's goroutine releases the
+	// device while a loan's end may remove a region.
+	regionsMu sync.Mutex
+	mrs       []*verbs.MR // send, recv, target at setup; then as rings move
+	left      bool        // the queue pair has left its poll group, destroyed
+	// released says ReleaseDevice was called: the path failed, and what
+	// Info would ask the device is gone with it.
+	released atomic.Bool
 	device   string
 	// deviceInfo is the device as setup found it, for Conn.Info.
 	deviceInfo verbs.DeviceInfo
@@ -56,6 +64,7 @@ var (
 	_ stream.CreditClaimer  = (*verbsQP)(nil)
 	_ stream.SoftwarePoster = (*verbsQP)(nil)
 	_ stream.SpinSharer     = (*verbsQP)(nil)
+	_ stream.DeviceReleaser = (*verbsQP)(nil)
 )
 
 // Step posts on the queue pair and takes the completions the group has
@@ -188,8 +197,30 @@ func (q *verbsQP) Shutdown() {
 // Destroy frees everything in dependency order: the QP before it leaves its
 // poll group (the last member frees the group's CQ), memory regions and PD
 // before the id that owns the device context, and the id before its event
-// channel.
+// channel; then the regions' memory.
 func (q *verbsQP) Destroy() error {
+	q.regionsMu.Lock()
+	defer q.regionsMu.Unlock()
+	err := q.releaseDeviceLocked()
+	for _, mr := range q.mrs {
+		err = errors.Join(err, mr.Close())
+	}
+	return err
+}
+
+// ReleaseDevice frees the device's part of a queue pair whose path failed
+// (stream.DeviceReleaser): the regions' memory stays for the resume.
+func (q *verbsQP) ReleaseDevice() error {
+	q.released.Store(true)
+	q.Shutdown()
+	q.regionsMu.Lock()
+	defer q.regionsMu.Unlock()
+	return q.releaseDeviceLocked()
+}
+
+// releaseDeviceLocked frees what Destroy frees on the device, in its
+// order, each once: every close is idempotent but leaving the group.
+func (q *verbsQP) releaseDeviceLocked() error {
 	var errs []error
 	keep := func(err error) {
 		if err != nil {
@@ -201,15 +232,17 @@ func (q *verbsQP) Destroy() error {
 		closeQP = q.qp.Close
 	}
 	switch {
+	case q.left:
 	case q.member != nil:
 		// The group destroys the QP (see pollgroup.Member.Leave). The
 		// member stays: a late kick (the linger timer's) is harmless.
+		q.left = true
 		keep(q.member.Leave(closeQP))
 	case closeQP != nil:
 		keep(closeQP())
 	}
 	for _, mr := range q.mrs {
-		keep(mr.Close())
+		keep(mr.Deregister())
 	}
 	if q.pd != nil {
 		keep(q.pd.Close())
@@ -252,13 +285,17 @@ func (q *verbsQP) AddRegion(kind ring.RegionKind, size int) (ring.Region, error)
 	if err != nil {
 		return ring.Region{}, fmt.Errorf("rnet: %s: %v ring of %d bytes: %w", q.device, kind, size, err)
 	}
+	q.regionsMu.Lock()
 	q.mrs = append(q.mrs, mr)
+	q.regionsMu.Unlock()
 	return mrRegion(mr), nil
 }
 
 // RemoveRegion deregisters a region the engine retired: from then on a
 // write with its key fails at the device.
 func (q *verbsQP) RemoveRegion(r ring.Region) error {
+	q.regionsMu.Lock()
+	defer q.regionsMu.Unlock()
 	for i, mr := range q.mrs {
 		if mr.Addr() == r.Addr && mr.LKey() == r.LKey {
 			if err := mr.Close(); err != nil {
@@ -282,6 +319,12 @@ func (q *verbsQP) path(info *ConnInfo) error {
 	info.Transport = d.Transport.String()
 	info.Device = q.device
 	info.MaxInlineData = int(q.qp.Caps().MaxInlineData)
+	info.QPNumber = q.qp.Num()
+	if q.released.Load() {
+		// A failed path given back while the connection resumes: what
+		// the device would say of it is gone, and moot.
+		return nil
+	}
 	p, err := q.qp.Path()
 	if err != nil {
 		return err

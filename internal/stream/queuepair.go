@@ -72,6 +72,20 @@ type EventHandler = interface {
 	TransportFailed(err error)
 }
 
+// DeviceReleaser is a QueuePair that can give its device resources back
+// before Destroy: once its path has failed and been drained, a resuming
+// connection calls ReleaseDevice before it asks for a new path, so that
+// the new path's registrations do not pin memory beside the old ones and
+// the failed queue pair is not kept through the resume.
+type DeviceReleaser interface {
+	// ReleaseDevice shuts the queue pair down and frees what it holds on
+	// the device (the queue pair, its registrations, its protection
+	// domain, its connection-manager id), keeping the regions' memory
+	// readable until Destroy. Step and AddRegion then fail;
+	// RemoveRegion and Destroy free the memory. It is idempotent.
+	ReleaseDevice() error
+}
+
 // CreditClaimer is a QueuePair whose receives come from a queue shared with
 // other connections: a wider credit window needs receives claimed there.
 type CreditClaimer interface {

@@ -289,7 +289,7 @@ func (c *Conn) suspendDrainedLocked(kind ResumeCause, cause error) {
 	c.resumeDone = make(chan struct{})
 	c.resumeKind = kind
 	c.resumeCause = cause
-	go c.resumeRun(ctx, cancel, req, c.resumeDone)
+	go c.resumeRun(ctx, cancel, c.qp, req, c.resumeDone)
 	c.signalLocked()
 	c.kickLocked()
 }

@@ -33,11 +33,18 @@ func (e *ResumeError) Unwrap() []error { return []error{e.Cause, e.Err} }
 // resumed: nothing more goes out on either queue pair.
 var errClosedWhileResuming = errors.New("rnet: closed while the connection resumed")
 
-// resumeRun asks the Resumer for a new path and moves the connection onto
-// it, or fails the connection; done is closed when it returns.
-func (c *Conn) resumeRun(ctx context.Context, cancel context.CancelFunc, req ResumeRequest, done chan struct{}) {
+// resumeRun gives the failed queue pair's device back, asks the Resumer
+// for a new path and moves the connection onto it, or fails the
+// connection; done is closed when it returns.
+func (c *Conn) resumeRun(ctx context.Context, cancel context.CancelFunc, failed QueuePair, req ResumeRequest, done chan struct{}) {
 	defer close(done)
 	defer cancel()
+	if r, ok := failed.(DeviceReleaser); ok {
+		// The drain is done and nothing steps the failed queue pair: its
+		// pinned memory and device objects go before the new path's are
+		// made. What this could not free, Destroy tries again.
+		r.ReleaseDevice()
+	}
 	// A deadline or cancel must reach the wait of switchTo.
 	stop := context.AfterFunc(ctx, c.kick)
 	defer stop()

@@ -137,6 +137,47 @@ func TestMRAccessFlags(t *testing.T) {
 	}
 }
 
+// Deregister gives the registration back and keeps the bytes: the PD can
+// then go, the bytes stay readable until Close, and both are idempotent.
+func TestMRDeregisterKeepsTheMemory(t *testing.T) {
+	p := rdmatest.Require(t)
+	ctx := openFor(t, p.Server)
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Close()
+	mr, err := pd.RegisterMR(4096, AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Close()
+	copy(mr.Bytes(), "held for a resume")
+	before := ReadResources()
+	for range 2 {
+		if err := mr.Deregister(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := ReadResources(); after.MRs != before.MRs-1 || after.RegisteredBytes != before.RegisteredBytes-4096 {
+		t.Errorf("held after Deregister: %+v, before %+v: want one region and its 4096 bytes fewer", after, before)
+	}
+	if err := pd.Close(); err != nil {
+		t.Fatalf("PD Close after its only region was deregistered: %v", err)
+	}
+	if got := string(mr.Bytes()[:17]); got != "held for a resume" || mr.Addr() == 0 {
+		t.Errorf("after Deregister the bytes read %q at %#x, want them kept", got, mr.Addr())
+	}
+	for range 2 {
+		if err := mr.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if mr.Bytes() != nil {
+		t.Error("memory still visible after Close")
+	}
+}
+
 func TestCQWaitDeadlineContextAndClose(t *testing.T) {
 	p := rdmatest.Require(t)
 	ctx := openFor(t, p.Server)

@@ -106,11 +106,17 @@ func (mr *MR) RKey() uint32 { return mr.rkey }
 // Access is the set of flags the region was registered with.
 func (mr *MR) Access() Access { return mr.access }
 
-// Close deregisters the region and releases its memory (see
-// ringmem_linux.go). It is idempotent.
-func (mr *MR) Close() error {
+// Deregister ends the registration and keeps the memory: its keys stop
+// working at the device, and Bytes stays readable until Close. A queue
+// pair whose path failed gives its device back this way while the bytes it
+// holds for a resume stay. It is idempotent.
+func (mr *MR) Deregister() error {
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
+	return mr.deregisterLocked()
+}
+
+func (mr *MR) deregisterLocked() error {
 	if mr.c == nil {
 		return nil
 	}
@@ -121,6 +127,20 @@ func (mr *MR) Close() error {
 	mr.c = nil
 	held.mrs.Add(-1)
 	held.registeredBytes.Add(-int64(len(mr.mapped)))
+	return nil
+}
+
+// Close deregisters the region, if Deregister has not, and releases its
+// memory (see ringmem_linux.go). It is idempotent.
+func (mr *MR) Close() error {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if err := mr.deregisterLocked(); err != nil {
+		return err
+	}
+	if mr.mapped == nil {
+		return nil
+	}
 	err := unmapMemory(mr.mapped)
 	mr.mem, mr.mapped = nil, nil
 	if err != nil {

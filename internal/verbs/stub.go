@@ -48,13 +48,14 @@ func (pd *PD) Ptr() unsafe.Pointer                             { return nil }
 func (pd *PD) Close() error                                    { return nil }
 func (pd *PD) RegisterMR(size int, access Access) (*MR, error) { return nil, unsupported("ibv_reg_mr") }
 
-func (mr *MR) Bytes() []byte  { return nil }
-func (mr *MR) Addr() uint64   { return 0 }
-func (mr *MR) Len() int       { return 0 }
-func (mr *MR) LKey() uint32   { return 0 }
-func (mr *MR) RKey() uint32   { return 0 }
-func (mr *MR) Access() Access { return 0 }
-func (mr *MR) Close() error   { return nil }
+func (mr *MR) Bytes() []byte     { return nil }
+func (mr *MR) Addr() uint64      { return 0 }
+func (mr *MR) Len() int          { return 0 }
+func (mr *MR) LKey() uint32      { return 0 }
+func (mr *MR) RKey() uint32      { return 0 }
+func (mr *MR) Access() Access    { return 0 }
+func (mr *MR) Close() error      { return nil }
+func (mr *MR) Deregister() error { return nil }
 
 func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	return nil, unsupported("ibv_get_cq_event")
