@@ -156,6 +156,7 @@ func (a *acceptor) run() {
 			// The listening id is dead: it will never see another
 			// request, even if a device of that name comes back. Accept
 			// says so instead of blocking for ever; Close releases it.
+			watchRemoval(a.device)
 			a.l.fail(fmt.Errorf("%w: %s", ErrDeviceRemoved, a.device))
 			return
 		}

@@ -171,6 +171,7 @@ func dispatchEvent(h stream.EventHandler, t cm.EventType, device string) {
 	case cm.EventDisconnected:
 		h.TransportDisconnected()
 	case cm.EventDeviceRemoval:
+		watchRemoval(device)
 		h.TransportFailed(fmt.Errorf("%w: %s", ErrDeviceRemoved, device))
 	}
 }

@@ -18,6 +18,7 @@ type ID struct{}
 func unsupported(op string) error { return &Error{Op: op, Err: ErrNotSupported} }
 
 func NewEventChannel() (*EventChannel, error) { return nil, unsupported("rdma_create_event_channel") }
+func ResyncDevices()                          {}
 
 func (ch *EventChannel) SetDeadline(t time.Time) error { return unsupported("SetDeadline") }
 func (ch *EventChannel) Close() error                  { return nil }

@@ -50,6 +50,25 @@ func Devices() ([]DeviceInfo, error) {
 	return out, nil
 }
 
+// DeviceListed reports whether the kernel lists an RDMA device named name
+// now, without opening any: one that is being removed drops out of the
+// list once its verbs device node goes.
+func DeviceListed(name string) (bool, error) {
+	CountCgoCall()
+	var n C.int
+	list, err := C.ibv_get_device_list(&n)
+	if list == nil {
+		return false, deviceListError(err)
+	}
+	defer C.ibv_free_device_list(list)
+	for _, d := range unsafe.Slice(list, int(n)) {
+		if C.GoString(C.ibv_get_device_name(d)) == name {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // deviceListError classifies a failed ibv_get_device_list: ENOSYS means no
 // kernel support (no ib_uverbs, no devices), which is ErrNoDevice.
 func deviceListError(err error) error {

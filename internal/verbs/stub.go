@@ -24,6 +24,7 @@ type QP struct{}
 func unsupported(op string) error { return &Error{Op: op, Err: ErrNotSupported} }
 
 func Devices() ([]DeviceInfo, error)                 { return nil, unsupported("ibv_get_device_list") }
+func DeviceListed(name string) (bool, error)         { return false, unsupported("ibv_get_device_list") }
 func Open(name string) (*Context, error)             { return nil, unsupported("ibv_open_device") }
 func WrapContext(p unsafe.Pointer) (*Context, error) { return nil, unsupported("WrapContext") }
 
