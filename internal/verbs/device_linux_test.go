@@ -88,14 +88,21 @@ func TestDevicesListsRoCEDevicesWithGIDs(t *testing.T) {
 	}
 }
 
-func TestMRAccessFlags(t *testing.T) {
+// serverPD allocates a PD on the lab server address's device, closed when
+// the test ends (Close is idempotent).
+func serverPD(t *testing.T) *PD {
+	t.Helper()
 	p := rdmatest.Require(t)
-	ctx := openFor(t, p.Server)
-	pd, err := ctx.AllocPD()
+	pd, err := openFor(t, p.Server).AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pd.Close()
+	t.Cleanup(func() { pd.Close() })
+	return pd
+}
+
+func TestMRAccessFlags(t *testing.T) {
+	pd := serverPD(t)
 	mr, err := pd.RegisterMR(100, AccessRemoteWrite)
 	if err != nil {
 		t.Fatal(err)
@@ -140,13 +147,7 @@ func TestMRAccessFlags(t *testing.T) {
 // Deregister gives the registration back and keeps the bytes: the PD can
 // then go, the bytes stay readable until Close, and both are idempotent.
 func TestMRDeregisterKeepsTheMemory(t *testing.T) {
-	p := rdmatest.Require(t)
-	ctx := openFor(t, p.Server)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pd.Close()
+	pd := serverPD(t)
 	mr, err := pd.RegisterMR(4096, AccessRemoteWrite)
 	if err != nil {
 		t.Fatal(err)
