@@ -247,6 +247,12 @@ func (q *verbsQP) releaseDeviceLocked() error {
 	if q.pd != nil {
 		keep(q.pd.Close())
 	}
+	if len(errs) > 0 {
+		// The id keeps the device context open, which librdmacm may close
+		// once no id uses it: what failed to go is left to a later call
+		// (a leak at worst), not to a freed context.
+		return errors.Join(errs...)
+	}
 	if q.id != nil {
 		keep(q.id.Close())
 	}
@@ -326,13 +332,22 @@ func (q *verbsQP) path(info *ConnInfo) error {
 		return nil
 	}
 	p, err := q.qp.Path()
-	if err != nil {
-		return err
+	if err == nil {
+		var a verbs.QPAttrs
+		if a, err = q.qp.Attrs(); err == nil {
+			q.fillPath(info, p, a)
+			return nil
+		}
 	}
-	a, err := q.qp.Attrs()
-	if err != nil {
-		return err
+	if q.released.Load() {
+		return nil // released while it asked
 	}
+	return err
+}
+
+// fillPath fills in info from the queue pair's path and attributes.
+func (q *verbsQP) fillPath(info *ConnInfo, p verbs.QPPath, a verbs.QPAttrs) {
+	d := q.deviceInfo
 	info.Port, info.PathMTU, info.GIDIndex = p.Port, p.PathMTU, p.GIDIndex
 	info.QPNumber, info.RemoteQPNumber = q.qp.Num(), p.DestQPNum
 	info.ServiceLevel = int(p.ServiceLevel)
@@ -348,7 +363,6 @@ func (q *verbsQP) path(info *ConnInfo) error {
 	} else {
 		info.PathMTU = 0 // siw reports one, though TCP segments the stream
 	}
-	return nil
 }
 
 // portGID is the GID at index of a port's table, or the zero Addr.

@@ -18,16 +18,23 @@ import (
 // Once a connection hears that its device is being removed, a watch waits
 // for the kernel to stop listing it, which it does once every id on the
 // device is gone, and then has librdmacm read the list (cm.ResyncDevices).
-// librdmacm does not read a list with no device in it: the last device of
-// a machine is still held until exit.
+//
+// Not covered: librdmacm does not read a list with no device in it, so the
+// last device of a machine is still held until exit; reading the list
+// opens a context of every device listed, which librdmacm then keeps, so
+// a device that no id of this process uses when it is removed (nothing
+// hears of it) is held until exit too.
 
-// removalPoll is how often a watch looks at the device list, and
-// removalWatchLimit how long it looks: a device whose removal takes longer
-// is held until another connection on it hears of a removal, or the
-// process exits.
+// A watch looks at the device list after removalPoll, then at intervals
+// that double up to removalPollMax, for removalWatchLimit in all: the
+// kernel stops listing the device once every id on it is gone, at once
+// for a connection that resumes, and when the application closes it for
+// one that does not. A device still listed after that is held until
+// another removal is heard of on it, or the process exits.
 const (
 	removalPoll       = 100 * time.Millisecond
-	removalWatchLimit = time.Minute
+	removalPollMax    = 5 * time.Second
+	removalWatchLimit = 10 * time.Minute
 )
 
 // removalWatches are the devices a watch runs for.
@@ -43,9 +50,9 @@ func watchRemoval(dev string) {
 	}
 	go func() {
 		defer removalWatches.Delete(dev)
-		tick := time.NewTicker(removalPoll)
-		defer tick.Stop()
-		for deadline := time.Now().Add(removalWatchLimit); time.Now().Before(deadline); <-tick.C {
+		deadline := time.Now().Add(removalWatchLimit)
+		for pause := removalPoll; time.Now().Before(deadline); pause = min(2*pause, removalPollMax) {
+			time.Sleep(pause) // the kernel signals nothing when it unlists a device
 			if listed, err := verbs.DeviceListed(dev); err == nil && !listed {
 				cm.ResyncDevices()
 				return

@@ -40,10 +40,13 @@ func (c *Conn) resumeRun(ctx context.Context, cancel context.CancelFunc, failed 
 	defer close(done)
 	defer cancel()
 	if r, ok := failed.(DeviceReleaser); ok {
-		// The drain is done and nothing steps the failed queue pair: its
-		// pinned memory and device objects go before the new path's are
-		// made. What this could not free, Destroy tries again.
+		// The drain is done and nothing steps the failed queue pair; with
+		// the wait taken, nobody waits in it either. Its pinned memory
+		// and device objects go before the new path's are made. What
+		// this could not free, Destroy tries again.
+		c.takeWait()
 		r.ReleaseDevice()
+		c.handOffWait()
 	}
 	// A deadline or cancel must reach the wait of switchTo.
 	stop := context.AfterFunc(ctx, c.kick)
