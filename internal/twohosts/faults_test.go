@@ -317,13 +317,16 @@ const shortFault = survivableSilence / 3
 
 // TestFreezeShortSurvives: host B freezes (its qemu stopped, as in a long
 // pause) for less than the keepalive bound and thaws: every connection
-// goes on, and every byte comes back once, in order.
+// goes on, and every byte comes back once, in order. The streams are paced:
+// at full rate the lab drops frames before any fault, and one CI run in
+// many saw rxe refuse a resend there ("remote invalid request",
+// docs/performance.md), which is the emulated device's, not the fault's.
 func TestFreezeShortSurvives(t *testing.T) {
 	needLab(t)
 	l := labFor(t, hostlab.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s := startStreams(t, ctx, l.B, l.A, faultPort, "survive", faultConns+1)
+	s := startStreams(t, ctx, l.B, l.A, faultPort, "survive", faultConns+1, pacedRate())
 	if err := l.B.Freeze(); err != nil {
 		t.Fatal(err)
 	}
@@ -336,13 +339,13 @@ func TestFreezeShortSurvives(t *testing.T) {
 
 // TestWireCutSurvives: the wire between the hosts is cut silently (no
 // carrier loss on either side) for shortFault and restored: every connection goes
-// on, and every byte comes back once, in order.
+// on, and every byte comes back once, in order. Paced, as the freeze is.
 func TestWireCutSurvives(t *testing.T) {
 	needLab(t)
 	l := labFor(t, hostlab.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s := startStreams(t, ctx, l.B, l.A, faultPort, "survive", faultConns+1)
+	s := startStreams(t, ctx, l.B, l.A, faultPort, "survive", faultConns+1, pacedRate())
 	_, droppedBefore := l.Wire(0).Counts()
 	if err := l.Wire(0).Cut(); err != nil {
 		t.Fatal(err)
