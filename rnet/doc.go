@@ -20,10 +20,11 @@
 // # Being a good Go citizen
 //
 // A blocked Read, Write or Accept parks its goroutine in the runtime
-// netpoller: the first blocked caller of a connection waits on the
-// completion channel's file descriptor itself, so the netpoller wakes the
-// goroutine that needs the data (one wakeup per event), and idle
-// connections cost no OS thread. A Read that waits for the reply to a Write
+// netpoller: the connections of a device share a poll group, whose first
+// blocked caller waits on the group's completion channel and hands each
+// waiter the completions that are its connection's, so a wakeup reaches
+// the goroutine that needs the data, and idle connections cost no OS
+// thread. A Read that waits for the reply to a Write
 // first spins on the completion queue for about twice the recent reply
 // time, or as long as a park has been measured to cost if that is longer
 // (Config.BusyPoll, Config.BusyPollLimit), because a park and wakeup can

@@ -48,8 +48,10 @@ type Dialer struct {
 	// Config sizes the connection; nil means the defaults.
 	Config *Config
 	// Timeout bounds the whole connect (address and route resolution, the
-	// connection handshake). 0 means no limit beyond the context's; the
-	// resolution steps still give up after rsocket's retries (about a minute).
+	// connection handshake). 0 means no limit beyond the context's and
+	// Config.HandshakeTimeout, which bounds the waits on the peer (10 s by
+	// default; negative leaves them to the connection manager's retries,
+	// about a minute).
 	Timeout time.Duration
 	// Deadline is the absolute time after which a dial fails, as
 	// net.Dialer's; with Timeout too, the earlier of the two counts. The
@@ -101,10 +103,11 @@ type Dialer struct {
 	// Logger, if not nil, is told of handshakes (at debug level), of
 	// dials that fail or are refused (warn, with the reason), of peers
 	// that vanish (warn), of rings that grow or shrink (debug; warn when
-	// the new region could not be registered) and of falling back to TCP
-	// (warn). Its records' attribute keys are stable: local, remote,
-	// device, qp, remote_qp, reason, error, transport, ring, size. nil
-	// logs nothing.
+	// the new region could not be registered), of falling back to TCP
+	// (warn) and of resumes (Config.Resume: info when one completes, warn
+	// when one gives up). Its records' attribute keys are stable: local,
+	// remote, device, qp, remote_qp, reason, error, transport, ring, size,
+	// took, resent. nil logs nothing.
 	Logger *slog.Logger
 }
 
@@ -402,8 +405,8 @@ type ListenConfig struct {
 	// means as many as pin 4 MiB, half of a common 8 MiB RLIMIT_MEMLOCK,
 	// and at least 16: with the default Config, 102 for a listener on a
 	// RoCE or InfiniBand address, 26 on an iWARP one or on every device
-	// (an iWARP connection starts with its whole receive ring). Range 1
-	// to 65535. A resume's handshake (Config.Resume) takes no slot: it is
+	// (an iWARP connection starts with its whole receive ring); a negative
+	// value means the default too, and one above 65535 means 65535. A resume's handshake (Config.Resume) takes no slot: it is
 	// bounded per connection, one at a time, a newer request ending it.
 	MaxPendingHandshakes int
 	// HandshakeError, if set, is told of every connection request the
@@ -427,9 +430,11 @@ type ListenConfig struct {
 	// Logger, if not nil, is told of handshakes (at debug level), of
 	// requests refused and handshakes that failed (warn, with the
 	// reason, the dialer's address and the device), of peers that vanish
-	// (warn) and of rings that grow or shrink (debug). Its records'
-	// attribute keys are stable: listener, local, remote, device, qp,
-	// remote_qp, reason, error, ring, size. nil logs nothing.
+	// (warn), of rings that grow or shrink (debug) and of resumes
+	// (Config.Resume: info when one completes, warn when one gives up).
+	// Its records' attribute keys are stable: listener, local, remote,
+	// device, qp, remote_qp, reason, error, ring, size, took, resent. nil
+	// logs nothing.
 	Logger *slog.Logger
 	// Device is the RDMA device to listen on, by name (such as "mlx5_0"
 	// or "rxe0"): an address without a host (":7471") listens on the

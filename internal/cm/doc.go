@@ -21,6 +21,10 @@
 //   - addr_linux.go: addresses to and from C.
 //   - channel_linux.go: EventChannel and its lifetime.
 //   - id_linux.go: ID, the handles events name it by, and its calls.
+//   - ownqp_linux.go: the queue pair rnet moves through its states itself
+//     on InfiniBand and RoCE, with the path MTU both ports carry.
+//   - devices_linux.go: ResyncDevices, so that librdmacm lets go of a
+//     removed device.
 //   - event.go: Event, and the error an error event stands for.
 //   - await_linux.go: reading events, and waiting for an id's.
 //   - cgo_test_helpers_linux.go: C the tests call (test files cannot use cgo).

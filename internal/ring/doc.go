@@ -66,7 +66,7 @@
 //
 // # Files
 //
-// Each file uses only the files before it:
+// In reading order, each building on those before it:
 //
 //   - imm.go: the message word (Msg) and its operations.
 //   - errors.go: the errors, ProtocolError and CompletionError.
@@ -80,4 +80,9 @@
 //   - sgl.go: the target SGL the peer writes its buffer grants into.
 //   - recv.go: Read, PostRecvs, and the messages receive completions carry.
 //   - complete.go: Complete, and what the driver must post or poll next.
+//   - lend.go: ring memory lent to a driver that copies without its lock.
+//   - retain.go: sent bytes kept until the peer has them
+//     (Config.RetainUntilReceived).
+//   - lost.go: completions lost with a queue pair.
+//   - takeover.go: a connection taken over on a fresh queue pair (resume).
 package ring

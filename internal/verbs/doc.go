@@ -31,12 +31,17 @@
 //   - step.go: StepFlags and the order Step posts in.
 //   - pollfd.go: PollFD, a wait for an fd in the netpoller.
 //   - channelclose.go: the Close that completion and event channels share.
+//   - memlock_limit_linux.go: LockedMemoryLimit, RLIMIT_MEMLOCK and the
+//     exemption from it.
 //   - memlock_linux.go: the locked-memory limit behind a failed registration.
+//   - resources.go: Resources, what the process holds on its devices.
 //   - shim_linux.go: handles and errnos at the crossing into shim.h.
 //   - device_linux.go: Devices, and what a device reports of itself.
 //   - context_linux.go: Context, an open device.
 //   - async_linux.go: the device's asynchronous events.
 //   - pd_linux.go: PD, a protection domain.
+//   - ringmem_linux.go: the memory of registered regions, outside the Go
+//     heap and x/sys's mapping table.
 //   - mr_linux.go: MR, registered memory.
 //   - channel_linux.go: CompChannel and the CQ type (each names the other).
 //   - cq_linux.go: the CQ's methods.

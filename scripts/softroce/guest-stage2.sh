@@ -112,9 +112,9 @@ done
 { rdma link; ip -br addr; ip rule; ip -6 rule; } >> $out/guest.log 2>&1
 log "lab ready"
 
-# A process holding thousands of RDMA connections needs thousands of fds (each
-# connection has a completion channel and an event channel, each duplicated for the
-# netpoller), as a busy TCP server would; raise the limit as such a server would.
+# A process opening thousands of RDMA connections can hold thousands of fds at once
+# (each handshake has an event channel of its own until the connection joins its
+# device's shared ones), as a busy TCP server would; raise the limit as such a server would.
 ulimit -n 1048576
 cd "${cwd:-/}" 2>/dev/null || cd /
 export RNET_GUEST=1 RNET_REQUIRE_RDMA=1
