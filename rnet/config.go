@@ -71,10 +71,11 @@ type Config struct {
 	// KeepAlive is the idle period after which a keepalive (a zero-byte
 	// RDMA write) probes the peer; a peer that leaves sends unacknowledged
 	// for three periods (twenty while it may lack posted receives, as a
-	// busy C rsocket peer does) is declared gone. Default 15 s; negative
-	// turns keepalives off. A connection that agreed to Resume probes at
-	// least every ResumeTimeout/3, so that an end that only receives
-	// finds a failed path before the listener stops waiting for it.
+	// busy C rsocket peer does) is declared gone, and told so at once.
+	// Default 15 s; negative turns keepalives off. A connection that
+	// agreed to Resume probes at least every ResumeTimeout/3, so that an
+	// end that only receives finds a failed path before the listener stops
+	// waiting for it.
 	KeepAlive time.Duration `json:"keep_alive_ns"`
 	// Linger bounds how long Close waits for written data to reach the
 	// peer; past it Close drops the rest, the peer sees ErrPeerGone and

@@ -82,6 +82,66 @@ func TestSimKeepaliveCountsTime(t *testing.T) {
 	}
 }
 
+// TestSimKeepaliveGivingUpTellsThePeer: once the keepalive has given up on
+// a silent peer, our queue pair is down and the peer is told, before our
+// application closes the connection, as a TCP connection that times out is
+// closed. A peer that comes back (a host that thaws) then finds the
+// connection over, where before its sends were acknowledged by a queue
+// pair whose connection had ended, which kept its own keepalive from
+// ending its side until we closed ours.
+func TestSimKeepaliveGivingUpTellsThePeer(t *testing.T) {
+	var offset atomic.Int64 // how far the keepalive's clock is ahead
+	base := time.Now()
+	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	defer func() { testHookNow = nil }()
+	const period = time.Hour // the real timer never fires in the test
+	var hold *holdQP
+	c, s := simPipeWrap(t, func(s *Settings) { s.KeepAlive = period }, func(q *simqp.QP) QueuePair {
+		hold = &holdQP{QP: q}
+		return hold
+	})
+	defer s.Close()
+	defer c.Close()
+	defer hold.release()
+
+	// Our sends go unacknowledged from now on, though the peer is there:
+	// what a thawing host's peer looks like to it.
+	hold.mu.Lock()
+	hold.holding = true
+	hold.mu.Unlock()
+	if _, err := c.Write([]byte("into the silence")); err != nil {
+		t.Fatal(err)
+	}
+	c.tick()
+	offset.Add(int64(keepaliveProbes*period + time.Second))
+	c.tick()
+	offset.Add(int64(period))
+	c.tick()
+	if err := fatalOf(c); !errors.Is(err, ring.ErrPeerGone) {
+		t.Fatalf("after the keepalive's bound of silence the connection's error is %v, want ErrPeerGone", err)
+	}
+
+	// The peer's reader hears of the end while c is still open.
+	ended := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			if _, err := s.Read(buf); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, ring.ErrPeerGone) {
+			t.Fatalf("the peer's Read ended with %v, want ErrPeerGone", err)
+		}
+	case <-time.After(conntest.Timeout(t)):
+		t.Fatal("the peer was not told that the connection ended while it stayed open on our side")
+	}
+}
+
 func fatalOf(c *Conn) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -216,8 +216,10 @@ func faultServer() int {
 				}
 				// The end is when the echo saw it; Close's teardown
 				// comes after and is not part of it.
-				fmt.Printf("server-ended %d bytes=%d sincelast=%v sincemark=%v pathmtu=%d peergone=%t err=%v\n",
+				st := rc.Stats()
+				fmt.Printf("server-ended %d bytes=%d sincelast=%v sincemark=%v afterleap=%v keepalives=%d sendcompletions=%d pathmtu=%d peergone=%t err=%v\n",
 					id, n, time.Since(last).Round(time.Millisecond), stall.sinceMark().Round(time.Millisecond),
+					stall.afterLeap().Round(time.Millisecond), st.KeepalivesSent, st.SendCompletions,
 					mtu, errors.Is(err, rnet.ErrPeerGone), err)
 				ended <- struct{}{}
 				c.Close()
@@ -483,6 +485,15 @@ func (m *stallMeter) sinceLeap(t time.Time) (since, gap time.Duration) {
 }
 
 func (m *stallMeter) total() time.Duration { return time.Duration(m.stalled.Load()) }
+
+// afterLeap is, by this host's clock, the time since its process ran again
+// after the longest gap before the mark (a freeze), or 0 if there was none.
+func (m *stallMeter) afterLeap() time.Duration {
+	if l := m.leap.Load(); l != nil {
+		return time.Since(l[1])
+	}
+	return 0
+}
 
 // sinceMark is the time since the first SIGUSR1, or 0 before it.
 func (m *stallMeter) sinceMark() time.Duration {
