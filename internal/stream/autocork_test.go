@@ -50,6 +50,14 @@ func (q *holdQP) Step(flags wr.StepFlags, recvs []wr.Recv, sends []wr.Send, out 
 	return kept, nil
 }
 
+// silence holds every send completion from now on, as a peer that takes
+// our sends and never acknowledges them.
+func (q *holdQP) silence() {
+	q.mu.Lock()
+	q.holding = true
+	q.mu.Unlock()
+}
+
 // release lets the held completions through and wakes whoever waits.
 func (q *holdQP) release() {
 	q.mu.Lock()

@@ -21,20 +21,10 @@ import (
 // bound is keepaliveProbes periods of silence, not that many ticks. Late
 // ticks that find sends completing end nothing.
 func TestSimKeepaliveCountsTime(t *testing.T) {
-	var offset atomic.Int64 // how far the keepalive's clock is ahead
-	base := time.Now()
-	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
-	defer func() { testHookNow = nil }()
+	ahead := fakeKeepaliveClock(t)
 	const period = time.Hour // the real timer never fires in the test
-	var hold *holdQP
-	c, s := simPipeWrap(t, func(s *Settings) { s.KeepAlive = period }, func(q *simqp.QP) QueuePair {
-		hold = &holdQP{QP: q}
-		return hold
-	})
-	defer s.Close()
-	defer c.Close()
-	defer hold.release()
-	late := func() { offset.Add(int64(keepaliveProbes*period + time.Second)) }
+	c, _, hold := silentPeerPipe(t, period)
+	late := func() { ahead(keepaliveProbes*period + time.Second) }
 
 	// Live: sends complete between the late ticks.
 	for range 2 {
@@ -56,9 +46,7 @@ func TestSimKeepaliveCountsTime(t *testing.T) {
 		c.driveLocked()
 		return c.eng.InFlight() == 0
 	})
-	hold.mu.Lock()
-	hold.holding = true
-	hold.mu.Unlock()
+	hold.silence()
 	c.tick()
 	if _, err := c.Write([]byte("into the silence")); err != nil {
 		t.Fatal(err)
@@ -74,7 +62,7 @@ func TestSimKeepaliveCountsTime(t *testing.T) {
 	if err := fatalOf(c); err != nil {
 		t.Fatalf("the first tick after a leap of the clock ended the connection: %v", err)
 	}
-	offset.Add(int64(period))
+	ahead(period)
 	c.tick()
 	err := fatalOf(c)
 	if !errors.Is(err, ring.ErrPeerGone) {
@@ -90,33 +78,17 @@ func TestSimKeepaliveCountsTime(t *testing.T) {
 // pair whose connection had ended, which kept its own keepalive from
 // ending its side until we closed ours.
 func TestSimKeepaliveGivingUpTellsThePeer(t *testing.T) {
-	var offset atomic.Int64 // how far the keepalive's clock is ahead
-	base := time.Now()
-	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
-	defer func() { testHookNow = nil }()
+	ahead := fakeKeepaliveClock(t)
 	const period = time.Hour // the real timer never fires in the test
-	var hold *holdQP
-	c, s := simPipeWrap(t, func(s *Settings) { s.KeepAlive = period }, func(q *simqp.QP) QueuePair {
-		hold = &holdQP{QP: q}
-		return hold
-	})
-	defer s.Close()
-	defer c.Close()
-	defer hold.release()
+	c, s, hold := silentPeerPipe(t, period)
 
 	// Our sends go unacknowledged from now on, though the peer is there:
 	// what a thawing host's peer looks like to it.
-	hold.mu.Lock()
-	hold.holding = true
-	hold.mu.Unlock()
+	hold.silence()
 	if _, err := c.Write([]byte("into the silence")); err != nil {
 		t.Fatal(err)
 	}
-	c.tick()
-	offset.Add(int64(keepaliveProbes*period + time.Second))
-	c.tick()
-	offset.Add(int64(period))
-	c.tick()
+	tickPastTheBound(c, ahead, period)
 	if err := fatalOf(c); !errors.Is(err, ring.ErrPeerGone) {
 		t.Fatalf("after the keepalive's bound of silence the connection's error is %v, want ErrPeerGone", err)
 	}
@@ -140,6 +112,43 @@ func TestSimKeepaliveGivingUpTellsThePeer(t *testing.T) {
 	case <-time.After(conntest.Timeout(t)):
 		t.Fatal("the peer was not told that the connection ended while it stayed open on our side")
 	}
+}
+
+// silentPeerPipe is a connection c to s whose sends the peer takes and,
+// once hold.silence is called, never acknowledges, with keepalives every
+// period; the test's cleanup closes both.
+func silentPeerPipe(t *testing.T, period time.Duration) (c, s *Conn, hold *holdQP) {
+	t.Helper()
+	c, s = simPipeWrap(t, func(s *Settings) { s.KeepAlive = period }, func(q *simqp.QP) QueuePair {
+		hold = &holdQP{QP: q}
+		return hold
+	})
+	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(hold.release)
+	return c, s, hold
+}
+
+// tickPastTheBound runs c's keepalive through more silence than its bound,
+// over two ticks after the first, moving the clock with ahead: what ends
+// a connection whose sends go unacknowledged meanwhile.
+func tickPastTheBound(c *Conn, ahead func(time.Duration), period time.Duration) {
+	c.tick()
+	ahead(keepaliveProbes*period + time.Second)
+	c.tick()
+	ahead(period)
+	c.tick()
+}
+
+// fakeKeepaliveClock makes the keepalive read a clock that runs with the
+// real one until the test moves it ahead with the function it returns, as
+// a host's clock leaps over a pause.
+func fakeKeepaliveClock(t testing.TB) (ahead func(time.Duration)) {
+	var offset atomic.Int64
+	base := time.Now()
+	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	t.Cleanup(func() { testHookNow = nil })
+	return func(d time.Duration) { offset.Add(int64(d)) }
 }
 
 func fatalOf(c *Conn) error {
@@ -171,10 +180,7 @@ func TestSimKeepaliveBusyPeerAllowance(t *testing.T) {
 }
 
 func testKeepaliveBusyPeerAllowance(t *testing.T, cPeer bool, probes int) {
-	var offset atomic.Int64 // how far the keepalive's clock is ahead
-	base := time.Now()
-	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
-	defer func() { testHookNow = nil }()
+	ahead := fakeKeepaliveClock(t)
 	const period = time.Hour // the real timer never fires in the test
 	set := testSettings(func(s *Settings) {
 		s.KeepAlive = period
@@ -196,9 +202,7 @@ func testKeepaliveBusyPeerAllowance(t *testing.T, cPeer bool, probes int) {
 		c.driveLocked()
 		return c.eng.InFlight() == 0 && c.eng.Stats().CreditUpdatesReceived == 1
 	})
-	hold.mu.Lock()
-	hold.holding = true
-	hold.mu.Unlock()
+	hold.silence()
 	c.tick()
 	credits := c.eng.Credits()
 	for i := range credits {
@@ -223,12 +227,12 @@ func testKeepaliveBusyPeerAllowance(t *testing.T, cPeer bool, probes int) {
 	// The first tick after a leap ends nothing; the next, a period later,
 	// ends the connection to an rnet peer, and one after the busy
 	// allowance to a C peer.
-	offset.Add(int64(keepaliveProbes*period + time.Second))
+	ahead(keepaliveProbes*period + time.Second)
 	c.tick()
 	if err := fatalOf(c); err != nil {
 		t.Fatalf("the first tick after a leap of the clock ended the connection: %v", err)
 	}
-	offset.Add(int64(period))
+	ahead(period)
 	c.tick()
 	if probes == keepaliveProbes {
 		if err := fatalOf(c); !errors.Is(err, ring.ErrPeerGone) {
@@ -240,7 +244,7 @@ func testKeepaliveBusyPeerAllowance(t *testing.T, cPeer bool, probes int) {
 	if err := fatalOf(c); err != nil {
 		t.Fatalf("a busy C peer was given up after %v of silence: %v", keepaliveProbes*period+period, err)
 	}
-	offset.Add(int64(time.Duration(probes-keepaliveProbes) * period))
+	ahead(time.Duration(probes-keepaliveProbes) * period)
 	c.tick()
 	if err := fatalOf(c); !errors.Is(err, ring.ErrPeerGone) {
 		t.Fatalf("after %d periods of silence the connection's error is %v, want ErrPeerGone", probes+1, err)

@@ -21,10 +21,7 @@ func TestSimTickShrinksOnlyQuietRings(t *testing.T) {
 		return nil
 	}
 	defer func() { testHookAddRegion = nil }()
-	var offset atomic.Int64 // how far the keepalive's clock is ahead
-	base := time.Now()
-	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
-	defer func() { testHookNow = nil }()
+	ahead := fakeKeepaliveClock(t)
 	const period = time.Hour // the real timer never fires in the test
 
 	// grown returns a pipe whose first end has both rings grown by bulk
@@ -53,7 +50,7 @@ func TestSimTickShrinksOnlyQuietRings(t *testing.T) {
 	// rings quiet.
 	tickOnTime := func(c *Conn) int64 {
 		registered.Store(0)
-		offset.Add(int64(period))
+		ahead(period)
 		c.tick()
 		return registered.Load()
 	}
@@ -64,7 +61,7 @@ func TestSimTickShrinksOnlyQuietRings(t *testing.T) {
 		defer c.Close()
 		tickOnTime(c)
 		registered.Store(0)
-		offset.Add(int64(5 * period))
+		ahead(5 * period)
 		c.tick()
 		if n := registered.Load(); n != 0 {
 			t.Fatalf("a tick %v after the last one registered %d regions", 5*period, n)
@@ -81,9 +78,7 @@ func TestSimTickShrinksOnlyQuietRings(t *testing.T) {
 		defer hold.release()
 		// The peer falls silent before the first tick: the keepalive that
 		// tick sends is never acknowledged either.
-		hold.mu.Lock()
-		hold.holding = true
-		hold.mu.Unlock()
+		hold.silence()
 		tickOnTime(c)
 		if _, err := c.Write([]byte("into the silence")); err != nil {
 			t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -442,10 +441,7 @@ func TestResumeResendsWhatWasLost(t *testing.T) {
 // for that cause, its peer for the transport's event (the first side's
 // disconnect of its old queue pair) or a send that queue pair refused.
 func TestResumeAfterKeepaliveFindsPathSilent(t *testing.T) {
-	var offset atomic.Int64 // how far the keepalive's clock is ahead
-	base := time.Now()
-	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
-	defer func() { testHookNow = nil }()
+	ahead := fakeKeepaliveClock(t)
 	const period = time.Hour // the real timer never fires in the test
 	var hold *holdQP
 	rc := resumePipeWrap(t, func(s *Settings) { s.KeepAlive = period }, func(q *simqp.QP) QueuePair {
@@ -459,17 +455,15 @@ func TestResumeAfterKeepaliveFindsPathSilent(t *testing.T) {
 		rc.a.driveLocked()
 		return rc.a.eng.InFlight() == 0
 	})
-	hold.mu.Lock()
-	hold.holding = true
-	hold.mu.Unlock()
+	hold.silence()
 	rc.a.tick()
 	silent := []byte("into the silence")
 	if _, err := rc.a.Write(silent); err != nil {
 		t.Fatal(err)
 	}
-	offset.Add(int64(keepaliveProbes*period + time.Second))
+	ahead(keepaliveProbes*period + time.Second)
 	rc.a.tick()
-	offset.Add(int64(period))
+	ahead(period)
 	rc.a.tick()
 	rc.ra.waitEntered(t)
 

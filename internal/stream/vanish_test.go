@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,10 +152,7 @@ func TestSimLingerExpiryIsNotEOF(t *testing.T) {
 // keepaliveProbes periods, which would drop the written bytes; once the
 // peer polls, every byte arrives.
 func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
-	var offset atomic.Int64 // how far the keepalive's clock is ahead
-	base := time.Now()
-	testHookNow = func() time.Time { return base.Add(time.Duration(offset.Load())) }
-	defer func() { testHookNow = nil }()
+	ahead := fakeKeepaliveClock(t)
 	const period = time.Hour // the real timer never fires in the test: the test ticks
 	// One transfer per Write: the test needs more DATA messages than credits.
 	set := testSettings(func(s *Settings) { s.KeepAlive, s.Ring.Autocork = period, false })
@@ -205,11 +201,7 @@ func TestSimBusyRsocketPeerIsNotDead(t *testing.T) {
 	}
 	// More silence than keepaliveProbes periods, over two ticks, which
 	// would end the connection to a peer that acknowledges nothing.
-	c.tick()
-	offset.Add(int64(keepaliveProbes*period + time.Second))
-	c.tick()
-	offset.Add(int64(period))
-	c.tick()
+	tickPastTheBound(c, ahead, period)
 	c.mu.Lock()
 	fatal, stalls := c.fatal, c.keepaliveStalls
 	c.mu.Unlock()
