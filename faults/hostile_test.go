@@ -371,6 +371,14 @@ func TestHostilePeer(t *testing.T) {
 				t.Errorf("Write after %s succeeded", tc.name)
 			}
 			t.Logf("%s: %v after %v", tc.name, err, took.Round(time.Microsecond))
+			// The peer hears that the connection is over while the
+			// application still holds it: its queue pair went down with it.
+			told, cancel := context.WithTimeout(context.Background(), wait)
+			_, derr := p.id.Await(told, cm.EventDisconnected)
+			cancel()
+			if derr != nil {
+				t.Fatalf("the peer was not disconnected after %s while the connection stayed open: %v", tc.name, derr)
+			}
 			closed := make(chan error, 1)
 			go func() { closed <- c.Close() }()
 			select {

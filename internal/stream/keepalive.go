@@ -144,12 +144,7 @@ func (c *Conn) keepaliveLocked(now time.Time, leapt bool) {
 				c.suspendLocked(CauseKeepalive, err)
 				return
 			}
-			c.failLocked(err)
-			// The queue pair goes down with the connection and the peer
-			// is told, as a TCP connection that times out is: a peer that
-			// comes back (a host that thaws) must not find its sends
-			// acknowledged until our application closes the connection.
-			c.qp.Disconnect()
+			c.failLocked(err) // and tells the peer
 			c.signalLocked()
 			return
 		}

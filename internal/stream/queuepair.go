@@ -41,7 +41,8 @@ type QueuePair interface {
 	NeedSends(need bool)
 	// Start delivers the connection manager's events to h, until shutdown.
 	Start(h EventHandler)
-	// Disconnect moves the queue pair to the error state and tells the peer.
+	// Disconnect moves the queue pair to the error state and tells the
+	// peer; calls after the first do nothing.
 	Disconnect()
 	// Shutdown fails wait for good and stops event delivery; it returns
 	// once no call to the handler is running.

@@ -204,9 +204,11 @@ func isPathFailure(err error) bool {
 }
 
 // checkPathLocked, after a step, starts a resume if the step found the path
-// failed, and tells the Resumer to forget a connection that ended for good.
+// failed. A connection that the engine's error (a peer's protocol error, a
+// failed completion) ended for good takes its queue pair down and tells
+// the peer, as failLocked does, and the Resumer forgets it.
 func (c *Conn) checkPathLocked() {
-	if c.set.Resumer == nil || c.path != pathUp {
+	if c.path != pathUp {
 		return
 	}
 	err := c.eng.Err()
@@ -216,6 +218,9 @@ func (c *Conn) checkPathLocked() {
 	if err != nil && c.resumableLocked(err) {
 		c.suspendLocked(CauseCompletion, err)
 		return
+	}
+	if err != nil {
+		c.qp.Disconnect() // once: later calls do nothing
 	}
 	c.forgetLater()
 }

@@ -310,10 +310,16 @@ func (c *Conn) discardInboundLocked() {
 	}
 }
 
+// failLocked ends the connection for good with err. Its queue pair goes
+// down with it and the peer is told, as a TCP connection that times out or
+// meets an error is closed: a peer that goes on (a host that thaws, one
+// that broke the protocol) must not find its sends acknowledged until our
+// application closes the connection.
 func (c *Conn) failLocked(err error) {
 	if c.fatal == nil {
 		c.fatal = err
 		c.eng.Fail(err)
+		c.qp.Disconnect()
 		c.kickLocked()
 		c.forgetLater()
 	}

@@ -1,0 +1,50 @@
+package stream
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rnet-dev/rnet/internal/conntest"
+	"github.com/rnet-dev/rnet/internal/ring"
+	"github.com/rnet-dev/rnet/internal/wr"
+)
+
+// TestSimProtocolErrorTellsThePeer: a connection that a peer's protocol
+// error ends takes its queue pair down at once, as the keepalive's give-up
+// does, so the peer learns that the stream is over while our application
+// still holds the connection open.
+func TestSimProtocolErrorTellsThePeer(t *testing.T) {
+	c, s := simPipe(t, nil)
+	defer c.Close()
+	defer s.Close()
+
+	// s's queue pair sends c a message of a reserved opcode, unsignalled
+	// so that s's engine never sees its completion.
+	bad := []wr.Send{{Op: wr.OpWriteImm, Imm: uint32(ring.MakeMsg(ring.MsgRsvd, 0)), Inline: true}}
+	if err := endpointOf(s).Endpoint().PostSend(bad); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 10)); !errors.Is(err, ring.ErrProtocol) {
+		t.Fatalf("Read after a reserved opcode = %v, want ErrProtocol", err)
+	}
+
+	ended := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			if _, err := s.Read(buf); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, ring.ErrPeerGone) {
+			t.Fatalf("the peer's Read ended with %v, want ErrPeerGone", err)
+		}
+	case <-time.After(conntest.Timeout(t)):
+		t.Fatal("the peer was not told that the connection ended while it stayed open on our side")
+	}
+}
