@@ -93,7 +93,13 @@ func TestSimKeepaliveGivingUpTellsThePeer(t *testing.T) {
 		t.Fatalf("after the keepalive's bound of silence the connection's error is %v, want ErrPeerGone", err)
 	}
 
-	// The peer's reader hears of the end while c is still open.
+	peerToldOfTheEnd(t, s)
+}
+
+// peerToldOfTheEnd fails t unless s's Reads end with ErrPeerGone, within
+// the tests' bound, while the connection's other end is still open.
+func peerToldOfTheEnd(t *testing.T, s *Conn) {
+	t.Helper()
 	ended := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 64)

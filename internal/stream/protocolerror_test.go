@@ -3,9 +3,7 @@ package stream
 import (
 	"errors"
 	"testing"
-	"time"
 
-	"github.com/rnet-dev/rnet/internal/conntest"
 	"github.com/rnet-dev/rnet/internal/ring"
 	"github.com/rnet-dev/rnet/internal/wr"
 )
@@ -28,23 +26,5 @@ func TestSimProtocolErrorTellsThePeer(t *testing.T) {
 	if _, err := c.Read(make([]byte, 10)); !errors.Is(err, ring.ErrProtocol) {
 		t.Fatalf("Read after a reserved opcode = %v, want ErrProtocol", err)
 	}
-
-	ended := make(chan error, 1)
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			if _, err := s.Read(buf); err != nil {
-				ended <- err
-				return
-			}
-		}
-	}()
-	select {
-	case err := <-ended:
-		if !errors.Is(err, ring.ErrPeerGone) {
-			t.Fatalf("the peer's Read ended with %v, want ErrPeerGone", err)
-		}
-	case <-time.After(conntest.Timeout(t)):
-		t.Fatal("the peer was not told that the connection ended while it stayed open on our side")
-	}
+	peerToldOfTheEnd(t, s)
 }
